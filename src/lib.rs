@@ -1,0 +1,60 @@
+//! # sundial — the deterministic core
+//!
+//! sundial is a distributed job scheduler: cron (to the second, with time zones), fixed
+//! intervals, one-off times and manual runs, with misfire handling, retries, timeouts,
+//! pause/resume and run history. Many nodes share one store and every due fire runs on
+//! exactly one of them.
+//!
+//! This crate is the pure core every node, store and simulation is built on. It has no
+//! runtime, no sockets and no OS clock or randomness: time comes in through [`time::Clock`]
+//! or as arguments, randomness and run ids through [`entropy::Entropy`], so the same inputs
+//! give the same outputs, bit for bit.
+//!
+//! ## Modules
+//! - [`name`]: job, trigger, resource and calendar names (one grammar).
+//! - [`time`], [`entropy`]: the injected clock and seeded randomness.
+//! - [`cron`]: the cron dialect and its fast next-fire search.
+//! - [`timezone`]: IANA and Windows time zone ids.
+//! - [`schedule`]: schedule kinds, windows, text form, next-fire computation.
+//! - [`calendar`]: exclusion calendars.
+//! - [`job`]: job and trigger definitions, retry and misfire policies, runs, states.
+//! - [`error`]: the stable error codes.
+//! - [`options`]: node options from TOML and the environment.
+//!
+//! ## Glossary
+//! - **job**: what to do — a type key naming the code, data, flags, policies, triggers.
+//! - **trigger**: when to do it — a schedule plus priority, data and misfire policy.
+//! - **fire**: one due time of a trigger, identified by (trigger, scheduled time).
+//! - **run**: one execution of a job, produced by a fire, a manual trigger, a retry or a
+//!   recovery. Every run is written to history.
+//! - **attempt**: a run's position in its retry chain, from 1.
+//! - **lease**: time-limited ownership of a resource (the leader lease).
+//!
+//! ## Guarantees of this crate
+//! - [`cron::CronExpression::next_after`] returns the first matching whole second
+//!   strictly after its argument; skipped DST wall times never fire and repeated ones
+//!   fire once, at their first occurrence.
+//! - [`schedule::JobSchedule`]'s text form round-trips: `parse(format(s)) == s`.
+//! - No parser in this crate panics on any input string.
+
+#![deny(unsafe_code)]
+
+pub mod calendar;
+pub mod cron;
+pub mod entropy;
+pub mod error;
+pub mod job;
+pub mod name;
+pub mod options;
+pub mod schedule;
+pub mod time;
+pub mod timezone;
+
+pub use calendar::{Calendars, JobCalendar};
+pub use cron::{CronError, CronExpression};
+pub use error::{ErrorCode, SchedulingError};
+pub use job::{JobDefinition, JobRun, JobTriggerDefinition, MisfirePolicy, RetryPolicy};
+pub use name::{JobName, TriggerKey, TriggerName};
+pub use options::SchedulerOptions;
+pub use schedule::{JobSchedule, ScheduleKind};
+pub use time::Clock;
