@@ -326,7 +326,7 @@ fn plain_field(e: &mut Entropy, min: u32, max: u32, names: Option<(&[&str], u32)
 
 fn dom_field(e: &mut Entropy) -> String {
     match e.below(8) {
-        0 | 1 | 2 => "*".to_owned(),
+        0..=2 => "*".to_owned(),
         3 => "?".to_owned(),
         _ => {
             let n = 1 + e.below(2) as usize;
@@ -346,7 +346,7 @@ fn dom_field(e: &mut Entropy) -> String {
 
 fn dow_field(e: &mut Entropy) -> String {
     match e.below(8) {
-        0 | 1 | 2 => "*".to_owned(),
+        0..=2 => "*".to_owned(),
         3 => "?".to_owned(),
         _ => {
             let n = 1 + e.below(2) as usize;
