@@ -4,7 +4,10 @@
 //! CLDR names as the territory-`001` default in `common/supplemental/windowsZones.xml`.
 //! The table below is that mapping, sorted by Windows id so lookup is a binary search.
 
-use chrono_tz::Tz;
+use std::sync::OnceLock;
+
+use chrono::{DateTime, LocalResult, Offset, TimeZone};
+use chrono_tz::{Tz, TZ_VARIANTS};
 
 /// A time zone id that is neither an IANA id known to `chrono-tz` nor a Windows id in
 /// the CLDR mapping.
@@ -52,6 +55,110 @@ pub fn windows_to_iana(windows_id: &str) -> Option<&'static str> {
 
 fn cmp_ignore_ascii_case(a: &str, b: &str) -> std::cmp::Ordering {
     a.bytes().map(|c| c.to_ascii_lowercase()).cmp(b.bytes().map(|c| c.to_ascii_lowercase()))
+}
+
+/// The first instant a [`ZoneTable`] covers: 1969-01-01T00:00:00Z.
+const TABLE_FROM: i64 = -31_536_000;
+/// The end of what a [`ZoneTable`] covers: 2110-01-01T00:00:00Z (cron years end in 2099,
+/// and searches look five years ahead).
+const TABLE_UNTIL: i64 = 4_417_977_600;
+/// Probe step when building a table. Since 1969 no zone in the tz database has two
+/// offset changes less than about a week apart, so a daily probe sees every change;
+/// the builder checks that each bisected change is a single step and otherwise leaves the
+/// zone to chrono-tz.
+const PROBE_STEP: i64 = 86_400;
+/// More than any offset from UTC, so every wall time's instants lie within this of it.
+const OFFSET_BOUND: i64 = 27 * 3600;
+
+/// A zone's offset changes between 1969 and 2110 as a sorted array, so offset lookups
+/// and wall-time mappings are a binary search over plain integers. chrono-tz answers the
+/// same questions but keeps its spans private; this table is derived from it once per
+/// zone and process.
+#[derive(Debug)]
+pub(crate) struct ZoneTable {
+    /// UTC instants (seconds) at which the offset changes, ascending.
+    transitions: Vec<i64>,
+    /// `offsets[i]` holds before `transitions[i]`; the last entry after the last change.
+    offsets: Vec<i64>,
+}
+
+impl ZoneTable {
+    /// The table of `tz`, built on first use; `None` when the zone breaks the table's
+    /// assumptions (callers then ask chrono-tz directly).
+    pub(crate) fn of(tz: &Tz) -> Option<&'static ZoneTable> {
+        static TABLES: [OnceLock<Option<ZoneTable>>; TZ_VARIANTS.len()] =
+            [const { OnceLock::new() }; TZ_VARIANTS.len()];
+        TABLES.get(*tz as usize)?.get_or_init(|| ZoneTable::build(tz)).as_ref()
+    }
+
+    fn build(tz: &Tz) -> Option<ZoneTable> {
+        let offset = |t: i64| -> Option<i64> {
+            let naive = DateTime::from_timestamp(t, 0)?.naive_utc();
+            Some(i64::from(tz.offset_from_utc_datetime(&naive).fix().local_minus_utc()))
+        };
+        let mut current = offset(TABLE_FROM)?;
+        let mut table = ZoneTable { transitions: Vec::new(), offsets: vec![current] };
+        let mut t = TABLE_FROM;
+        while t < TABLE_UNTIL {
+            let next = (t + PROBE_STEP).min(TABLE_UNTIL);
+            let after = offset(next)?;
+            if after != current {
+                let (mut lo, mut hi) = (t, next);
+                while hi - lo > 1 {
+                    let mid = lo + (hi - lo) / 2;
+                    let at_mid = offset(mid)?;
+                    if at_mid == current {
+                        lo = mid;
+                    } else if at_mid == after {
+                        hi = mid;
+                    } else {
+                        // Two changes within one probe step: not representable here.
+                        return None;
+                    }
+                }
+                table.transitions.push(hi);
+                table.offsets.push(after);
+                current = after;
+            }
+            t = next;
+        }
+        Some(table)
+    }
+
+    /// The offset from UTC (seconds) at the UTC instant `utc`, if the table covers it.
+    pub(crate) fn offset_at(&self, utc: i64) -> Option<i64> {
+        if !(TABLE_FROM..TABLE_UNTIL).contains(&utc) {
+            return None;
+        }
+        Some(self.offsets[self.transitions.partition_point(|&t| t <= utc)])
+    }
+
+    /// The UTC instants at which the wall time `wall` (seconds on the zone's clock since
+    /// 1970-01-01T00:00:00) occurs: none in a DST gap, two in a fold (earlier first), if
+    /// the table covers it.
+    pub(crate) fn wall_to_utc(&self, wall: i64) -> Option<LocalResult<i64>> {
+        if wall - OFFSET_BOUND < TABLE_FROM || wall + OFFSET_BOUND >= TABLE_UNTIL {
+            return None;
+        }
+        // Every occurrence lies within OFFSET_BOUND of `wall`; check each span there.
+        let first = self.transitions.partition_point(|&t| t <= wall - OFFSET_BOUND);
+        let last = self.transitions.partition_point(|&t| t <= wall + OFFSET_BOUND);
+        let mut found = LocalResult::None;
+        for span in first..=last {
+            let instant = wall - self.offsets[span];
+            let begins = span.checked_sub(1).map_or(i64::MIN, |i| self.transitions[i]);
+            let ends = self.transitions.get(span).copied().unwrap_or(i64::MAX);
+            if (begins..ends).contains(&instant) {
+                found = match found {
+                    LocalResult::None => LocalResult::Single(instant),
+                    LocalResult::Single(a) | LocalResult::Ambiguous(a, _) => {
+                        LocalResult::Ambiguous(a.min(instant), a.max(instant))
+                    }
+                };
+            }
+        }
+        Some(found)
+    }
 }
 
 /// CLDR windowsZones.xml, territory 001, sorted case-insensitively by Windows id.
@@ -226,6 +333,49 @@ mod tests {
         assert_eq!(parse_time_zone("eastern standard time"), Ok(Tz::America__New_York));
         assert_eq!(parse_time_zone("UTC"), Ok(Tz::UTC));
         assert_eq!(parse_time_zone("Dateline Standard Time"), Ok(Tz::Etc__GMTPlus12));
+    }
+
+    #[test]
+    fn zone_tables_agree_with_chrono_tz() {
+        use chrono::Utc;
+        let mut entropy = crate::entropy::Entropy::from_seed(11);
+        let zones = [
+            Tz::America__New_York,
+            Tz::Australia__Lord_Howe,
+            Tz::Pacific__Apia,
+            Tz::Africa__Casablanca,
+            Tz::Asia__Shanghai,
+        ];
+        for tz in zones {
+            let table = ZoneTable::of(&tz).expect("real zones have tables");
+            for _ in 0..20_000 {
+                let t = TABLE_FROM
+                    + OFFSET_BOUND
+                    + entropy.below((TABLE_UNTIL - TABLE_FROM - 2 * OFFSET_BOUND) as u64) as i64;
+                let naive = DateTime::from_timestamp(t, 0).unwrap().naive_utc();
+                let expected = i64::from(tz.offset_from_utc_datetime(&naive).fix().local_minus_utc());
+                assert_eq!(table.offset_at(t), Some(expected), "{tz} at {t}");
+                let mapped = match tz.from_local_datetime(&naive) {
+                    LocalResult::None => LocalResult::None,
+                    LocalResult::Single(x) => LocalResult::Single(x.with_timezone(&Utc).timestamp()),
+                    LocalResult::Ambiguous(a, b) => {
+                        let (a, b) = (a.with_timezone(&Utc).timestamp(), b.with_timezone(&Utc).timestamp());
+                        LocalResult::Ambiguous(a.min(b), a.max(b))
+                    }
+                };
+                assert_eq!(table.wall_to_utc(t), Some(mapped), "{tz} wall {t}");
+            }
+            // Around each change, second by second.
+            for &change in table.transitions.iter().filter(|&&c| (0..2_000_000_000).contains(&c)).take(8) {
+                for wall in (change - 3 * 3600..change + 3 * 3600).step_by(599) {
+                    let naive = DateTime::from_timestamp(wall, 0).unwrap().naive_utc();
+                    let single = matches!(tz.from_local_datetime(&naive), LocalResult::Single(_));
+                    assert_eq!(matches!(table.wall_to_utc(wall), Some(LocalResult::Single(_))), single);
+                }
+            }
+        }
+        assert!(ZoneTable::of(&Tz::UTC).unwrap().transitions.is_empty());
+        assert_eq!(ZoneTable::of(&Tz::UTC).unwrap().offset_at(TABLE_UNTIL), None);
     }
 
     #[test]

@@ -2,10 +2,11 @@
 //! UTC, skipping wall times that do not exist (DST gap) and second occurrences of wall
 //! times that exist twice (DST fold).
 
-use chrono::{DateTime, Datelike, LocalResult, NaiveDate, NaiveDateTime, TimeDelta, TimeZone, Timelike, Utc};
+use chrono::{DateTime, LocalResult, Offset, TimeZone, Utc};
 use chrono_tz::Tz;
 
 use super::{Compiled, DayOfMonth, DayOfWeek, SEARCH_YEARS_MAX, YEAR_MIN};
+use crate::timezone::ZoneTable;
 
 pub(super) const ALL_SECONDS: u64 = (1 << 60) - 1;
 pub(super) const ALL_MINUTES: u64 = (1 << 60) - 1;
@@ -18,7 +19,10 @@ const EVERY_SEVENTH_DAY: u32 = 0x1020_4081;
 /// transitions are at most a day long (Samoa skipped 2011-12-30 whole).
 const TRANSITION_PROBE_SECONDS_MAX: i64 = 3 * 86_400;
 
-/// A wall-clock time broken into fields, for the field-by-field search.
+const SECONDS_PER_DAY: i64 = 86_400;
+
+/// A wall-clock time broken into fields, for the field-by-field search. Ordering is
+/// chronological (fields compared most significant first).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Wall {
     year: i32,
@@ -30,44 +34,117 @@ struct Wall {
 }
 
 impl Wall {
-    fn from_naive(t: NaiveDateTime) -> Wall {
-        Wall { year: t.year(), month: t.month(), day: t.day(), hour: t.hour(), minute: t.minute(), second: t.second() }
+    /// The wall time `seconds` after 1970-01-01T00:00:00 on the same (zone-less) clock.
+    fn from_seconds(seconds: i64) -> Wall {
+        let days = seconds.div_euclid(SECONDS_PER_DAY);
+        let of_day = seconds.rem_euclid(SECONDS_PER_DAY) as u32;
+        let (year, month, day) = civil_from_days(days);
+        Wall { year, month, day, hour: of_day / 3600, minute: of_day / 60 % 60, second: of_day % 60 }
     }
 
-    fn to_naive(self) -> Option<NaiveDateTime> {
-        NaiveDate::from_ymd_opt(self.year, self.month, self.day)?.and_hms_opt(self.hour, self.minute, self.second)
+    /// Inverse of [`Wall::from_seconds`].
+    fn to_seconds(self) -> i64 {
+        days_from_civil(self.year, self.month, self.day) * SECONDS_PER_DAY
+            + i64::from(self.hour * 3600 + self.minute * 60 + self.second)
+    }
+
+    /// The same wall time `years` later (Feb 29 becomes Feb 28 in a common year).
+    fn years_later(self, years: i32) -> Wall {
+        let year = self.year.saturating_add(years);
+        Wall { year, day: self.day.min(days_in_month(year, self.month)), ..self }
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm; after
+/// the 400-year era split every quantity is small and non-negative, so the divisions by
+/// constants compile to unsigned multiply-shifts).
+fn days_from_civil(year: i32, month: u32, day: u32) -> i64 {
+    let y = i64::from(year) - i64::from(month <= 2);
+    let era = y.div_euclid(400);
+    let year_of_era = (y - era * 400) as u32;
+    let day_of_year = (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + i64::from(day_of_era) - 719_468
+}
+
+/// Inverse of [`days_from_civil`].
+fn civil_from_days(days: i64) -> (i32, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = (z - era * 146_097) as u32;
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let mp = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = i64::from(year_of_era) + era * 400 + i64::from(month <= 2);
+    (year as i32, month, day)
+}
+
+/// Offset of `tz` from UTC at the UTC instant `seconds`, in seconds.
+fn utc_offset(tz: &Tz, seconds: i64) -> Option<i64> {
+    if let Some(offset) = ZoneTable::of(tz).and_then(|table| table.offset_at(seconds)) {
+        return Some(offset);
+    }
+    let naive = DateTime::from_timestamp(seconds, 0)?.naive_utc();
+    Some(i64::from(tz.offset_from_utc_datetime(&naive).fix().local_minus_utc()))
+}
+
+/// The UTC instants at which the wall time `wall_seconds` occurs in `tz`: none (DST
+/// gap), one, or two (DST fold; earlier first).
+fn wall_to_utc(tz: &Tz, wall_seconds: i64) -> LocalResult<i64> {
+    if let Some(result) = ZoneTable::of(tz).and_then(|table| table.wall_to_utc(wall_seconds)) {
+        return result;
+    }
+    let Some(naive) = DateTime::from_timestamp(wall_seconds, 0).map(|t| t.naive_utc()) else {
+        return LocalResult::None;
+    };
+    let instant = |offset: &<Tz as TimeZone>::Offset| wall_seconds - i64::from(offset.fix().local_minus_utc());
+    match tz.offset_from_local_datetime(&naive) {
+        LocalResult::None => LocalResult::None,
+        LocalResult::Single(offset) => LocalResult::Single(instant(&offset)),
+        LocalResult::Ambiguous(a, b) => {
+            let (a, b) = (instant(&a), instant(&b));
+            LocalResult::Ambiguous(a.min(b), a.max(b))
+        }
     }
 }
 
 pub(super) fn next_after(c: &Compiled, after: DateTime<Utc>, tz: &Tz) -> Option<DateTime<Utc>> {
     // The first whole second strictly after `after`.
-    let start = after.with_nanosecond(0)? + TimeDelta::seconds(1);
+    let after_seconds = after.timestamp();
+    let start = after_seconds.checked_add(1)?;
+    // The search window: less than SEARCH_YEARS_MAX years after the first candidate.
     if is_utc(tz) {
-        let end = years_later(after.naive_utc(), SEARCH_YEARS_MAX);
-        let wall = next_wall(c, Wall::from_naive(start.naive_utc()), Wall::from_naive(end))?;
-        return Some(wall.to_naive()?.and_utc());
+        let from = Wall::from_seconds(start);
+        let wall = next_wall(c, from, from.years_later(SEARCH_YEARS_MAX))?;
+        return DateTime::from_timestamp(wall.to_seconds(), 0);
     }
-    let end = Wall::from_naive(years_later(after.with_timezone(tz).naive_local(), SEARCH_YEARS_MAX));
-    let mut from = start.with_timezone(tz).naive_local();
+    let offset = utc_offset(tz, start)?;
+    let mut from = Wall::from_seconds(start + offset);
+    let end = from.years_later(SEARCH_YEARS_MAX);
     loop {
-        let wall = next_wall(c, Wall::from_naive(from), end)?.to_naive()?;
-        match tz.from_local_datetime(&wall) {
-            LocalResult::Single(t) if t > after => return Some(t.with_timezone(&Utc)),
-            // Unreachable for real zones (wall > local(after) outside a fold means later);
+        let wall = next_wall(c, from, end)?.to_seconds();
+        let resolved = match wall_to_utc(tz, wall) {
+            LocalResult::Single(t) if t > after_seconds => return DateTime::from_timestamp(t, 0),
+            // Unreachable for real zones (a later wall outside a fold is a later instant);
             // step on rather than return a time that is not strictly after.
-            LocalResult::Single(_) => from = wall + TimeDelta::seconds(1),
-            LocalResult::Ambiguous(first, _) if first > after => return Some(first.with_timezone(&Utc)),
+            LocalResult::Single(_) => wall + 1,
+            LocalResult::Ambiguous(first, _) if first > after_seconds => return DateTime::from_timestamp(first, 0),
             // The first occurrence is already past, so we are inside the second one: no
             // repeated wall time fires again. Skip to the end of the fold.
-            LocalResult::Ambiguous(..) => from = first_unambiguous_wall(tz, wall),
+            LocalResult::Ambiguous(..) => first_unambiguous_wall(tz, wall),
             // Skipped by a DST jump: does not fire. Skip to the end of the gap.
-            LocalResult::None => from = first_unambiguous_wall(tz, wall),
-        }
+            LocalResult::None => first_unambiguous_wall(tz, wall),
+        };
+        from = Wall::from_seconds(resolved);
     }
 }
 
 pub(super) fn matches(c: &Compiled, at: DateTime<Utc>, tz: &Tz) -> bool {
-    let wall = Wall::from_naive(at.with_timezone(tz).naive_local());
+    let seconds = at.timestamp();
+    let offset = if is_utc(tz) { 0 } else { utc_offset(tz, seconds).unwrap_or(0) };
+    let wall = Wall::from_seconds(seconds + offset);
     year_matches(c, wall.year)
         && bit64(u64::from(c.months), wall.month)
         && bit64(u64::from(day_mask(c, wall.year, wall.month)), wall.day)
@@ -81,26 +158,16 @@ fn is_utc(tz: &Tz) -> bool {
     matches!(tz, Tz::UTC | Tz::Etc__UTC | Tz::Etc__UCT | Tz::Etc__Universal | Tz::Etc__Zulu | Tz::Etc__GMT | Tz::GMT)
 }
 
-/// The same wall time `years` later (Feb 29 becomes Feb 28 in a common year).
-fn years_later(t: NaiveDateTime, years: i32) -> NaiveDateTime {
-    let year = t.year().saturating_add(years);
-    let date = NaiveDate::from_ymd_opt(year, t.month(), t.day())
-        .or_else(|| NaiveDate::from_ymd_opt(year, t.month(), t.day() - 1))
-        .unwrap_or(NaiveDate::MAX);
-    date.and_time(t.time())
-}
-
-/// The first wall time at or after `wall` that maps to exactly one instant. Gaps and
-/// folds are contiguous, so probe forward in doubling steps until a single mapping is
-/// found, then bisect between the last probe that was not single and that one.
-fn first_unambiguous_wall(tz: &Tz, wall: NaiveDateTime) -> NaiveDateTime {
-    let single =
-        |seconds: i64| matches!(tz.from_local_datetime(&(wall + TimeDelta::seconds(seconds))), LocalResult::Single(_));
+/// The first wall time (as seconds) at or after `wall` that maps to exactly one instant.
+/// Gaps and folds are contiguous, so probe forward in doubling steps until a single
+/// mapping is found, then bisect between the last probe that was not single and that one.
+fn first_unambiguous_wall(tz: &Tz, wall: i64) -> i64 {
+    let single = |seconds: i64| matches!(wall_to_utc(tz, wall + seconds), LocalResult::Single(_));
     let mut bad = 0i64;
     let mut step = 1i64;
     let good = loop {
         if step > TRANSITION_PROBE_SECONDS_MAX {
-            return wall + TimeDelta::seconds(TRANSITION_PROBE_SECONDS_MAX);
+            return wall + TRANSITION_PROBE_SECONDS_MAX;
         }
         if single(step) {
             break step;
@@ -117,10 +184,10 @@ fn first_unambiguous_wall(tz: &Tz, wall: NaiveDateTime) -> NaiveDateTime {
             bad = mid;
         }
     }
-    wall + TimeDelta::seconds(good)
+    wall + good
 }
 
-/// The smallest wall time ≥ `from` and ≤ `end` matching every field, or `None`.
+/// The smallest wall time ≥ `from` and < `end` matching every field, or `None`.
 fn next_wall(c: &Compiled, from: Wall, end: Wall) -> Option<Wall> {
     let mut w = from;
     loop {
@@ -172,7 +239,7 @@ fn next_wall(c: &Compiled, from: Wall, end: Wall) -> Option<Wall> {
             }
             Some(second) => w.second = second,
         }
-        return (w <= end).then_some(w);
+        return (w < end).then_some(w);
     }
 }
 
@@ -230,9 +297,9 @@ pub(super) fn days_in_month(year: i32, month: u32) -> u32 {
     }
 }
 
-/// Weekday of the first day of the month, 0 = Sunday.
+/// Weekday of the first day of the month, 0 = Sunday (1970-01-01 was a Thursday).
 fn first_weekday(year: i32, month: u32) -> u32 {
-    NaiveDate::from_ymd_opt(year, month, 1).map_or(0, |d| d.weekday().num_days_from_sunday())
+    (days_from_civil(year, month, 1) + 4).rem_euclid(7) as u32
 }
 
 /// Bit d set (1-based) = day d of this month matches the day-of-month and day-of-week
@@ -330,6 +397,23 @@ mod tests {
 
     fn next(expr: &str, after: &str, tz: Tz) -> Option<String> {
         CronExpression::parse(expr).unwrap().next_after(utc(after), &tz).map(|t| t.to_rfc3339())
+    }
+
+    #[test]
+    fn civil_arithmetic_matches_chrono() {
+        use chrono::{Datelike, NaiveDate};
+        for days in (-1_000_000i64..1_000_000).step_by(97) {
+            let (y, m, d) = civil_from_days(days);
+            let date = NaiveDate::from_num_days_from_ce_opt(days as i32 + 719_163).unwrap();
+            assert_eq!((y, m, d), (date.year(), date.month(), date.day()), "day {days}");
+            assert_eq!(days_from_civil(y, m, d), days);
+            assert_eq!(first_weekday(y, m), date.with_day(1).unwrap().weekday().num_days_from_sunday());
+        }
+        let wall = Wall::from_seconds(-1);
+        assert_eq!((wall.year, wall.month, wall.day, wall.hour, wall.minute, wall.second), (1969, 12, 31, 23, 59, 59));
+        assert_eq!(wall.to_seconds(), -1);
+        let leap = Wall { year: 2028, month: 2, day: 29, hour: 0, minute: 0, second: 0 };
+        assert_eq!(leap.years_later(5).day, 28);
     }
 
     #[test]
