@@ -38,6 +38,9 @@
 //! - No parser in this crate panics on any input string.
 
 #![deny(unsafe_code)]
+// Determinism: the OS clock, OS randomness and hash-order iteration only in the one
+// allowed place each (see clippy.toml).
+#![deny(clippy::disallowed_methods, clippy::disallowed_types)]
 
 pub mod calendar;
 pub mod cron;
