@@ -47,6 +47,7 @@ pub mod cron;
 pub mod entropy;
 pub mod error;
 pub mod job;
+pub mod kv;
 pub mod name;
 pub mod options;
 pub mod schedule;

@@ -1,0 +1,1035 @@
+//! `MemoryKv`: an in-process emulator of FoundationDB's transaction semantics.
+//!
+//! It is the embedded default store and the simulator's store, so it must behave like FDB
+//! in every way the store algorithms can observe (DESIGN.md decision 1):
+//!
+//! - **MVCC.** Each key keeps its recent versions; a transaction reads at the version it
+//!   got on its first read. Old versions are dropped once no live transaction can read
+//!   them (and after five seconds of versions in any case).
+//! - **Read-your-writes.** A transaction's sets, clears, range clears and atomic ops are
+//!   merged into its point and range reads, snapshot or not. A key set with a
+//!   versionstamp cannot be read back ([`KvError::ACCESSED_UNREADABLE`]).
+//! - **Conflicts exactly as FDB.** Only serializable reads add read-conflict ranges: the
+//!   key of a point read; the part of a range actually read (up to the last returned key
+//!   when the limit cut it short); nothing for keys or ranges the transaction wrote itself
+//!   (unless only by atomic ops, whose result depends on the stored value). Commit fails
+//!   with 1020 when a read-conflict range meets a write committed after the read version.
+//!   Write-only transactions and atomic ops never conflict.
+//! - **Versions and age.** Versions follow the injected monotonic clock at 1,000,000 per
+//!   second; a transaction older than 5,000,000 versions fails with 1007.
+//! - **Limits.** Keys ≤ 10,000 bytes (2102), values ≤ 100,000 bytes (2103), transactions ≤
+//!   the configured size limit, 10,000,000 bytes by default (2101).
+//! - **Faults, seeded.** Spurious conflicts; `commit_unknown_result` that did and that did
+//!   not commit; timeouts (1031) whose commit lands later, subject to conflicts as any
+//!   commit; unavailability; a partition of one client; latency on every operation.
+//!
+//! Handles are cheap clones sharing one store. [`MemoryKv::client`] makes a handle whose
+//! operations are attributed to a named client, which is what partitions apply to.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt;
+use std::future::Future;
+use std::ops::Bound;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use super::atomic::{self, AtomicOp};
+use super::{
+    key_after, BoxFuture, CommitInfo, Kv, KvError, KvTransaction, RangeRequest, RangeResult, Version, KEY_SIZE_MAX,
+    TRANSACTION_LIFE_VERSIONS_MAX, TRANSACTION_SIZE_MAX, VALUE_SIZE_MAX,
+};
+use crate::entropy::Entropy;
+use crate::time::{Clock, MonotonicInstant};
+
+/// Waits for a duration. The emulator never reads a clock or starts a timer itself: the
+/// host supplies this (tokio's `sleep` in a node or a simulation).
+pub trait Sleeper: Send + Sync + fmt::Debug {
+    /// A future that completes after `duration`.
+    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()>;
+}
+
+/// A [`Sleeper`] that does not wait: latency faults and backoff become no-ops. For tests
+/// without an async timer.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoSleep;
+
+impl Sleeper for NoSleep {
+    fn sleep(&self, _duration: Duration) -> BoxFuture<'static, ()> {
+        Box::pin(std::future::ready(()))
+    }
+}
+
+/// Fault rates, each the probability per commit (or the bound per operation).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KvFaults {
+    /// A commit with read conflicts that would succeed fails with 1020 instead, not applied.
+    pub spurious_conflict: f64,
+    /// A commit is applied but reports 1021.
+    pub unknown_result_committed: f64,
+    /// A commit is not applied and reports 1021.
+    pub unknown_result_not_committed: f64,
+    /// A commit reports 1031 and lands later (within five seconds), unless it then
+    /// conflicts or is too old.
+    pub timeout_commit_lands_later: f64,
+    /// Every operation waits a uniform random time up to this.
+    pub latency_max: Duration,
+}
+
+/// Options of a [`MemoryKv`].
+#[derive(Debug, Clone)]
+pub struct MemoryKvOptions {
+    /// Seed of the fault and jitter generator.
+    pub seed: u64,
+    /// The largest transaction, in bytes (FDB's default is 10,000,000).
+    pub transaction_size_limit: usize,
+    /// Injected faults.
+    pub faults: KvFaults,
+}
+
+impl Default for MemoryKvOptions {
+    fn default() -> Self {
+        Self { seed: 0, transaction_size_limit: TRANSACTION_SIZE_MAX, faults: KvFaults::default() }
+    }
+}
+
+/// Counters of what the emulator did, for tests and benchmarks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryKvStats {
+    /// Transactions that wrote and committed (including 1021 that did commit and late landings).
+    pub commits: u64,
+    /// Read-only transactions committed.
+    pub read_only_commits: u64,
+    /// Real conflicts (1020 from the conflict check).
+    pub conflicts: u64,
+    /// Injected spurious conflicts.
+    pub spurious_conflicts: u64,
+    /// Injected 1021 whose commit was applied.
+    pub unknown_committed: u64,
+    /// Injected 1021 whose commit was not applied.
+    pub unknown_not_committed: u64,
+    /// Injected 1031 timeouts whose commit was queued to land later.
+    pub timeouts: u64,
+    /// Late commits that landed.
+    pub late_landed: u64,
+    /// Late commits dropped (conflict or too old when landing).
+    pub late_dropped: u64,
+    /// 1007 errors.
+    pub too_old: u64,
+    /// Operations refused while unavailable or partitioned.
+    pub unavailable: u64,
+}
+
+/// The in-process FoundationDB emulator. Cheap to clone; clones share the store.
+#[derive(Clone)]
+pub struct MemoryKv {
+    shared: Arc<Shared>,
+    client: Option<Arc<str>>,
+}
+
+impl fmt::Debug for MemoryKv {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryKv").field("client", &self.client).finish_non_exhaustive()
+    }
+}
+
+struct Shared {
+    state: Mutex<State>,
+    clock: Arc<dyn Clock>,
+    sleeper: Arc<dyn Sleeper>,
+    transaction_size_limit: usize,
+}
+
+/// A key's recent versions, oldest first; `None` is a deletion.
+type Versions = Vec<(Version, Option<Box<[u8]>>)>;
+
+struct State {
+    data: BTreeMap<Vec<u8>, Versions>,
+    /// The last commit version.
+    version: Version,
+    /// Added to the clock-derived version (an injected recovery jump).
+    version_offset: Version,
+    /// Point writes: key → version of its latest committed write, for conflict checks.
+    write_log: BTreeMap<Vec<u8>, Version>,
+    /// Range writes (clear_range, explicit write-conflict ranges), in commit order.
+    range_log: VecDeque<(Version, Vec<u8>, Vec<u8>)>,
+    /// Keys written at a version, oldest first, so old versions can be dropped.
+    expiry: VecDeque<(Version, Vec<u8>)>,
+    /// Read versions of live transactions (and queued late commits), with counts.
+    live_reads: BTreeMap<Version, usize>,
+    entropy: Entropy,
+    faults: KvFaults,
+    unavailable: bool,
+    partitioned: BTreeSet<String>,
+    late: Vec<LateCommit>,
+    stats: MemoryKvStats,
+}
+
+/// A commit reported as timed out that may still land.
+struct LateCommit {
+    land_at: MonotonicInstant,
+    writes: Writes,
+}
+
+/// Everything a commit needs, taken out of a transaction.
+struct Writes {
+    read_version: Version,
+    read_conflicts: Vec<(Vec<u8>, Vec<u8>)>,
+    write_conflicts: Vec<(Vec<u8>, Vec<u8>)>,
+    cleared: Vec<(Vec<u8>, Vec<u8>)>,
+    points: BTreeMap<Vec<u8>, Point>,
+    stamped_keys: Vec<(Vec<u8>, usize, Vec<u8>)>,
+}
+
+/// The net effect of a transaction on one key.
+#[derive(Debug, Clone)]
+struct Point {
+    base: Base,
+    /// Atomic ops to apply on top of `base`, in order.
+    ops: Vec<(AtomicOp, Vec<u8>)>,
+}
+
+#[derive(Debug, Clone)]
+enum Base {
+    /// The stored value (the transaction depends on it).
+    Unchanged,
+    Set(Vec<u8>),
+    Cleared,
+    /// Set with a versionstamp at this offset, filled in at commit.
+    Stamped(Vec<u8>, usize),
+}
+
+impl Point {
+    /// Whether the key's value is fully determined by this transaction.
+    fn is_independent(&self) -> bool {
+        !matches!(self.base, Base::Unchanged)
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section leaves the state consistent before it can panic (it panics
+    // only on broken invariants), so a poisoned lock holds usable data.
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn overlaps(a: &(Vec<u8>, Vec<u8>), b_begin: &[u8], b_end: &[u8]) -> bool {
+    a.0.as_slice() < b_end && b_begin < a.1.as_slice()
+}
+
+fn is_point_range(begin: &[u8], end: &[u8]) -> bool {
+    end.len() == begin.len() + 1 && end.starts_with(begin) && end[begin.len()] == 0
+}
+
+/// `[begin, end)` minus the given ranges (which may overlap), as disjoint pieces.
+fn subtract(begin: &[u8], end: &[u8], holes: &[(Vec<u8>, Vec<u8>)]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut holes: Vec<&(Vec<u8>, Vec<u8>)> = holes.iter().filter(|h| overlaps(h, begin, end)).collect();
+    holes.sort();
+    let mut pieces = Vec::new();
+    let mut cursor = begin.to_vec();
+    for (hole_begin, hole_end) in holes {
+        if cursor.as_slice() < hole_begin.as_slice() {
+            pieces.push((cursor.clone(), hole_begin.clone().min(end.to_vec())));
+        }
+        if hole_end.as_slice() > cursor.as_slice() {
+            cursor = hole_end.clone();
+        }
+        if cursor.as_slice() >= end {
+            return pieces;
+        }
+    }
+    if cursor.as_slice() < end {
+        pieces.push((cursor, end.to_vec()));
+    }
+    pieces
+}
+
+impl State {
+    /// The value of `key` at `version`.
+    fn value_at(&self, key: &[u8], version: Version) -> Option<&[u8]> {
+        let versions = self.data.get(key)?;
+        versions.iter().rev().find(|(v, _)| *v <= version).and_then(|(_, value)| value.as_deref())
+    }
+
+    fn register_read(&mut self, version: Version) {
+        *self.live_reads.entry(version).or_insert(0) += 1;
+    }
+
+    fn unregister_read(&mut self, version: Version) {
+        if let Some(count) = self.live_reads.get_mut(&version) {
+            *count -= 1;
+            if *count == 0 {
+                self.live_reads.remove(&version);
+            }
+        }
+    }
+
+    fn chance(&mut self, rate: f64) -> bool {
+        rate > 0.0 && (self.entropy.below(1 << 53) as f64) < rate * (1u64 << 53) as f64
+    }
+
+    fn latency(&mut self) -> Option<Duration> {
+        let max = self.faults.latency_max;
+        if max.is_zero() {
+            return None;
+        }
+        let micros = self.entropy.below(max.as_micros() as u64 + 1);
+        Some(Duration::from_micros(micros))
+    }
+
+    /// Whether a write committed after `read_version` meets `[begin, end)`.
+    fn conflicts(&self, read_version: Version, begin: &[u8], end: &[u8]) -> bool {
+        self.write_log.range::<[u8], _>((Bound::Included(begin), Bound::Excluded(end))).any(|(_, &v)| v > read_version)
+            || self.range_log.iter().any(|(v, b, e)| *v > read_version && b.as_slice() < end && begin < e.as_slice())
+    }
+
+    /// Checks and applies `writes` at a new version, returning it.
+    fn apply(&mut self, writes: &Writes, now_version: Version) -> Result<CommitInfo, KvError> {
+        let version = now_version.max(self.version + 1);
+        if version - writes.read_version > TRANSACTION_LIFE_VERSIONS_MAX {
+            self.stats.too_old += 1;
+            return Err(KvError::new(KvError::TRANSACTION_TOO_OLD));
+        }
+        if writes.read_conflicts.iter().any(|(b, e)| self.conflicts(writes.read_version, b, e)) {
+            self.stats.conflicts += 1;
+            return Err(KvError::new(KvError::NOT_COMMITTED));
+        }
+        let mut stamp = [0u8; 10];
+        stamp[..8].copy_from_slice(&version.to_be_bytes());
+        let mut touched: Vec<Vec<u8>> = Vec::new();
+        for (begin, end) in &writes.cleared {
+            let keys: Vec<Vec<u8>> = self
+                .data
+                .range::<[u8], _>((Bound::Included(begin.as_slice()), Bound::Excluded(end.as_slice())))
+                .filter(|(_, versions)| versions.last().is_some_and(|(_, value)| value.is_some()))
+                .map(|(key, _)| key.clone())
+                .collect();
+            for key in keys {
+                self.write_version(&key, version, None);
+                touched.push(key);
+            }
+        }
+        for (key, point) in &writes.points {
+            let mut value = match &point.base {
+                Base::Unchanged => self.value_at(key, version).map(<[u8]>::to_vec),
+                Base::Set(value) => Some(value.clone()),
+                Base::Cleared => None,
+                Base::Stamped(bytes, offset) => Some(atomic::stamped(bytes, *offset, &stamp)),
+            };
+            for (op, param) in &point.ops {
+                value = atomic::apply(*op, value.as_deref(), param);
+            }
+            self.write_version(key, version, value);
+            touched.push(key.clone());
+        }
+        for (bytes, offset, value) in &writes.stamped_keys {
+            let key = atomic::stamped(bytes, *offset, &stamp);
+            self.write_version(&key, version, Some(value.clone()));
+            touched.push(key);
+        }
+        for (begin, end) in &writes.write_conflicts {
+            if is_point_range(begin, end) {
+                self.write_log.insert(begin.clone(), version);
+            } else {
+                self.range_log.push_back((version, begin.clone(), end.clone()));
+            }
+        }
+        for key in touched {
+            self.expiry.push_back((version, key));
+        }
+        self.version = version;
+        self.stats.commits += 1;
+        let stamped =
+            !writes.stamped_keys.is_empty() || writes.points.values().any(|p| matches!(p.base, Base::Stamped(..)));
+        Ok(CommitInfo { version, versionstamp: stamped.then_some(stamp) })
+    }
+
+    fn write_version(&mut self, key: &[u8], version: Version, value: Option<Vec<u8>>) {
+        let versions = self.data.entry(key.to_vec()).or_default();
+        if value.is_none() && versions.last().is_none_or(|(_, v)| v.is_none()) {
+            // Clearing an absent key changes nothing readable.
+            if versions.is_empty() {
+                self.data.remove(key);
+            }
+            return;
+        }
+        versions.push((version, value.map(Vec::into_boxed_slice)));
+    }
+
+    /// Drops versions no live or future transaction can read, and conflict records no
+    /// live transaction can conflict with.
+    fn collect_garbage(&mut self, now_version: Version) {
+        let oldest_live = self.live_reads.keys().next().copied().unwrap_or(self.version);
+        let horizon = oldest_live.max(now_version - TRANSACTION_LIFE_VERSIONS_MAX).min(self.version);
+        while self.expiry.front().is_some_and(|(v, _)| *v <= horizon) {
+            let Some((_, key)) = self.expiry.pop_front() else { break };
+            if let Some(versions) = self.data.get_mut(&key) {
+                // Keep the newest version at or below the horizon and everything newer.
+                let keep_from = versions.iter().rposition(|(v, _)| *v <= horizon).unwrap_or(0);
+                versions.drain(..keep_from);
+                if versions.len() == 1 && versions[0].1.is_none() {
+                    self.data.remove(&key);
+                }
+            }
+            if self.write_log.get(&key).is_some_and(|v| *v <= horizon) {
+                self.write_log.remove(&key);
+            }
+        }
+        while self.range_log.front().is_some_and(|(v, _, _)| *v <= horizon) {
+            self.range_log.pop_front();
+        }
+    }
+}
+
+impl MemoryKv {
+    /// An empty store on `clock`, without faults or delays.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self::with_options(clock, Arc::new(NoSleep), MemoryKvOptions::default())
+    }
+
+    /// An empty store with a sleeper (for latency and backoff) and options.
+    pub fn with_options(clock: Arc<dyn Clock>, sleeper: Arc<dyn Sleeper>, options: MemoryKvOptions) -> Self {
+        let state = State {
+            data: BTreeMap::new(),
+            version: 0,
+            version_offset: 0,
+            write_log: BTreeMap::new(),
+            range_log: VecDeque::new(),
+            expiry: VecDeque::new(),
+            live_reads: BTreeMap::new(),
+            entropy: Entropy::from_seed(options.seed),
+            faults: options.faults,
+            unavailable: false,
+            partitioned: BTreeSet::new(),
+            late: Vec::new(),
+            stats: MemoryKvStats::default(),
+        };
+        let shared =
+            Shared { state: Mutex::new(state), clock, sleeper, transaction_size_limit: options.transaction_size_limit };
+        Self { shared: Arc::new(shared), client: None }
+    }
+
+    /// A handle on the same store whose operations come from client `name` (for
+    /// partitions).
+    pub fn client(&self, name: &str) -> MemoryKv {
+        Self { shared: self.shared.clone(), client: Some(Arc::from(name)) }
+    }
+
+    /// Replaces the injected faults.
+    pub fn set_faults(&self, faults: KvFaults) {
+        lock(&self.shared.state).faults = faults;
+    }
+
+    /// Makes every operation of every client fail with 1031 (`true`) or work again.
+    pub fn set_unavailable(&self, unavailable: bool) {
+        lock(&self.shared.state).unavailable = unavailable;
+    }
+
+    /// Cuts client `name` off from the store (its operations fail with 1031), or heals it.
+    pub fn set_partitioned(&self, name: &str, partitioned: bool) {
+        let mut state = lock(&self.shared.state);
+        if partitioned {
+            state.partitioned.insert(name.to_owned());
+        } else {
+            state.partitioned.remove(name);
+        }
+    }
+
+    /// Advances versions by `by` at once, as an FDB recovery does (about 100 s).
+    pub fn jump_versions(&self, by: Version) {
+        lock(&self.shared.state).version_offset += by;
+    }
+
+    /// The last commit version.
+    pub fn committed_version(&self) -> Version {
+        lock(&self.shared.state).version
+    }
+
+    /// What the emulator has done so far.
+    pub fn stats(&self) -> MemoryKvStats {
+        lock(&self.shared.state).stats
+    }
+
+    /// How many keys hold a value now.
+    pub fn key_count(&self) -> usize {
+        lock(&self.shared.state).data.values().filter(|v| v.last().is_some_and(|(_, value)| value.is_some())).count()
+    }
+
+    /// How many key versions are stored (current values plus versions kept for live
+    /// transactions); shows that old versions are collected.
+    pub fn stored_versions(&self) -> usize {
+        lock(&self.shared.state).data.values().map(Vec::len).sum()
+    }
+
+    /// The current version: the clock's microseconds (plus any injected jump), never
+    /// below the last commit.
+    fn now_version(&self, state: &State) -> Version {
+        let micros = self.shared.clock.monotonic().since_origin().as_micros() as Version;
+        (micros + state.version_offset).max(state.version)
+    }
+
+    /// Locks the store, lands due late commits, and checks this client can reach it.
+    fn enter(&self) -> Result<MutexGuard<'_, State>, (MutexGuard<'_, State>, KvError)> {
+        let mut state = lock(&self.shared.state);
+        self.land_late_commits(&mut state);
+        let partitioned = self.client.as_deref().is_some_and(|c| state.partitioned.contains(c));
+        if state.unavailable || partitioned {
+            state.stats.unavailable += 1;
+            return Err((state, KvError::new(KvError::TRANSACTION_TIMED_OUT)));
+        }
+        Ok(state)
+    }
+
+    fn land_late_commits(&self, state: &mut State) {
+        if state.late.is_empty() {
+            return;
+        }
+        let now = self.shared.clock.monotonic();
+        let (due, waiting): (Vec<LateCommit>, Vec<LateCommit>) =
+            std::mem::take(&mut state.late).into_iter().partition(|late| late.land_at <= now);
+        state.late = waiting;
+        for late in due {
+            let now_version = self.now_version(state);
+            match state.apply(&late.writes, now_version) {
+                Ok(_) => state.stats.late_landed += 1,
+                Err(_) => state.stats.late_dropped += 1,
+            }
+            state.unregister_read(late.writes.read_version);
+        }
+    }
+}
+
+impl Kv for MemoryKv {
+    type Transaction = MemoryTransaction;
+
+    fn create_transaction(&self) -> Result<MemoryTransaction, KvError> {
+        Ok(MemoryTransaction { inner: Arc::new(TxnInner { kv: self.clone(), data: Mutex::new(TxnData::default()) }) })
+    }
+
+    fn backoff(&self, attempt: u32, max: Duration) -> impl Future<Output = ()> + Send {
+        let base = Duration::from_millis(10).saturating_mul(1 << attempt.saturating_sub(1).min(16)).min(max);
+        // Full jitter from the seeded generator, so contending retries spread out
+        // reproducibly.
+        let micros = lock(&self.shared.state).entropy.below(base.as_micros() as u64 + 1);
+        self.shared.sleeper.sleep(Duration::from_micros(micros))
+    }
+
+    fn monotonic_now(&self) -> MonotonicInstant {
+        self.shared.clock.monotonic()
+    }
+}
+
+/// A [`MemoryKv`] transaction. Clones are handles to the same transaction.
+#[derive(Clone)]
+pub struct MemoryTransaction {
+    inner: Arc<TxnInner>,
+}
+
+impl fmt::Debug for MemoryTransaction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryTransaction").finish_non_exhaustive()
+    }
+}
+
+struct TxnInner {
+    kv: MemoryKv,
+    data: Mutex<TxnData>,
+}
+
+impl Drop for TxnInner {
+    fn drop(&mut self) {
+        let data = lock(&self.data);
+        if let (Some(version), false) = (data.read_version, data.finished) {
+            lock(&self.kv.shared.state).unregister_read(version);
+        }
+    }
+}
+
+#[derive(Default)]
+struct TxnData {
+    read_version: Option<Version>,
+    points: BTreeMap<Vec<u8>, Point>,
+    cleared: Vec<(Vec<u8>, Vec<u8>)>,
+    stamped_keys: Vec<(Vec<u8>, usize, Vec<u8>)>,
+    unreadable: Vec<(Vec<u8>, Vec<u8>)>,
+    read_conflicts: Vec<(Vec<u8>, Vec<u8>)>,
+    write_conflicts: Vec<(Vec<u8>, Vec<u8>)>,
+    size: usize,
+    error: Option<KvError>,
+    /// Committed, failed at commit, or handed to a late commit: no longer usable.
+    finished: bool,
+}
+
+impl TxnData {
+    fn in_cleared(&self, key: &[u8]) -> bool {
+        self.cleared.iter().any(|(b, e)| b.as_slice() <= key && key < e.as_slice())
+    }
+
+    fn fail_later(&mut self, error: KvError) {
+        self.error.get_or_insert(error);
+    }
+
+    fn check_key(&mut self, key: &[u8]) -> bool {
+        if key.len() > KEY_SIZE_MAX {
+            self.fail_later(KvError::new(KvError::KEY_TOO_LARGE));
+            return false;
+        }
+        true
+    }
+
+    fn check_value(&mut self, value: &[u8]) -> bool {
+        if value.len() > VALUE_SIZE_MAX {
+            self.fail_later(KvError::new(KvError::VALUE_TOO_LARGE));
+            return false;
+        }
+        true
+    }
+
+    /// Ranges whose content this transaction fully determines (so reading them adds no
+    /// conflict): its range clears and its independently written keys.
+    fn written_ranges(&self, begin: &[u8], end: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut ranges: Vec<(Vec<u8>, Vec<u8>)> =
+            self.cleared.iter().filter(|r| overlaps(r, begin, end)).cloned().collect();
+        ranges.extend(
+            self.points
+                .range::<[u8], _>((Bound::Included(begin), Bound::Excluded(end)))
+                .filter(|(_, p)| p.is_independent())
+                .map(|(k, _)| (k.clone(), key_after(k))),
+        );
+        ranges
+    }
+
+    fn add_read_conflict(&mut self, begin: &[u8], end: &[u8]) {
+        if begin >= end {
+            return;
+        }
+        let written = self.written_ranges(begin, end);
+        for piece in subtract(begin, end, &written) {
+            self.size += piece.0.len() + piece.1.len();
+            self.read_conflicts.push(piece);
+        }
+    }
+
+    fn add_write_conflict(&mut self, begin: &[u8], end: &[u8]) {
+        self.size += begin.len() + end.len();
+        self.write_conflicts.push((begin.to_vec(), end.to_vec()));
+    }
+
+    /// The value this transaction sees for `key`, given the stored value at its version.
+    fn resolve(&self, key: &[u8], stored: Option<&[u8]>) -> Result<Option<Vec<u8>>, KvError> {
+        let (mut value, ops) = match self.points.get(key) {
+            Some(point) => {
+                let base = match &point.base {
+                    Base::Unchanged => stored.map(<[u8]>::to_vec),
+                    Base::Set(value) => Some(value.clone()),
+                    Base::Cleared => None,
+                    Base::Stamped(..) => return Err(KvError::new(KvError::ACCESSED_UNREADABLE)),
+                };
+                (base, point.ops.as_slice())
+            }
+            None if self.in_cleared(key) => (None, &[][..]),
+            None => (stored.map(<[u8]>::to_vec), &[][..]),
+        };
+        for (op, param) in ops {
+            value = atomic::apply(*op, value.as_deref(), param);
+        }
+        Ok(value)
+    }
+
+    fn is_unreadable(&self, begin: &[u8], end: &[u8]) -> bool {
+        self.unreadable.iter().any(|r| overlaps(r, begin, end))
+    }
+}
+
+impl MemoryTransaction {
+    /// Runs `f` with the transaction and the store locked, after fixing the read version
+    /// and checking the transaction's age. Returns the result and the latency to add.
+    fn with_read<T>(
+        &self,
+        f: impl FnOnce(&mut TxnData, &State) -> Result<T, KvError>,
+    ) -> (Result<T, KvError>, Option<Duration>) {
+        let kv = &self.inner.kv;
+        let mut data = lock(&self.inner.data);
+        if data.finished {
+            return (Err(KvError::new(KvError::USED_DURING_COMMIT)), None);
+        }
+        let mut state = match kv.enter() {
+            Ok(state) => state,
+            Err((mut state, error)) => {
+                let latency = state.latency();
+                return (Err(error), latency);
+            }
+        };
+        let latency = state.latency();
+        let now_version = kv.now_version(&state);
+        let read_version = match data.read_version {
+            Some(version) => version,
+            None => {
+                state.register_read(now_version);
+                data.read_version = Some(now_version);
+                now_version
+            }
+        };
+        if now_version - read_version > TRANSACTION_LIFE_VERSIONS_MAX {
+            state.stats.too_old += 1;
+            return (Err(KvError::new(KvError::TRANSACTION_TOO_OLD)), latency);
+        }
+        (f(&mut data, &state), latency)
+    }
+
+    fn delayed<T: Send + 'static>(
+        &self,
+        result: Result<T, KvError>,
+        latency: Option<Duration>,
+    ) -> impl Future<Output = Result<T, KvError>> + Send {
+        let sleep = latency.map(|d| self.inner.kv.shared.sleeper.sleep(d));
+        async move {
+            if let Some(sleep) = sleep {
+                sleep.await;
+            }
+            result
+        }
+    }
+
+    fn write(&self, f: impl FnOnce(&mut TxnData)) {
+        let mut data = lock(&self.inner.data);
+        if !data.finished {
+            f(&mut data);
+        }
+    }
+}
+
+impl KvTransaction for MemoryTransaction {
+    fn read_version(&self) -> impl Future<Output = Result<Version, KvError>> + Send {
+        let (result, latency) = self.with_read(|data, _| Ok(data.read_version.unwrap_or_default()));
+        self.delayed(result, latency)
+    }
+
+    fn get(&self, key: &[u8], snapshot: bool) -> impl Future<Output = Result<Option<Vec<u8>>, KvError>> + Send {
+        let (result, latency) = self.with_read(|data, state| {
+            if data.is_unreadable(key, &key_after(key)) {
+                return Err(KvError::new(KvError::ACCESSED_UNREADABLE));
+            }
+            let read_version = data.read_version.unwrap_or_default();
+            let value = data.resolve(key, state.value_at(key, read_version))?;
+            let depends_on_store = data.points.get(key).map_or(!data.in_cleared(key), |point| !point.is_independent());
+            if !snapshot && depends_on_store {
+                data.size += 2 * key.len() + 1;
+                data.read_conflicts.push((key.to_vec(), key_after(key)));
+            }
+            Ok(value)
+        });
+        self.delayed(result, latency)
+    }
+
+    fn get_range(
+        &self,
+        request: &RangeRequest,
+        snapshot: bool,
+    ) -> impl Future<Output = Result<RangeResult, KvError>> + Send {
+        let (result, latency) = self.with_read(|data, state| {
+            let (begin, end) = (request.begin.as_slice(), request.end.as_slice());
+            if begin >= end || request.limit == Some(0) {
+                return Ok(RangeResult::default());
+            }
+            if data.is_unreadable(begin, end) {
+                return Err(KvError::new(KvError::ACCESSED_UNREADABLE));
+            }
+            let read_version = data.read_version.unwrap_or_default();
+            let limit = request.limit.unwrap_or(usize::MAX);
+            let range = (Bound::Included(begin), Bound::Excluded(end));
+            // Merge stored keys with this transaction's point writes, in order.
+            let stored = state.data.range::<[u8], _>(range).map(|(k, _)| k.as_slice());
+            let written = data.points.range::<[u8], _>(range).map(|(k, _)| k.as_slice());
+            let keys: Box<dyn Iterator<Item = &[u8]>> = if request.reverse {
+                Box::new(merge(stored.rev(), written.rev(), true))
+            } else {
+                Box::new(merge(stored, written, false))
+            };
+            let mut pairs = Vec::new();
+            let mut more = false;
+            for key in keys {
+                if let Some(value) = data.resolve(key, state.value_at(key, read_version))? {
+                    if pairs.len() == limit {
+                        more = true;
+                        break;
+                    }
+                    pairs.push((key.to_vec(), value));
+                }
+            }
+            if !snapshot {
+                // A read cut short by its limit conflicts only up to the last key returned.
+                let (conflict_begin, conflict_end) = match (more, pairs.last()) {
+                    (true, Some((last, _))) if request.reverse => (last.clone(), end.to_vec()),
+                    (true, Some((last, _))) => (begin.to_vec(), key_after(last)),
+                    _ => (begin.to_vec(), end.to_vec()),
+                };
+                data.add_read_conflict(&conflict_begin, &conflict_end);
+            }
+            Ok(RangeResult { pairs, more })
+        });
+        self.delayed(result, latency)
+    }
+
+    fn set(&self, key: &[u8], value: &[u8]) {
+        self.write(|data| {
+            if !data.check_key(key) || !data.check_value(value) {
+                return;
+            }
+            data.size += key.len() + value.len();
+            data.points.insert(key.to_vec(), Point { base: Base::Set(value.to_vec()), ops: Vec::new() });
+            data.add_write_conflict(key, &key_after(key));
+        });
+    }
+
+    fn clear(&self, key: &[u8]) {
+        self.write(|data| {
+            if !data.check_key(key) {
+                return;
+            }
+            data.size += key.len();
+            data.points.insert(key.to_vec(), Point { base: Base::Cleared, ops: Vec::new() });
+            data.add_write_conflict(key, &key_after(key));
+        });
+    }
+
+    fn clear_range(&self, begin: &[u8], end: &[u8]) {
+        self.write(|data| {
+            if begin >= end || !data.check_key(begin) || !data.check_key(end) {
+                return;
+            }
+            let inside: Vec<Vec<u8>> = data
+                .points
+                .range::<[u8], _>((Bound::Included(begin), Bound::Excluded(end)))
+                .map(|(k, _)| k.clone())
+                .collect();
+            for key in inside {
+                data.points.remove(&key);
+            }
+            data.cleared.push((begin.to_vec(), end.to_vec()));
+            data.add_write_conflict(begin, end);
+        });
+    }
+
+    fn atomic_op(&self, key: &[u8], param: &[u8], op: AtomicOp) {
+        self.write(|data| match op {
+            AtomicOp::SetVersionstampedKey => {
+                let Some((bytes, offset)) = atomic::versionstamp_offset(key) else {
+                    data.fail_later(KvError::with_message(
+                        KvError::CLIENT_INVALID_OPERATION,
+                        "bad versionstamp offset in key",
+                    ));
+                    return;
+                };
+                if !data.check_key(bytes) || !data.check_value(param) {
+                    return;
+                }
+                // The key is unknown until commit: the range of every key it could be is
+                // unreadable and write-conflicting, as in FDB's client.
+                let low = atomic::stamped(bytes, offset, &[0; 10]);
+                let high = key_after(&atomic::stamped(bytes, offset, &[0xff; 10]));
+                data.size += bytes.len() + param.len();
+                data.unreadable.push((low.clone(), high.clone()));
+                data.add_write_conflict(&low, &high);
+                data.stamped_keys.push((bytes.to_vec(), offset, param.to_vec()));
+            }
+            AtomicOp::SetVersionstampedValue => {
+                let Some((bytes, offset)) = atomic::versionstamp_offset(param) else {
+                    data.fail_later(KvError::with_message(
+                        KvError::CLIENT_INVALID_OPERATION,
+                        "bad versionstamp offset in value",
+                    ));
+                    return;
+                };
+                if !data.check_key(key) || !data.check_value(bytes) {
+                    return;
+                }
+                data.size += key.len() + bytes.len();
+                data.points
+                    .insert(key.to_vec(), Point { base: Base::Stamped(bytes.to_vec(), offset), ops: Vec::new() });
+                data.add_write_conflict(key, &key_after(key));
+            }
+            _ => {
+                if !data.check_key(key) || !data.check_value(param) {
+                    return;
+                }
+                data.size += key.len() + param.len();
+                let cleared = data.in_cleared(key);
+                let point = data.points.entry(key.to_vec()).or_insert_with(|| Point {
+                    base: if cleared { Base::Cleared } else { Base::Unchanged },
+                    ops: Vec::new(),
+                });
+                match &mut point.base {
+                    // The value is known here, so fold the op in.
+                    Base::Set(value) => match atomic::apply(op, Some(value), param) {
+                        Some(next) => *value = next,
+                        None => point.base = Base::Cleared,
+                    },
+                    Base::Cleared if point.ops.is_empty() => {
+                        point.base = atomic::apply(op, None, param).map_or(Base::Cleared, Base::Set);
+                    }
+                    _ => point.ops.push((op, param.to_vec())),
+                }
+                data.add_write_conflict(key, &key_after(key));
+            }
+        });
+    }
+
+    fn add_read_conflict_range(&self, begin: &[u8], end: &[u8]) {
+        self.write(|data| data.add_read_conflict(begin, end));
+    }
+
+    fn add_write_conflict_range(&self, begin: &[u8], end: &[u8]) {
+        self.write(|data| {
+            if begin < end {
+                data.add_write_conflict(begin, end);
+            }
+        });
+    }
+
+    fn commit(&self) -> impl Future<Output = Result<CommitInfo, KvError>> + Send {
+        let (result, latency) = self.commit_now();
+        self.delayed(result, latency)
+    }
+}
+
+impl MemoryTransaction {
+    fn commit_now(&self) -> (Result<CommitInfo, KvError>, Option<Duration>) {
+        let kv = &self.inner.kv;
+        let mut data = lock(&self.inner.data);
+        if data.finished {
+            return (Err(KvError::new(KvError::USED_DURING_COMMIT)), None);
+        }
+        data.finished = true;
+        let read_version = data.read_version;
+        let mut state = match kv.enter() {
+            Ok(state) => state,
+            Err((mut state, error)) => {
+                if let Some(version) = read_version {
+                    state.unregister_read(version);
+                }
+                let latency = state.latency();
+                return (Err(error), latency);
+            }
+        };
+        let latency = state.latency();
+        let now_version = kv.now_version(&state);
+        let result = self.commit_locked(&mut data, &mut state, now_version);
+        if let Some(version) = read_version {
+            // A late commit keeps its read version registered until it lands.
+            let handed_to_late = matches!(&result, Err(e) if e.code() == KvError::TRANSACTION_TIMED_OUT);
+            if !handed_to_late {
+                state.unregister_read(version);
+            }
+        }
+        state.collect_garbage(now_version);
+        (result, latency)
+    }
+
+    fn commit_locked(
+        &self,
+        data: &mut TxnData,
+        state: &mut State,
+        now_version: Version,
+    ) -> Result<CommitInfo, KvError> {
+        if let Some(error) = data.error.take() {
+            return Err(error);
+        }
+        if data.size > self.inner.kv.shared.transaction_size_limit {
+            return Err(KvError::new(KvError::TRANSACTION_TOO_LARGE));
+        }
+        let read_only = data.write_conflicts.is_empty() && data.points.is_empty() && data.cleared.is_empty();
+        if read_only {
+            state.stats.read_only_commits += 1;
+            return Ok(CommitInfo { version: data.read_version.unwrap_or(now_version), versionstamp: None });
+        }
+        let writes = Writes {
+            // A transaction that wrote without reading gets its read version now.
+            read_version: data.read_version.unwrap_or(now_version),
+            read_conflicts: std::mem::take(&mut data.read_conflicts),
+            write_conflicts: std::mem::take(&mut data.write_conflicts),
+            cleared: std::mem::take(&mut data.cleared),
+            points: std::mem::take(&mut data.points),
+            stamped_keys: std::mem::take(&mut data.stamped_keys),
+        };
+        let faults = state.faults.clone();
+        // FDB can only abort a transaction that has something to conflict on.
+        if !writes.read_conflicts.is_empty() && state.chance(faults.spurious_conflict) {
+            state.stats.spurious_conflicts += 1;
+            return Err(KvError::new(KvError::NOT_COMMITTED));
+        }
+        if state.chance(faults.unknown_result_not_committed) {
+            state.stats.unknown_not_committed += 1;
+            return Err(KvError::new(KvError::COMMIT_UNKNOWN_RESULT));
+        }
+        if state.chance(faults.timeout_commit_lands_later) {
+            state.stats.timeouts += 1;
+            let delay = Duration::from_micros(state.entropy.below(4_000_000));
+            let land_at = self.inner.kv.shared.clock.monotonic().saturating_add(delay);
+            if data.read_version.is_none() {
+                state.register_read(writes.read_version);
+            }
+            state.late.push(LateCommit { land_at, writes });
+            return Err(KvError::new(KvError::TRANSACTION_TIMED_OUT));
+        }
+        let info = state.apply(&writes, now_version)?;
+        if state.chance(faults.unknown_result_committed) {
+            state.stats.unknown_committed += 1;
+            return Err(KvError::new(KvError::COMMIT_UNKNOWN_RESULT));
+        }
+        Ok(info)
+    }
+}
+
+/// Merges two sorted key streams (ascending, or descending when `reverse`), yielding each
+/// key once.
+fn merge<'a>(
+    a: impl Iterator<Item = &'a [u8]>,
+    b: impl Iterator<Item = &'a [u8]>,
+    reverse: bool,
+) -> impl Iterator<Item = &'a [u8]> {
+    let mut a = a.peekable();
+    let mut b = b.peekable();
+    std::iter::from_fn(move || {
+        let take_a = match (a.peek(), b.peek()) {
+            (None, None) => return None,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(x), Some(y)) => {
+                if x == y {
+                    b.next();
+                    true
+                } else {
+                    (x < y) != reverse
+                }
+            }
+        };
+        if take_a {
+            a.next()
+        } else {
+            b.next()
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subtract_ranges() {
+        let r = |a: &str, b: &str| (a.as_bytes().to_vec(), b.as_bytes().to_vec());
+        assert_eq!(subtract(b"a", b"z", &[]), vec![r("a", "z")]);
+        assert_eq!(subtract(b"a", b"z", &[r("c", "e"), r("d", "g")]), vec![r("a", "c"), r("g", "z")]);
+        assert_eq!(subtract(b"a", b"z", &[r("0", "b"), r("y", "~")]), vec![r("b", "y")]);
+        assert_eq!(subtract(b"c", b"d", &[r("a", "z")]), Vec::<(Vec<u8>, Vec<u8>)>::new());
+    }
+
+    #[test]
+    fn merge_streams() {
+        let a: Vec<&[u8]> = vec![b"a", b"c", b"e"];
+        let b: Vec<&[u8]> = vec![b"b", b"c", b"f"];
+        let forward: Vec<&[u8]> = merge(a.iter().copied(), b.iter().copied(), false).collect();
+        assert_eq!(forward, vec![&b"a"[..], b"b", b"c", b"e", b"f"]);
+        let backward: Vec<&[u8]> = merge(a.iter().rev().copied(), b.iter().rev().copied(), true).collect();
+        assert_eq!(backward, vec![&b"f"[..], b"e", b"c", b"b", b"a"]);
+    }
+}
