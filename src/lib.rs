@@ -50,7 +50,9 @@ pub mod job;
 pub mod kv;
 pub mod name;
 pub mod options;
+pub mod rules;
 pub mod schedule;
+pub mod store;
 pub mod time;
 pub mod timezone;
 

@@ -1,0 +1,120 @@
+//! Pure scheduling decisions (SPEC §6, §8, §10): what to do with a due fire, when to retry,
+//! how many triggers to acquire. The store and the engine call these; they hold no state.
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+
+use crate::job::{MisfirePolicy, RetryPolicy};
+use crate::time::add_duration;
+
+/// What to do with a fire that was due at some time and is being taken now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DueDecision {
+    /// Run now, recording this as the run's scheduled time; `None` = no run (skipped).
+    pub run_scheduled_at: Option<DateTime<Utc>>,
+    /// The time the next fire is computed from (a cron schedule's next match after it).
+    pub next_basis: DateTime<Utc>,
+    /// Whether the fire was a misfire.
+    pub misfired: bool,
+}
+
+/// Whether a fire due at `due` has misfired at `now`: more than `threshold` behind.
+pub fn is_misfire(due: DateTime<Utc>, now: DateTime<Utc>, threshold: Duration) -> bool {
+    TimeDelta::from_std(threshold).is_ok_and(|threshold| now - due > threshold)
+}
+
+/// Applies the misfire policy to a fire due at `due`, taken at `now` (SPEC §6).
+///
+/// - On time (not more than `threshold` late): run with the due time; next from it.
+/// - `RunOnce`: run once now, recorded as scheduled now; next from now.
+/// - `Skip`: no run; next from now.
+/// - `RunAll`: run this missed fire with its own time; next from it, so the following
+///   missed fire is due at once and is taken on the next cycle (one catch-up per cycle).
+pub fn on_due(policy: MisfirePolicy, due: DateTime<Utc>, now: DateTime<Utc>, threshold: Duration) -> DueDecision {
+    if !is_misfire(due, now, threshold) {
+        return DueDecision { run_scheduled_at: Some(due), next_basis: due, misfired: false };
+    }
+    match policy {
+        MisfirePolicy::RunOnce => DueDecision { run_scheduled_at: Some(now), next_basis: now, misfired: true },
+        MisfirePolicy::Skip => DueDecision { run_scheduled_at: None, next_basis: now, misfired: true },
+        MisfirePolicy::RunAll => DueDecision { run_scheduled_at: Some(due), next_basis: due, misfired: true },
+    }
+}
+
+/// A retry to schedule after a failed run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPlan {
+    /// The retry's attempt number (the failed attempt + 1).
+    pub attempt: u32,
+    /// When the retry is due.
+    pub due: DateTime<Utc>,
+}
+
+/// The retry after attempt `attempt` failed at `failed_at`, or `None` when the policy
+/// allows no more (attempt 1 is the first run; retry n waits `delay_for(n)`). Only failed
+/// runs retry: the caller does not ask for canceled or lost ones (SPEC §8).
+pub fn plan_retry(policy: Option<&RetryPolicy>, attempt: u32, failed_at: DateTime<Utc>) -> Option<RetryPlan> {
+    let policy = policy?;
+    let retry = attempt.max(1);
+    (retry <= policy.max_retries())
+        .then(|| RetryPlan { attempt: retry + 1, due: add_duration(failed_at, policy.delay_for(retry)) })
+}
+
+/// How many triggers to acquire this cycle: `min(batch, max_concurrent − running)`.
+pub fn acquire_slots(acquire_batch_size: u32, max_concurrent_runs: u32, running: usize) -> usize {
+    let free = (max_concurrent_runs as usize).saturating_sub(running);
+    free.min(acquire_batch_size as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap()
+    }
+
+    #[test]
+    fn on_time_fires_keep_their_due_time() {
+        for policy in [MisfirePolicy::RunOnce, MisfirePolicy::Skip, MisfirePolicy::RunAll] {
+            let d = on_due(policy, t(0), t(60), Duration::from_secs(60));
+            assert_eq!(d, DueDecision { run_scheduled_at: Some(t(0)), next_basis: t(0), misfired: false });
+        }
+    }
+
+    #[test]
+    fn misfire_policies() {
+        let threshold = Duration::from_secs(60);
+        assert_eq!(
+            on_due(MisfirePolicy::RunOnce, t(0), t(61), threshold),
+            DueDecision { run_scheduled_at: Some(t(61)), next_basis: t(61), misfired: true }
+        );
+        assert_eq!(
+            on_due(MisfirePolicy::Skip, t(0), t(61), threshold),
+            DueDecision { run_scheduled_at: None, next_basis: t(61), misfired: true }
+        );
+        assert_eq!(
+            on_due(MisfirePolicy::RunAll, t(0), t(61), threshold),
+            DueDecision { run_scheduled_at: Some(t(0)), next_basis: t(0), misfired: true }
+        );
+        assert!(is_misfire(t(0), t(1), Duration::ZERO));
+        assert!(!is_misfire(t(0), t(0), Duration::ZERO));
+    }
+
+    #[test]
+    fn retries_follow_the_policy() {
+        let policy = RetryPolicy::exponential(2, Duration::from_secs(10), None).unwrap();
+        assert_eq!(plan_retry(Some(&policy), 1, t(0)), Some(RetryPlan { attempt: 2, due: t(10) }));
+        assert_eq!(plan_retry(Some(&policy), 2, t(0)), Some(RetryPlan { attempt: 3, due: t(20) }));
+        assert_eq!(plan_retry(Some(&policy), 3, t(0)), None);
+        assert_eq!(plan_retry(None, 1, t(0)), None);
+    }
+
+    #[test]
+    fn slots() {
+        assert_eq!(acquire_slots(16, 32, 0), 16);
+        assert_eq!(acquire_slots(16, 32, 20), 12);
+        assert_eq!(acquire_slots(16, 32, 40), 0);
+    }
+}

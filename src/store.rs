@@ -1,0 +1,292 @@
+//! The job store: every operation the engine needs (SPEC §7–10), written once over [`Kv`].
+//!
+//! [`KvJobStore`] is the one implementation; it runs unchanged on
+//! [`crate::kv::memory::MemoryKv`] and on FoundationDB. Its guarantees:
+//!
+//! - **Each fire runs at most once.** Acquisition scans the due index with snapshot reads,
+//!   then reads each chosen trigger serializably in the transaction that moves it, so two
+//!   nodes acquiring the same fire conflict and exactly one commits. The run id of a fire is
+//!   derived from (trigger incarnation, fire number), a second guard.
+//! - **A non-concurrent job never has two runs.** Starting a run claims the job's slot in
+//!   the same transaction; a fire that finds the slot held turns its trigger `Blocked`
+//!   atomically with that check, and completing the holder's run returns blocked triggers
+//!   to `Waiting` in the transaction that frees the slot.
+//! - **Every operation is idempotent under retry and ambiguous commits.** Ids are made
+//!   before the retry loop; non-idempotent effects (retry triggers, counters) happen only
+//!   together with a state transition that a replay sees as already done.
+//! - **Indexes never drift.** Every record write goes through one function that also moves
+//!   the record's index entries (due, blocked, history, running-per-node).
+//!
+//! The keyspace is in [`keys`], the records in [`records`], their encoding in [`codec`].
+
+pub mod codec;
+pub mod keys;
+pub mod records;
+
+mod acquire;
+mod complete;
+mod jobs;
+
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+pub use acquire::{fire_run_id, AcquireRequest, AcquiredRun};
+pub use complete::{Completion, CompletionResult, RunOutcome};
+
+use crate::calendar::Calendars;
+use crate::entropy::Entropy;
+use crate::error::SchedulingError;
+use crate::job::{JobRun, JsonObject, RunState, TriggerState};
+use crate::kv::{AsKvError, Kv, KvError, KvTransaction, RangeRequest, RetryOptions};
+use crate::name::{JobName, TriggerName};
+use crate::time::from_micros;
+use keys::{shard_of, Keyspace};
+use records::{JobRecord, RunRecord, SlotRecord, TriggerRecord};
+
+/// What a store operation can fail with.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// A scheduling error with a stable code (not found, conflict, validation …).
+    #[error(transparent)]
+    Scheduling(#[from] SchedulingError),
+    /// The key-value store failed (after retries, or not retryable).
+    #[error("store: {0}")]
+    Kv(#[from] KvError),
+    /// Stored bytes do not decode: never guessed around.
+    #[error("corrupt store data: {0}")]
+    Corrupt(String),
+}
+
+impl AsKvError for StoreError {
+    fn as_kv_error(&self) -> Option<&KvError> {
+        match self {
+            Self::Kv(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<StoreError> for SchedulingError {
+    /// Store trouble is `SCHEDULING_UNAVAILABLE_003`; corrupt data `SCHEDULING_UNEXPECTED_001`.
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Scheduling(e) => e,
+            StoreError::Kv(e) => SchedulingError::StoreUnavailable { reason: e.to_string() },
+            StoreError::Corrupt(reason) => SchedulingError::Unexpected { message: reason },
+        }
+    }
+}
+
+/// Options of a [`KvJobStore`].
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// How each operation's transaction is retried.
+    pub retry: RetryOptions,
+    /// Most runs kept in history (the embedded in-memory store); the oldest finished runs
+    /// are evicted first, and starting a run when every kept run is running fails with
+    /// `SCHEDULING_UNAVAILABLE_004`. `None` keeps everything (retention still applies).
+    pub max_runs: Option<u64>,
+    /// Blocked triggers returned to `Waiting` per completion transaction.
+    pub unblock_batch: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self { retry: RetryOptions::default(), max_runs: None, unblock_batch: 64 }
+    }
+}
+
+/// The job store over a [`Kv`]. Cheap to clone.
+#[derive(Clone)]
+pub struct KvJobStore<K: Kv> {
+    kv: K,
+    keys: Keyspace,
+    calendars: Arc<Calendars>,
+    options: StoreOptions,
+    entropy: Arc<Mutex<Entropy>>,
+}
+
+impl<K: Kv> std::fmt::Debug for KvJobStore<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KvJobStore").field("keys", &self.keys).finish_non_exhaustive()
+    }
+}
+
+impl<K: Kv> KvJobStore<K> {
+    /// A store on `kv` under the default root, resolving trigger calendars in
+    /// `calendars`, drawing ids from `entropy`.
+    pub fn new(kv: K, calendars: Arc<Calendars>, entropy: Entropy, options: StoreOptions) -> Self {
+        Self::with_keyspace(kv, Keyspace::default_root(), calendars, entropy, options)
+    }
+
+    /// A store under an explicit keyspace (several independent stores in one database).
+    pub fn with_keyspace(
+        kv: K,
+        keys: Keyspace,
+        calendars: Arc<Calendars>,
+        entropy: Entropy,
+        options: StoreOptions,
+    ) -> Self {
+        Self { kv, keys, calendars, options, entropy: Arc::new(Mutex::new(entropy)) }
+    }
+
+    /// The underlying database.
+    pub fn kv(&self) -> &K {
+        &self.kv
+    }
+
+    /// The keyspace.
+    pub fn keys(&self) -> &Keyspace {
+        &self.keys
+    }
+
+    /// A fresh random value for ids, drawn before a retry loop.
+    fn random_u64(&self) -> u64 {
+        self.entropy.lock().unwrap_or_else(std::sync::PoisonError::into_inner).next_u64()
+    }
+
+    fn tx(&self, txn: K::Transaction) -> Tx<'_, K::Transaction> {
+        Tx { txn, keys: &self.keys }
+    }
+}
+
+/// A transaction with typed record access. Every write of a record also moves its index
+/// entries, so indexes cannot drift from records.
+pub(crate) struct Tx<'a, T: KvTransaction> {
+    pub(crate) txn: T,
+    pub(crate) keys: &'a Keyspace,
+}
+
+impl<T: KvTransaction> Tx<'_, T> {
+    pub(crate) async fn job(&self, name: &str) -> Result<Option<JobRecord>, StoreError> {
+        let bytes = self.txn.get(&self.keys.job(name), false).await?;
+        bytes.map(|b| codec::decode(&b, "job record")).transpose()
+    }
+
+    pub(crate) fn put_job(&self, job: &JobRecord) {
+        self.txn.set(&self.keys.job(&job.name), &codec::encode(job));
+        let local = self.keys.local_job(&job.name);
+        if job.run_on_every_instance {
+            self.txn.set(&local, b"");
+        } else {
+            self.txn.clear(&local);
+        }
+    }
+
+    pub(crate) fn delete_job(&self, name: &str) {
+        self.txn.clear(&self.keys.job(name));
+        self.txn.clear(&self.keys.local_job(name));
+        self.txn.clear(&self.keys.slot(name));
+    }
+
+    pub(crate) async fn trigger(&self, job: &str, name: &str) -> Result<Option<TriggerRecord>, StoreError> {
+        let bytes = self.txn.get(&self.keys.trigger(job, name), false).await?;
+        bytes.map(|b| codec::decode(&b, "trigger record")).transpose()
+    }
+
+    pub(crate) async fn triggers_of(&self, job: &str) -> Result<Vec<TriggerRecord>, StoreError> {
+        let (begin, end) = self.keys.triggers_of(job);
+        let range = self.txn.get_range(&RangeRequest::new(begin, end), false).await?;
+        range.pairs.iter().map(|(_, v)| codec::decode(v, "trigger record")).collect()
+    }
+
+    /// Writes `new` (replacing `old`), moving its due and blocked entries. `local` triggers
+    /// (of jobs that run on every node) never enter the due index.
+    pub(crate) fn put_trigger(&self, old: Option<&TriggerRecord>, new: &TriggerRecord, local: bool) {
+        if let Some(old) = old {
+            self.clear_trigger_indexes(old);
+        }
+        match (new.state, new.next_fire_us) {
+            (TriggerState::Waiting, Some(due)) if !local => {
+                let shard = shard_of(&new.job, &new.name);
+                self.txn.set(&self.keys.due(shard, due, &new.job, &new.name), &new.priority.to_le_bytes());
+            }
+            (TriggerState::Blocked, _) => self.txn.set(&self.keys.blocked(&new.job, &new.name), b""),
+            _ => {}
+        }
+        self.txn.set(&self.keys.trigger(&new.job, &new.name), &codec::encode(new));
+    }
+
+    pub(crate) fn delete_trigger(&self, old: &TriggerRecord) {
+        self.clear_trigger_indexes(old);
+        self.txn.clear(&self.keys.trigger(&old.job, &old.name));
+    }
+
+    fn clear_trigger_indexes(&self, old: &TriggerRecord) {
+        if let (TriggerState::Waiting, Some(due)) = (old.state, old.next_fire_us) {
+            self.txn.clear(&self.keys.due(shard_of(&old.job, &old.name), due, &old.job, &old.name));
+        }
+        if old.state == TriggerState::Blocked {
+            self.txn.clear(&self.keys.blocked(&old.job, &old.name));
+        }
+    }
+
+    pub(crate) async fn slot(&self, job: &str) -> Result<SlotRecord, StoreError> {
+        let bytes = self.txn.get(&self.keys.slot(job), false).await?;
+        Ok(bytes.map(|b| codec::decode(&b, "slot record")).transpose()?.unwrap_or_default())
+    }
+
+    pub(crate) fn put_slot(&self, job: &str, slot: &SlotRecord) {
+        self.txn.set(&self.keys.slot(job), &codec::encode(slot));
+    }
+
+    pub(crate) async fn run(&self, id: Uuid) -> Result<Option<RunRecord>, StoreError> {
+        let bytes = self.txn.get(&self.keys.run(id), false).await?;
+        bytes.map(|b| codec::decode(&b, "run record")).transpose()
+    }
+
+    /// Writes `new` (replacing `old`, same id), with its history, running and finished
+    /// index entries.
+    pub(crate) fn put_run(&self, old: Option<&RunRecord>, new: &RunRecord) {
+        if let Some(old) = old {
+            if old.state == RunState::Running {
+                self.txn.clear(&self.keys.running(&old.node, old.id));
+            }
+            if let Some(finished) = old.finished_us {
+                self.txn.clear(&self.keys.finished(finished, old.id));
+            }
+        }
+        let summary = codec::encode(&new.summary());
+        self.txn.set(&self.keys.history_by_job(&new.job, new.scheduled_us, new.id), &summary);
+        self.txn.set(&self.keys.history_by_time(new.scheduled_us, new.id), &summary);
+        if new.state == RunState::Running {
+            self.txn.set(&self.keys.running(&new.node, new.id), b"");
+        }
+        if let Some(finished) = new.finished_us {
+            self.txn.set(&self.keys.finished(finished, new.id), b"");
+        }
+        self.txn.set(&self.keys.run(new.id), &codec::encode(new));
+    }
+}
+
+/// Rebuilds the public run from its record.
+pub(crate) fn job_run_of(record: &RunRecord) -> Result<JobRun, StoreError> {
+    let corrupt = |what: &str| StoreError::Corrupt(format!("run {}: bad {what}", record.id));
+    Ok(JobRun {
+        id: record.id,
+        job: JobName::new(record.job.clone()).map_err(|_| corrupt("job name"))?,
+        trigger: record.trigger.clone().map(TriggerName::new).transpose().map_err(|_| corrupt("trigger name"))?,
+        scheduled_at: from_micros(record.scheduled_us).ok_or_else(|| corrupt("scheduled time"))?,
+        cause: record.cause,
+        attempt: record.attempt,
+        retry_of: record.retry_of,
+        data: parse_data(&record.data).map_err(|_| corrupt("data"))?,
+    })
+}
+
+/// JSON object text → object.
+pub(crate) fn parse_data(text: &str) -> Result<JsonObject, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("bad data JSON: {e}")))
+}
+
+/// Object → JSON text (keys sorted, as serde_json's map is ordered).
+pub(crate) fn data_text(data: &JsonObject) -> String {
+    serde_json::Value::Object(data.clone()).to_string()
+}
+
+pub(crate) fn micros(t: DateTime<Utc>) -> i64 {
+    t.timestamp_micros()
+}

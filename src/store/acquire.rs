@@ -1,0 +1,434 @@
+//! Acquisition (SPEC §10 step 8): take due fires, each exactly once across all nodes.
+//!
+//! One transaction per call:
+//! 1. **Candidates, snapshot.** Scan the due index (no conflicts). Each shard has a home
+//!    node among the live nodes (rendezvous hashing), so concurrent pollers take disjoint
+//!    fires; a node also takes fires from other shards once they are `steal_grace` late,
+//!    which covers dead and slow nodes. Candidates are ordered by priority, then due time.
+//! 2. **Per fire, serializable.** Read the trigger and its job; the trigger must still be
+//!    `Waiting` at that due time. Two nodes taking the same fire both read it, one commits,
+//!    the other conflicts and, retried, no longer sees it.
+//! 3. **Decide.** The misfire policy; an unknown job type puts the trigger in `Error`; a
+//!    non-concurrent job whose slot is held turns the trigger `Blocked` in this same
+//!    transaction, otherwise the slot is claimed for the new run.
+//! 4. **Write.** The run (`Running` on this node), and the trigger's next state: the next
+//!    fire (cron, once), `Acquired` until the run ends (interval), or deleted (one-shot
+//!    triggers the engine made).
+//!
+//! After an ambiguous commit the retry first looks at this node's running-run index: runs
+//! there that the caller does not know were taken by the earlier attempt and are returned.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use super::jobs::instant;
+use super::keys::DUE_SHARDS;
+use super::records::{JobRecord, NodeRecord, RunRecord, TriggerKind, TriggerRecord};
+use super::{codec, data_text, job_run_of, micros, parse_data, KvJobStore, StoreError, Tx};
+use crate::error::SchedulingError;
+use crate::job::{merge_data, JobRun, RunCause, RunState, TriggerState};
+use crate::kv::{run, Kv, KvTransaction, RangeRequest};
+use crate::rules::on_due;
+use crate::schedule::{JobSchedule, PreviousFire, ScheduleKind};
+
+/// What a node asks for when it acquires.
+#[derive(Debug, Clone)]
+pub struct AcquireRequest<'a> {
+    /// The acquiring node.
+    pub node: &'a str,
+    /// Now, on this node's clock.
+    pub now: DateTime<Utc>,
+    /// Most runs to start.
+    pub max: usize,
+    /// Lateness that counts as misfire.
+    pub misfire_threshold: Duration,
+    /// How late a fire in another node's shard must be before this node takes it.
+    pub steal_grace: Duration,
+    /// Job types this node can run; a fire of another type puts its trigger in `Error`.
+    /// `None` accepts every type.
+    pub known_types: Option<&'a BTreeSet<String>>,
+    /// Runs this node already knows it is running (to recognise runs an ambiguous
+    /// commit started).
+    pub known_runs: &'a BTreeSet<Uuid>,
+}
+
+/// A run the node must now execute.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AcquiredRun {
+    /// The run.
+    pub run: JobRun,
+    /// The job type to build.
+    pub job_type: String,
+    /// The job's timeout.
+    pub timeout: Option<Duration>,
+    /// Whether the run holds its job's slot (the job is not concurrent).
+    pub exclusive: bool,
+}
+
+/// The run id of fire number `fire` of the trigger incarnation `uid`: a UUID v7 stamped
+/// with the scheduled time, whose random bits are a hash of (uid, fire). The same fire
+/// always gets the same id, so a run can be created for it only once.
+pub fn fire_run_id(uid: u64, fire: u32, scheduled_us: i64) -> Uuid {
+    let digest = Sha256::new().chain_update(uid.to_le_bytes()).chain_update(fire.to_le_bytes()).finalize();
+    let mut random = [0u8; 10];
+    random.copy_from_slice(&digest[..10]);
+    let millis = u64::try_from(scheduled_us.div_euclid(1000)).unwrap_or(0);
+    uuid::Builder::from_unix_timestamp_millis(millis, &random).into_uuid()
+}
+
+/// The home node of a shard among `nodes`: the highest FNV hash of (shard, node).
+fn home_of(shard: u16, nodes: &[String]) -> Option<&str> {
+    nodes
+        .iter()
+        .max_by_key(|node| {
+            let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+            for byte in shard.to_le_bytes().into_iter().chain(node.bytes()) {
+                hash ^= u64::from(byte);
+                hash = hash.wrapping_mul(0x0100_0000_01b3);
+            }
+            hash
+        })
+        .map(String::as_str)
+}
+
+struct Candidate {
+    priority: i32,
+    due: i64,
+    job: String,
+    trigger: String,
+    key: Vec<u8>,
+}
+
+impl<K: Kv> KvJobStore<K> {
+    /// Takes up to `request.max` due fires and starts their runs on `request.node`.
+    ///
+    /// # Errors
+    /// `SCHEDULING_UNAVAILABLE_004` when the history cap is reached by running runs, and
+    /// store errors.
+    pub async fn acquire_due(&self, request: &AcquireRequest<'_>) -> Result<Vec<AcquiredRun>, StoreError> {
+        if request.max == 0 {
+            return Ok(Vec::new());
+        }
+        run(&self.kv, self.options.retry, |txn, maybe| async move {
+            let tx = self.tx(txn);
+            if maybe.0 {
+                let adopted = self.adopt_unknown_runs(&tx, request).await?;
+                if !adopted.is_empty() {
+                    return Ok(adopted);
+                }
+            }
+            let candidates = self.candidates(&tx, request).await?;
+            let mut acquired = Vec::new();
+            for candidate in candidates {
+                if acquired.len() == request.max {
+                    break;
+                }
+                if let Some(run) = self.take_fire(&tx, request, &candidate).await? {
+                    acquired.push(run);
+                }
+            }
+            Ok(acquired)
+        })
+        .await
+    }
+
+    /// Runs on this node that the caller does not know: started by an earlier attempt
+    /// whose commit was ambiguous. Snapshot reads, so completions elsewhere do not conflict.
+    async fn adopt_unknown_runs(
+        &self,
+        tx: &Tx<'_, K::Transaction>,
+        request: &AcquireRequest<'_>,
+    ) -> Result<Vec<AcquiredRun>, StoreError> {
+        let (begin, end) = self.keys.running_on(request.node);
+        let running = tx.txn.get_range(&RangeRequest::new(begin, end), true).await?;
+        let mut adopted = Vec::new();
+        for (key, _) in running.pairs {
+            let id = self.keys.node_run_of(&key)?;
+            if request.known_runs.contains(&id) {
+                continue;
+            }
+            let Some(bytes) = tx.txn.get(&self.keys.run(id), true).await? else { continue };
+            let record: RunRecord = codec::decode(&bytes, "run record")?;
+            if record.state != RunState::Running
+                || record.local
+                || record.cause == RunCause::Manual && record.trigger.is_none()
+            {
+                continue;
+            }
+            let job = tx.job(&record.job).await?;
+            adopted.push(AcquiredRun {
+                run: job_run_of(&record)?,
+                job_type: job.as_ref().map(|j| j.job_type.clone()).unwrap_or_default(),
+                timeout: job.as_ref().and_then(|j| j.timeout_us).map(Duration::from_micros),
+                exclusive: record.exclusive,
+            });
+        }
+        Ok(adopted)
+    }
+
+    async fn candidates(
+        &self,
+        tx: &Tx<'_, K::Transaction>,
+        request: &AcquireRequest<'_>,
+    ) -> Result<Vec<Candidate>, StoreError> {
+        let (begin, end) = self.keys.nodes();
+        let node_records = tx.txn.get_range(&RangeRequest::new(begin, end), true).await?;
+        let mut nodes = vec![request.node.to_owned()];
+        for (_, value) in &node_records.pairs {
+            let node: NodeRecord = codec::decode(value, "node record")?;
+            if node.alive && node.node != request.node {
+                nodes.push(node.node);
+            }
+        }
+        let now = micros(request.now);
+        let grace =
+            TimeDelta::from_std(request.steal_grace).map_or(i64::MAX, |g| g.num_microseconds().unwrap_or(i64::MAX));
+        let mut candidates = Vec::new();
+        for shard in 0..DUE_SHARDS {
+            let home = home_of(shard, &nodes) == Some(request.node);
+            let until = if home { now } else { now.saturating_sub(grace) };
+            let (begin, end) = self.keys.due_until(shard, until);
+            let range = RangeRequest::new(begin, end).limit(request.max);
+            for (key, value) in tx.txn.get_range(&range, true).await?.pairs {
+                let (due, job, trigger) = self.keys.due_parts(&key)?;
+                let priority = value.try_into().map(i32::from_le_bytes).unwrap_or(crate::job::PRIORITY_DEFAULT);
+                candidates.push(Candidate { priority, due, job, trigger, key });
+            }
+        }
+        candidates.sort_by(|a, b| {
+            b.priority
+                .cmp(&a.priority)
+                .then(a.due.cmp(&b.due))
+                .then_with(|| (&a.job, &a.trigger).cmp(&(&b.job, &b.trigger)))
+        });
+        Ok(candidates)
+    }
+
+    /// Takes one candidate fire: `Some(run)` when a run starts.
+    async fn take_fire(
+        &self,
+        tx: &Tx<'_, K::Transaction>,
+        request: &AcquireRequest<'_>,
+        candidate: &Candidate,
+    ) -> Result<Option<AcquiredRun>, StoreError> {
+        let Some(trigger) = tx.trigger(&candidate.job, &candidate.trigger).await? else {
+            // An index entry without its trigger: never written by this store; repair.
+            tx.txn.clear(&candidate.key);
+            return Ok(None);
+        };
+        if trigger.state != TriggerState::Waiting || trigger.next_fire_us != Some(candidate.due) {
+            // The snapshot showed an entry the trigger no longer has (another node moved
+            // it since); clearing it is a no-op unless it is stale.
+            tx.txn.clear(&candidate.key);
+            return Ok(None);
+        }
+        let Some(job) = tx.job(&candidate.job).await? else {
+            tx.delete_trigger(&trigger);
+            return Ok(None);
+        };
+        if request.known_types.is_some_and(|types| !types.contains(&job.job_type)) {
+            let reason = format!("job type '{}' is not registered on node '{}'", job.job_type, request.node);
+            self.put_error(tx, &trigger, reason);
+            return Ok(None);
+        }
+        let schedule: JobSchedule = match trigger.schedule.parse() {
+            Ok(schedule) => schedule,
+            Err(e) => {
+                self.put_error(tx, &trigger, format!("stored schedule does not parse: {e}"));
+                return Ok(None);
+            }
+        };
+        let due = instant(candidate.due)?;
+        let decision = on_due(trigger.misfire, due, request.now, request.misfire_threshold);
+        let Some(scheduled) = decision.run_scheduled_at else {
+            // Skipped by the misfire policy: no run, next fire from now.
+            let next = self.advance(&trigger, &schedule, decision.next_basis, request.now, trigger.fire_count);
+            tx.put_trigger(Some(&trigger), &next, false);
+            return Ok(None);
+        };
+        let run_id = fire_run_id(trigger.uid, trigger.fire_count, micros(scheduled));
+        let exclusive = !job.allow_concurrent;
+        if exclusive {
+            let mut slot = tx.slot(&job.name).await?;
+            if slot.holder.is_some() {
+                // The previous run still holds the slot: block, keeping the due time. The
+                // slot was read in this transaction, so a completion freeing it now
+                // conflicts with us, and one of us sees the other.
+                let mut blocked = trigger.clone();
+                blocked.state = TriggerState::Blocked;
+                tx.put_trigger(Some(&trigger), &blocked, false);
+                return Ok(None);
+            }
+            slot.holder = Some(run_id);
+            slot.generation += 1;
+            tx.put_slot(&job.name, &slot);
+        }
+        self.make_room(tx).await?;
+        let (cause, attempt, retry_of, data) = match trigger.kind {
+            TriggerKind::Defined => (RunCause::Schedule, 1, None, merged(&job, &trigger)?),
+            TriggerKind::Manual => (RunCause::Manual, 1, None, merged(&job, &trigger)?),
+            TriggerKind::Retry { attempt, retry_of } => {
+                (RunCause::Retry, attempt, Some(retry_of), trigger.data.clone())
+            }
+            TriggerKind::Recovery { attempt, retry_of, .. } => {
+                (RunCause::Recovery, attempt, retry_of, trigger.data.clone())
+            }
+        };
+        let record = RunRecord {
+            id: run_id,
+            job: job.name.clone(),
+            trigger: Some(trigger.name.clone()),
+            scheduled_us: micros(scheduled),
+            cause,
+            attempt,
+            retry_of,
+            data,
+            state: RunState::Running,
+            node: request.node.to_owned(),
+            started_us: micros(request.now),
+            finished_us: None,
+            error_code: None,
+            error_message: None,
+            exclusive,
+            local: false,
+        };
+        if tx.run(run_id).await?.is_some() {
+            // The fire already ran: a second guard behind the trigger's state.
+            return Ok(None);
+        }
+        tx.put_run(None, &record);
+        self.count_runs_delta(tx, 1);
+        if trigger.kind.is_synthetic() {
+            tx.delete_trigger(&trigger);
+        } else if matches!(schedule.kind, ScheduleKind::Every { .. }) {
+            // Fixed delay: the next fire is computed when this run completes.
+            let mut acquired = trigger.clone();
+            acquired.state = TriggerState::Acquired;
+            acquired.running_run = Some(run_id);
+            acquired.next_fire_us = None;
+            acquired.previous_fire_us = Some(micros(scheduled));
+            acquired.fire_count += 1;
+            tx.put_trigger(Some(&trigger), &acquired, false);
+        } else {
+            let mut next = self.advance(&trigger, &schedule, decision.next_basis, request.now, trigger.fire_count + 1);
+            next.previous_fire_us = Some(micros(scheduled));
+            tx.put_trigger(Some(&trigger), &next, false);
+        }
+        Ok(Some(AcquiredRun {
+            run: job_run_of(&record)?,
+            job_type: job.job_type.clone(),
+            timeout: job.timeout_us.map(Duration::from_micros),
+            exclusive,
+        }))
+    }
+
+    /// The trigger after a fire whose next is computed from `basis` (the scheduled time,
+    /// or now after a misfire): `Waiting` at the next fire, or `Complete`.
+    fn advance(
+        &self,
+        trigger: &TriggerRecord,
+        schedule: &JobSchedule,
+        basis: DateTime<Utc>,
+        now: DateTime<Utc>,
+        fire_count: u32,
+    ) -> TriggerRecord {
+        let calendar = schedule.calendar.as_ref().and_then(|name| self.calendars.get(name));
+        let previous = PreviousFire { scheduled_at: basis, completed_at: now, fire_count };
+        let next = schedule.next_fire(&previous, calendar);
+        let mut record = trigger.clone();
+        record.fire_count = fire_count;
+        record.next_fire_us = next.map(micros);
+        record.state = if next.is_some() { TriggerState::Waiting } else { TriggerState::Complete };
+        record
+    }
+
+    fn put_error(&self, tx: &Tx<'_, K::Transaction>, trigger: &TriggerRecord, reason: String) {
+        let mut failed = trigger.clone();
+        failed.state = TriggerState::Error;
+        failed.error = Some(reason);
+        tx.put_trigger(Some(trigger), &failed, false);
+    }
+
+    /// Adjusts the stored-run counter (an atomic add: never a conflict).
+    pub(crate) fn count_runs_delta(&self, tx: &Tx<'_, K::Transaction>, delta: i64) {
+        if self.options.max_runs.is_some() {
+            tx.txn.atomic_op(&self.keys.run_count(), &delta.to_le_bytes(), crate::kv::AtomicOp::Add);
+        }
+    }
+
+    /// With a history cap, evicts the oldest finished runs to make room for one more;
+    /// fails with `SCHEDULING_UNAVAILABLE_004` when every kept run is still running.
+    pub(crate) async fn make_room(&self, tx: &Tx<'_, K::Transaction>) -> Result<(), StoreError> {
+        let Some(max_runs) = self.options.max_runs else { return Ok(()) };
+        let count = match tx.txn.get(&self.keys.run_count(), true).await? {
+            Some(bytes) => bytes.try_into().map(i64::from_le_bytes).unwrap_or(0),
+            None => 0,
+        };
+        let excess = (count + 1).saturating_sub(max_runs as i64);
+        if excess <= 0 {
+            return Ok(());
+        }
+        let (begin, end) = self.keys.finished_before(i64::MAX);
+        let oldest = tx.txn.get_range(&RangeRequest::new(begin, end).limit(excess as usize), true).await?;
+        if (oldest.pairs.len() as i64) < excess {
+            return Err(SchedulingError::StoreFull { capacity: max_runs as usize }.into());
+        }
+        for (key, _) in oldest.pairs {
+            let id = self.keys.finished_run_of(&key)?;
+            if let Some(old) = tx.run(id).await? {
+                self.delete_run(tx, &old);
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes a finished run and its index entries.
+    pub(crate) fn delete_run(&self, tx: &Tx<'_, K::Transaction>, run: &RunRecord) {
+        tx.txn.clear(&self.keys.run(run.id));
+        tx.txn.clear(&self.keys.history_by_job(&run.job, run.scheduled_us, run.id));
+        tx.txn.clear(&self.keys.history_by_time(run.scheduled_us, run.id));
+        if let Some(finished) = run.finished_us {
+            tx.txn.clear(&self.keys.finished(finished, run.id));
+        }
+        if run.state == RunState::Running {
+            tx.txn.clear(&self.keys.running(&run.node, run.id));
+        }
+        self.count_runs_delta(tx, -1);
+    }
+}
+
+/// Job data ← trigger data.
+fn merged(job: &JobRecord, trigger: &TriggerRecord) -> Result<String, StoreError> {
+    let job_data = parse_data(&job.data)?;
+    let trigger_data = if trigger.data.is_empty() { Default::default() } else { parse_data(&trigger.data)? };
+    Ok(data_text(&merge_data([&job_data, &trigger_data])))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fire_ids_are_stable_v7_and_distinct() {
+        let a = fire_run_id(1, 0, 1_800_000_000_000_000);
+        assert_eq!(a, fire_run_id(1, 0, 1_800_000_000_000_000));
+        assert_eq!(a.get_version_num(), 7);
+        assert_ne!(a, fire_run_id(1, 1, 1_800_000_000_000_000));
+        assert_ne!(a, fire_run_id(2, 0, 1_800_000_000_000_000));
+    }
+
+    #[test]
+    fn every_shard_has_one_home() {
+        let nodes = vec!["a".to_owned(), "b".to_owned(), "c".to_owned()];
+        let mut per_node = std::collections::BTreeMap::new();
+        for shard in 0..DUE_SHARDS {
+            *per_node.entry(home_of(shard, &nodes).unwrap().to_owned()).or_insert(0) += 1;
+        }
+        assert_eq!(per_node.len(), 3);
+        assert!(per_node.values().all(|n| *n > 10), "{per_node:?}");
+    }
+}

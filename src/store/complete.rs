@@ -1,0 +1,338 @@
+//! Ending runs (SPEC §7–8): the history record, the slot, blocked triggers, the next fire
+//! of interval triggers, and retries; and starting runs by hand (`try_begin_run`).
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::jobs::{instant, one_shot_record, settle};
+use super::records::{JobRecord, RunRecord, TriggerKind};
+use super::{job_run_of, micros, parse_data, AcquiredRun, KvJobStore, StoreError, Tx};
+use crate::error::SchedulingError;
+use crate::job::{merge_data, JsonObject, RunCause, RunState, TriggerState};
+use crate::kv::{run, Kv, KvTransaction, RangeRequest};
+use crate::name::JobName;
+use crate::rules::plan_retry;
+use crate::schedule::{JobSchedule, PreviousFire, ScheduleKind};
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// The job returned success.
+    Succeeded,
+    /// The job failed, panicked or timed out; retries per policy.
+    Failed {
+        /// The stable code (`SCHEDULING_TIMEOUT_001`, `SCHEDULING_UNEXPECTED_001`, or the
+        /// job's own).
+        code: String,
+        /// What happened.
+        message: String,
+    },
+    /// Canceled by request or node stop; never retried.
+    Canceled {
+        /// Why.
+        message: String,
+    },
+}
+
+impl RunOutcome {
+    fn state(&self) -> RunState {
+        match self {
+            Self::Succeeded => RunState::Succeeded,
+            Self::Failed { .. } => RunState::Failed,
+            Self::Canceled { .. } => RunState::Canceled,
+        }
+    }
+}
+
+/// A node reporting that one of its runs ended.
+#[derive(Debug, Clone)]
+pub struct Completion {
+    /// The run.
+    pub run_id: Uuid,
+    /// The node that ran it.
+    pub node: String,
+    /// How it ended.
+    pub outcome: RunOutcome,
+    /// When.
+    pub finished_at: DateTime<Utc>,
+}
+
+/// What a completion did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompletionResult {
+    /// The run's stored final state. Differs from the outcome when the run had already
+    /// ended otherwise (e.g. `Lost` after its node was declared lost): history is never
+    /// overwritten by a late completion.
+    pub state: RunState,
+    /// Whether this completion is the one recorded.
+    pub recorded: bool,
+    /// The `retry-…` trigger created for the failed run.
+    pub retry_trigger: Option<String>,
+}
+
+impl<K: Kv> KvJobStore<K> {
+    /// Records the end of a run and everything that follows from it, in one transaction
+    /// (blocked triggers beyond one batch are returned to `Waiting` in follow-up
+    /// transactions before this returns).
+    ///
+    /// # Errors
+    /// `SCHEDULING_NOTFOUND_004` for an unknown run; store errors.
+    pub async fn complete_run(&self, completion: &Completion) -> Result<CompletionResult, StoreError> {
+        let retry_uid = self.random_u64();
+        let (result, blocked_left, job) = run(&self.kv, self.options.retry, |txn, maybe| async move {
+            let tx = self.tx(txn);
+            let id = completion.run_id;
+            let stored = tx.run(id).await?.ok_or_else(|| SchedulingError::RunNotFound { run_id: id.to_string() })?;
+            let target = completion.outcome.state();
+            if stored.state != RunState::Running || stored.node != completion.node {
+                // A replay of our own committed completion, or a late one: keep history.
+                let recorded = maybe.0 && stored.state == target && stored.node == completion.node;
+                let result = CompletionResult { state: stored.state, recorded, retry_trigger: None };
+                return Ok((result, false, stored.job.clone()));
+            }
+            let mut ended = stored.clone();
+            ended.state = target;
+            ended.finished_us = Some(micros(completion.finished_at));
+            (ended.error_code, ended.error_message) = match &completion.outcome {
+                RunOutcome::Succeeded => (None, None),
+                RunOutcome::Failed { code, message } => (Some(code.clone()), Some(message.clone())),
+                RunOutcome::Canceled { message } => (
+                    Some(SchedulingError::RunCanceled { run_id: id.to_string() }.code().to_owned()),
+                    Some(message.clone()),
+                ),
+            };
+            tx.put_run(Some(&stored), &ended);
+            let job = tx.job(&stored.job).await?;
+            let blocked_left = self.release(&tx, &stored, job.as_ref()).await?;
+            self.finish_interval_trigger(&tx, &stored, job.as_ref(), completion.finished_at).await?;
+            let mut retry_trigger = None;
+            if let (RunOutcome::Failed { .. }, false, Some(job)) = (&completion.outcome, stored.local, &job) {
+                retry_trigger = self.write_retry(&tx, &stored, job, retry_uid, completion.finished_at)?;
+            }
+            Ok::<_, StoreError>((
+                CompletionResult { state: target, recorded: true, retry_trigger },
+                blocked_left,
+                stored.job,
+            ))
+        })
+        .await?;
+        if blocked_left {
+            self.unblock_all(&job).await?;
+        }
+        Ok(result)
+    }
+
+    /// Frees the run's slot and returns up to one batch of blocked triggers to `Waiting`.
+    /// Returns whether more blocked triggers remain.
+    pub(crate) async fn release(
+        &self,
+        tx: &Tx<'_, K::Transaction>,
+        run: &RunRecord,
+        job: Option<&JobRecord>,
+    ) -> Result<bool, StoreError> {
+        if !run.exclusive {
+            return Ok(false);
+        }
+        let mut slot = tx.slot(&run.job).await?;
+        if slot.holder != Some(run.id) {
+            return Ok(false);
+        }
+        slot.holder = None;
+        tx.put_slot(&run.job, &slot);
+        self.unblock(tx, &run.job, job).await
+    }
+
+    /// Returns up to one batch of `job`'s blocked triggers to `Waiting` (their due time
+    /// kept, so the misfire policy applies when they are next taken). Reads the blocked
+    /// set serializably: a fire blocking concurrently conflicts with this transaction.
+    async fn unblock(
+        &self,
+        tx: &Tx<'_, K::Transaction>,
+        job_name: &str,
+        job: Option<&JobRecord>,
+    ) -> Result<bool, StoreError> {
+        let (begin, end) = self.keys.blocked_of(job_name);
+        let blocked = tx.txn.get_range(&RangeRequest::new(begin, end).limit(self.options.unblock_batch), false).await?;
+        for (key, _) in &blocked.pairs {
+            let name = self.keys.blocked_trigger_of(key)?;
+            match tx.trigger(job_name, &name).await? {
+                Some(trigger) if trigger.state == TriggerState::Blocked => {
+                    let mut waiting = trigger.clone();
+                    waiting.state = TriggerState::Waiting;
+                    settle(&mut waiting, job.is_some_and(|j| j.paused));
+                    tx.put_trigger(Some(&trigger), &waiting, false);
+                }
+                _ => tx.txn.clear(key),
+            }
+        }
+        Ok(blocked.more)
+    }
+
+    /// Unblocks every blocked trigger of `job` whose slot is free, a batch per transaction.
+    pub(crate) async fn unblock_all(&self, job: &str) -> Result<(), StoreError> {
+        loop {
+            let more = run(&self.kv, self.options.retry, |txn, _| async move {
+                let tx = self.tx(txn);
+                let record = tx.job(job).await?;
+                if tx.slot(job).await?.holder.is_some() {
+                    return Ok::<_, StoreError>(false);
+                }
+                self.unblock(&tx, job, record.as_ref()).await
+            })
+            .await?;
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The interval trigger whose run this was waits one interval from now.
+    async fn finish_interval_trigger(
+        &self,
+        tx: &Tx<'_, K::Transaction>,
+        run: &RunRecord,
+        job: Option<&JobRecord>,
+        finished: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let (Some(trigger_name), Some(job)) = (&run.trigger, job) else { return Ok(()) };
+        let Some(trigger) = tx.trigger(&run.job, trigger_name).await? else { return Ok(()) };
+        if trigger.state != TriggerState::Acquired || trigger.running_run != Some(run.id) {
+            return Ok(());
+        }
+        let mut next = trigger.clone();
+        next.running_run = None;
+        match trigger.schedule.parse::<JobSchedule>() {
+            Ok(schedule) if matches!(schedule.kind, ScheduleKind::Every { .. }) => {
+                let calendar = schedule.calendar.as_ref().and_then(|name| self.calendars.get(name));
+                let previous = PreviousFire {
+                    scheduled_at: instant(run.scheduled_us)?,
+                    completed_at: finished,
+                    fire_count: trigger.fire_count,
+                };
+                let due = schedule.next_fire(&previous, calendar);
+                next.next_fire_us = due.map(micros);
+                next.state = if due.is_some() { TriggerState::Waiting } else { TriggerState::Complete };
+            }
+            _ => {
+                next.state = TriggerState::Error;
+                next.error = Some("acquired trigger without an interval schedule".into());
+            }
+        }
+        settle(&mut next, job.paused);
+        tx.put_trigger(Some(&trigger), &next, job.run_on_every_instance);
+        Ok(())
+    }
+
+    /// The `retry-…` trigger of a failed run, if its job's policy allows another attempt.
+    fn write_retry(
+        &self,
+        tx: &Tx<'_, K::Transaction>,
+        run: &RunRecord,
+        job: &JobRecord,
+        uid: u64,
+        failed_at: DateTime<Utc>,
+    ) -> Result<Option<String>, StoreError> {
+        let Some(plan) = plan_retry(job.retry.as_ref(), run.attempt, failed_at) else { return Ok(None) };
+        let name = format!("retry-{}", run.id.simple());
+        let kind = TriggerKind::Retry { attempt: plan.attempt, retry_of: run.retry_of.unwrap_or(run.id) };
+        let data = parse_data(&run.data)?;
+        let record = one_shot_record(&run.job, &name, kind, &data, uid, plan.due);
+        tx.put_trigger(None, &record, false);
+        Ok(Some(name))
+    }
+
+    /// Starts a run of `job` by hand on `node` (SPEC §9 `trigger`; the store's
+    /// `try_begin_run(exclusive)`): for a non-concurrent job the slot is claimed atomically
+    /// with the check. `run_id` comes from the caller, made before any retry.
+    ///
+    /// # Errors
+    /// `SCHEDULING_NOTFOUND_001` for an unknown job, `SCHEDULING_CONFLICT_001` when a
+    /// non-concurrent job is running, `SCHEDULING_UNAVAILABLE_004` when history is full.
+    pub async fn begin_manual_run(
+        &self,
+        job: &JobName,
+        data: &JsonObject,
+        node: &str,
+        run_id: Uuid,
+        now: DateTime<Utc>,
+    ) -> Result<AcquiredRun, StoreError> {
+        run(&self.kv, self.options.retry, |txn, maybe| async move {
+            let tx = self.tx(txn);
+            let record =
+                tx.job(job.as_str()).await?.ok_or_else(|| SchedulingError::JobNotFound { job: job.to_string() })?;
+            let exclusive = !record.allow_concurrent;
+            let timeout = record.timeout_us.map(std::time::Duration::from_micros);
+            if maybe.0 {
+                if let Some(existing) = tx.run(run_id).await? {
+                    return Ok(AcquiredRun {
+                        run: job_run_of(&existing)?,
+                        job_type: record.job_type.clone(),
+                        timeout,
+                        exclusive,
+                    });
+                }
+            }
+            if exclusive {
+                let mut slot = tx.slot(job.as_str()).await?;
+                if slot.holder.is_some() {
+                    return Err(SchedulingError::JobRunning { job: job.to_string() }.into());
+                }
+                slot.holder = Some(run_id);
+                slot.generation += 1;
+                tx.put_slot(job.as_str(), &slot);
+            }
+            self.make_room(&tx).await?;
+            let data = merge_data([&parse_data(&record.data)?, data]);
+            let run = RunRecord {
+                id: run_id,
+                job: job.to_string(),
+                trigger: None,
+                scheduled_us: micros(now),
+                cause: RunCause::Manual,
+                attempt: 1,
+                retry_of: None,
+                data: super::data_text(&data),
+                state: RunState::Running,
+                node: node.to_owned(),
+                started_us: micros(now),
+                finished_us: None,
+                error_code: None,
+                error_message: None,
+                exclusive,
+                local: false,
+            };
+            tx.put_run(None, &run);
+            self.count_runs_delta(&tx, 1);
+            Ok(AcquiredRun { run: job_run_of(&run)?, job_type: record.job_type.clone(), timeout, exclusive })
+        })
+        .await
+    }
+
+    /// The stored run, if any.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn run_record(&self, id: Uuid) -> Result<Option<RunRecord>, StoreError> {
+        run(&self.kv, self.options.retry, |txn, _| async move { self.tx(txn).run(id).await }).await
+    }
+
+    /// A trigger's stored record, if any.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn trigger_record(
+        &self,
+        job: &str,
+        trigger: &str,
+    ) -> Result<Option<super::records::TriggerRecord>, StoreError> {
+        run(&self.kv, self.options.retry, |txn, _| async move { self.tx(txn).trigger(job, trigger).await }).await
+    }
+
+    /// A job's stored record, if any.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn job_record(&self, job: &str) -> Result<Option<JobRecord>, StoreError> {
+        run(&self.kv, self.options.retry, |txn, _| async move { self.tx(txn).job(job).await }).await
+    }
+}

@@ -1,0 +1,330 @@
+//! The whole keyspace, in one place. Keys are `foundationdb-tuple` tuples under one root
+//! subspace, so they are byte-identical on `MemoryKv` and on FoundationDB. Every value is
+//! a record of [`super::records`], encoded by [`super::codec`] (schema byte + bincode).
+//!
+//! ```text
+//! key                                           value          meaning
+//! (0)                                           u8             keyspace layout version
+//! (1, job)                                      JobRecord      job definition, origin, paused
+//! (2, job, trigger)                             TriggerRecord  trigger definition and progress
+//! (3, shard, due_us, job, trigger)              ''             due index: present iff the trigger
+//!                                                              is Waiting; due_us == next fire;
+//!                                                              shard = hash(job, trigger) % 64
+//! (4, job)                                      SlotRecord     the active-run slot of a
+//!                                                              non-concurrent job
+//! (5, job, trigger)                             ''             Blocked triggers of a job
+//! (6, run_id)                                   RunRecord      run history
+//! (7, 0, job, scheduled_us, run_id)             RunSummary     history by job
+//! (7, 1, scheduled_us, run_id)                  RunSummary     history by scheduled time
+//! (7, 2, finished_us, run_id)                   ''             finished runs by end time
+//!                                                              (retention, eviction)
+//! (8, node, run_id)                             ''             Running runs per node
+//! (9, node)                                     NodeRecord     node registry and heartbeat
+//! (10, resource)                                LeaseRecord    leader leases
+//! (11, node, run_id)                            ''             cancel requests per node
+//! (12, job)                                     ''             local jobs (run on every node)
+//! (13)                                          i64 LE         number of stored runs (atomic add)
+//! ```
+//!
+//! Times are microseconds since the Unix epoch (tuple integers sort correctly, negatives
+//! included); run ids are UUIDs (v7, so they sort by creation time).
+
+use foundationdb_tuple::{Subspace, TuplePack, TupleUnpack};
+use uuid::Uuid;
+
+use super::StoreError;
+use crate::kv::strinc;
+
+/// Number of due-index shards. Fixed: changing it changes where due entries live.
+pub const DUE_SHARDS: u16 = 64;
+
+const LAYOUT: i64 = 0;
+const JOB: i64 = 1;
+const TRIGGER: i64 = 2;
+const DUE: i64 = 3;
+const SLOT: i64 = 4;
+const BLOCKED: i64 = 5;
+const RUN: i64 = 6;
+const HISTORY: i64 = 7;
+const RUNNING: i64 = 8;
+const NODE: i64 = 9;
+const LEASE: i64 = 10;
+const CANCEL: i64 = 11;
+const LOCAL_JOB: i64 = 12;
+const RUN_COUNT: i64 = 13;
+
+const BY_JOB: i64 = 0;
+const BY_TIME: i64 = 1;
+const BY_FINISH: i64 = 2;
+
+/// The keys of one store, under its root prefix.
+#[derive(Debug, Clone)]
+pub struct Keyspace {
+    root: Subspace,
+}
+
+/// A `[begin, end)` key range.
+pub type KeyRange = (Vec<u8>, Vec<u8>);
+
+impl Keyspace {
+    /// The keyspace under `prefix` (e.g. the packed tuple `("sundial", cluster)`).
+    pub fn new(prefix: impl Into<Vec<u8>>) -> Self {
+        Self { root: Subspace::from_bytes(prefix) }
+    }
+
+    /// The default root: the tuple `("sundial",)`.
+    pub fn default_root() -> Self {
+        Self { root: Subspace::all().subspace(&("sundial",)) }
+    }
+
+    fn pack<T: TuplePack>(&self, t: &T) -> Vec<u8> {
+        self.root.pack(t)
+    }
+
+    /// All keys of `t`'s subspace.
+    fn range_of<T: TuplePack>(&self, t: &T) -> KeyRange {
+        self.root.subspace(t).range()
+    }
+
+    fn unpack<'de, T: TupleUnpack<'de>>(&self, key: &'de [u8]) -> Result<T, StoreError> {
+        self.root.unpack(key).map_err(|e| StoreError::Corrupt(format!("bad key {key:?}: {e}")))
+    }
+
+    /// `(0)`: the layout version.
+    pub fn layout(&self) -> Vec<u8> {
+        self.pack(&(LAYOUT,))
+    }
+
+    /// `(1, job)`.
+    pub fn job(&self, job: &str) -> Vec<u8> {
+        self.pack(&(JOB, job))
+    }
+
+    /// Every job record.
+    pub fn jobs(&self) -> KeyRange {
+        self.range_of(&(JOB,))
+    }
+
+    /// The job name of a `(1, job)` key.
+    pub fn job_name_of(&self, key: &[u8]) -> Result<String, StoreError> {
+        let (_, job): (i64, String) = self.unpack(key)?;
+        Ok(job)
+    }
+
+    /// `(2, job, trigger)`.
+    pub fn trigger(&self, job: &str, trigger: &str) -> Vec<u8> {
+        self.pack(&(TRIGGER, job, trigger))
+    }
+
+    /// Every trigger of `job`.
+    pub fn triggers_of(&self, job: &str) -> KeyRange {
+        self.range_of(&(TRIGGER, job))
+    }
+
+    /// `(3, shard, due_us, job, trigger)`.
+    pub fn due(&self, shard: u16, due_us: i64, job: &str, trigger: &str) -> Vec<u8> {
+        self.pack(&(DUE, i64::from(shard), due_us, job, trigger))
+    }
+
+    /// Due entries of `shard` with due time ≤ `until_us`.
+    pub fn due_until(&self, shard: u16, until_us: i64) -> KeyRange {
+        let (begin, _) = self.range_of(&(DUE, i64::from(shard)));
+        // Everything below (3, shard, until_us + 1): due ≤ until_us.
+        let end = self.pack(&(DUE, i64::from(shard), until_us.saturating_add(1)));
+        (begin, end)
+    }
+
+    /// Every due entry of `shard`.
+    pub fn due_shard(&self, shard: u16) -> KeyRange {
+        self.range_of(&(DUE, i64::from(shard)))
+    }
+
+    /// `(due_us, job, trigger)` of a due key.
+    pub fn due_parts(&self, key: &[u8]) -> Result<(i64, String, String), StoreError> {
+        let (_, _, due, job, trigger): (i64, i64, i64, String, String) = self.unpack(key)?;
+        Ok((due, job, trigger))
+    }
+
+    /// `(4, job)`.
+    pub fn slot(&self, job: &str) -> Vec<u8> {
+        self.pack(&(SLOT, job))
+    }
+
+    /// `(5, job, trigger)`.
+    pub fn blocked(&self, job: &str, trigger: &str) -> Vec<u8> {
+        self.pack(&(BLOCKED, job, trigger))
+    }
+
+    /// Blocked triggers of `job`.
+    pub fn blocked_of(&self, job: &str) -> KeyRange {
+        self.range_of(&(BLOCKED, job))
+    }
+
+    /// The trigger name of a `(5, job, trigger)` key.
+    pub fn blocked_trigger_of(&self, key: &[u8]) -> Result<String, StoreError> {
+        let (_, _, trigger): (i64, String, String) = self.unpack(key)?;
+        Ok(trigger)
+    }
+
+    /// `(6, run_id)`.
+    pub fn run(&self, run: Uuid) -> Vec<u8> {
+        self.pack(&(RUN, run))
+    }
+
+    /// `(7, 0, job, scheduled_us, run_id)`.
+    pub fn history_by_job(&self, job: &str, scheduled_us: i64, run: Uuid) -> Vec<u8> {
+        self.pack(&(HISTORY, BY_JOB, job, scheduled_us, run))
+    }
+
+    /// History of `job` with scheduled time in `[from_us, to_us)`.
+    pub fn history_of_job(&self, job: &str, from_us: i64, to_us: i64) -> KeyRange {
+        (self.pack(&(HISTORY, BY_JOB, job, from_us)), self.pack(&(HISTORY, BY_JOB, job, to_us)))
+    }
+
+    /// `(7, 1, scheduled_us, run_id)`.
+    pub fn history_by_time(&self, scheduled_us: i64, run: Uuid) -> Vec<u8> {
+        self.pack(&(HISTORY, BY_TIME, scheduled_us, run))
+    }
+
+    /// All history with scheduled time in `[from_us, to_us)`.
+    pub fn history_between(&self, from_us: i64, to_us: i64) -> KeyRange {
+        (self.pack(&(HISTORY, BY_TIME, from_us)), self.pack(&(HISTORY, BY_TIME, to_us)))
+    }
+
+    /// `(7, 2, finished_us, run_id)`.
+    pub fn finished(&self, finished_us: i64, run: Uuid) -> Vec<u8> {
+        self.pack(&(HISTORY, BY_FINISH, finished_us, run))
+    }
+
+    /// Finished runs that ended before `before_us`.
+    pub fn finished_before(&self, before_us: i64) -> KeyRange {
+        let (begin, _) = self.range_of(&(HISTORY, BY_FINISH));
+        (begin, self.pack(&(HISTORY, BY_FINISH, before_us)))
+    }
+
+    /// The run id of a `(7, 2, finished_us, run_id)` key.
+    pub fn finished_run_of(&self, key: &[u8]) -> Result<Uuid, StoreError> {
+        let (_, _, _, run): (i64, i64, i64, Uuid) = self.unpack(key)?;
+        Ok(run)
+    }
+
+    /// `(8, node, run_id)`.
+    pub fn running(&self, node: &str, run: Uuid) -> Vec<u8> {
+        self.pack(&(RUNNING, node, run))
+    }
+
+    /// Running runs of `node`.
+    pub fn running_on(&self, node: &str) -> KeyRange {
+        self.range_of(&(RUNNING, node))
+    }
+
+    /// The run id of a `(8, node, run_id)` or `(11, node, run_id)` key.
+    pub fn node_run_of(&self, key: &[u8]) -> Result<Uuid, StoreError> {
+        let (_, _, run): (i64, String, Uuid) = self.unpack(key)?;
+        Ok(run)
+    }
+
+    /// `(9, node)`.
+    pub fn node(&self, node: &str) -> Vec<u8> {
+        self.pack(&(NODE, node))
+    }
+
+    /// Every node record.
+    pub fn nodes(&self) -> KeyRange {
+        self.range_of(&(NODE,))
+    }
+
+    /// `(10, resource)`.
+    pub fn lease(&self, resource: &str) -> Vec<u8> {
+        self.pack(&(LEASE, resource))
+    }
+
+    /// `(11, node, run_id)`.
+    pub fn cancel(&self, node: &str, run: Uuid) -> Vec<u8> {
+        self.pack(&(CANCEL, node, run))
+    }
+
+    /// Cancel requests for `node`.
+    pub fn cancels_for(&self, node: &str) -> KeyRange {
+        self.range_of(&(CANCEL, node))
+    }
+
+    /// `(12, job)`.
+    pub fn local_job(&self, job: &str) -> Vec<u8> {
+        self.pack(&(LOCAL_JOB, job))
+    }
+
+    /// Every local job.
+    pub fn local_jobs(&self) -> KeyRange {
+        self.range_of(&(LOCAL_JOB,))
+    }
+
+    /// The job name of a `(12, job)` key.
+    pub fn local_job_name_of(&self, key: &[u8]) -> Result<String, StoreError> {
+        let (_, job): (i64, String) = self.unpack(key)?;
+        Ok(job)
+    }
+
+    /// `(13)`: the stored-run counter.
+    pub fn run_count(&self) -> Vec<u8> {
+        self.pack(&(RUN_COUNT,))
+    }
+
+    /// Every key of this store.
+    pub fn all(&self) -> KeyRange {
+        let prefix = self.root.bytes().to_vec();
+        let end = strinc(&prefix);
+        (prefix, end)
+    }
+}
+
+/// The due shard of a trigger: FNV-1a over its key, so it is stable across processes.
+pub fn shard_of(job: &str, trigger: &str) -> u16 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in job.bytes().chain([0]).chain(trigger.bytes()) {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    (hash % u64::from(DUE_SHARDS)) as u16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn due_keys_sort_by_time_within_a_shard() {
+        let keys = Keyspace::default_root();
+        let early = keys.due(3, -5, "b", "t");
+        let late = keys.due(3, 1_000, "a", "t");
+        assert!(early < late);
+        let (begin, end) = keys.due_until(3, 1_000);
+        assert!(begin <= early && early < end && late < end);
+        assert!(keys.due(3, 1_001, "a", "t") >= end);
+        assert_eq!(keys.due_parts(&late).unwrap(), (1_000, "a".to_owned(), "t".to_owned()));
+    }
+
+    #[test]
+    fn shards_are_stable_and_spread() {
+        assert_eq!(shard_of("job", "default"), shard_of("job", "default"));
+        let used: std::collections::BTreeSet<u16> =
+            (0..1000).map(|i| shard_of(&format!("job-{i}"), "default")).collect();
+        assert!(used.len() > 60, "{}", used.len());
+    }
+
+    #[test]
+    fn ranges_contain_their_keys() {
+        let keys = Keyspace::default_root();
+        let run = Uuid::from_u128(7);
+        let (b, e) = keys.running_on("node-1");
+        let k = keys.running(run_node(), run);
+        assert!(b <= k && k < e);
+        assert_eq!(keys.node_run_of(&k).unwrap(), run);
+        let (b, e) = keys.all();
+        assert!(b <= k && k < e);
+    }
+
+    fn run_node() -> &'static str {
+        "node-1"
+    }
+}

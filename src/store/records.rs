@@ -1,0 +1,195 @@
+//! Stored records. Each is written with [`super::codec`]; its key is in [`super::keys`].
+//! Times are microseconds since the Unix epoch; JSON data is stored as text.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::job::{JobOrigin, MisfirePolicy, RetryPolicy, RunCause, RunState, TriggerState};
+
+/// `(1, job)`: a job definition with its origin and paused state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// The job name.
+    pub name: String,
+    /// The registered type key that runs it.
+    pub job_type: String,
+    /// Job data, JSON object text.
+    pub data: String,
+    /// Runs may overlap.
+    pub allow_concurrent: bool,
+    /// A local job: every node runs it on its own clock.
+    pub run_on_every_instance: bool,
+    /// A run on a lost node is re-run once.
+    pub requests_recovery: bool,
+    /// Retry policy.
+    pub retry: Option<RetryPolicy>,
+    /// Run timeout, microseconds.
+    pub timeout_us: Option<u64>,
+    /// Free text.
+    pub description: Option<String>,
+    /// Where the definition came from.
+    pub origin: JobOrigin,
+    /// The code definition's fingerprint (code and overridden jobs).
+    pub code_fingerprint: Option<String>,
+    /// Paused: no trigger of the job fires.
+    pub paused: bool,
+    /// Increases with every rewrite of the definition.
+    pub revision: u64,
+}
+
+/// What created a trigger, which decides the cause of its runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TriggerKind {
+    /// A trigger of the job definition.
+    Defined,
+    /// `enqueue`: a one-shot `manual-…` trigger.
+    Manual,
+    /// A one-shot `retry-…` trigger for a failed run.
+    Retry {
+        /// The attempt number of the retry run.
+        attempt: u32,
+        /// The first attempt's run id.
+        retry_of: Uuid,
+    },
+    /// A one-shot `recovery-…` trigger for a run lost with its node.
+    Recovery {
+        /// The lost run.
+        lost_run: Uuid,
+        /// The lost run's attempt.
+        attempt: u32,
+        /// The lost run's `retry_of`.
+        retry_of: Option<Uuid>,
+    },
+}
+
+impl TriggerKind {
+    /// One-shot triggers made by the engine are deleted once acquired.
+    pub fn is_synthetic(self) -> bool {
+        !matches!(self, Self::Defined)
+    }
+}
+
+/// `(2, job, trigger)`: a trigger and its progress.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TriggerRecord {
+    /// The job.
+    pub job: String,
+    /// The trigger name.
+    pub name: String,
+    /// The schedule, in its text form.
+    pub schedule: String,
+    /// Trigger data, JSON object text.
+    pub data: String,
+    /// Priority; higher first.
+    pub priority: i32,
+    /// Misfire policy.
+    pub misfire: MisfirePolicy,
+    /// Free text.
+    pub description: Option<String>,
+    /// What made it.
+    pub kind: TriggerKind,
+    /// Its state.
+    pub state: TriggerState,
+    /// Paused by `pause_triggers` (the job's own flag pauses it too).
+    pub paused: bool,
+    /// The next fire; kept while `Blocked` or `Paused`.
+    pub next_fire_us: Option<i64>,
+    /// The previous fire's scheduled time.
+    pub previous_fire_us: Option<i64>,
+    /// Fires so far.
+    pub fire_count: u32,
+    /// A random id of this incarnation of the trigger, so run ids of a re-created
+    /// trigger never repeat an old one's.
+    pub uid: u64,
+    /// The run an `Every` trigger waits for while `Acquired`.
+    pub running_run: Option<Uuid>,
+    /// Why it is in `Error`.
+    pub error: Option<String>,
+}
+
+/// `(4, job)`: the single active-run slot of a non-concurrent job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct SlotRecord {
+    /// The run holding the slot.
+    pub holder: Option<Uuid>,
+    /// Increases with every claim: a fencing token.
+    pub generation: u64,
+}
+
+/// `(6, run_id)`: one run in history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// Run id.
+    pub id: Uuid,
+    /// The job.
+    pub job: String,
+    /// The trigger that fired (none for `trigger` by hand).
+    pub trigger: Option<String>,
+    /// When it was due.
+    pub scheduled_us: i64,
+    /// Why it ran.
+    pub cause: RunCause,
+    /// Attempt number, from 1.
+    pub attempt: u32,
+    /// The first attempt's id, on retries.
+    pub retry_of: Option<Uuid>,
+    /// Merged data, JSON object text.
+    pub data: String,
+    /// State.
+    pub state: RunState,
+    /// The node running it.
+    pub node: String,
+    /// When it started.
+    pub started_us: i64,
+    /// When it finished.
+    pub finished_us: Option<i64>,
+    /// The error code of a failed, canceled or lost run.
+    pub error_code: Option<String>,
+    /// The error message.
+    pub error_message: Option<String>,
+    /// It holds its job's slot.
+    pub exclusive: bool,
+    /// A local job's run (not acquired through the store).
+    pub local: bool,
+}
+
+impl RunRecord {
+    /// What history indexes carry, so filtered queries need not read primary records.
+    pub fn summary(&self) -> RunSummary {
+        RunSummary {
+            state: self.state,
+            has_error: self.error_code.is_some(),
+            node: self.node.clone(),
+            trigger: self.trigger.clone(),
+            finished_us: self.finished_us,
+        }
+    }
+}
+
+/// The value of the history index entries: enough to filter without the run record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunSummary {
+    /// State.
+    pub state: RunState,
+    /// Whether it has an error.
+    pub has_error: bool,
+    /// The node.
+    pub node: String,
+    /// The trigger.
+    pub trigger: Option<String>,
+    /// When it finished.
+    pub finished_us: Option<i64>,
+}
+
+/// `(9, node)`: a node and its heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    /// Node id.
+    pub node: String,
+    /// Increases with every heartbeat; observers time how long it stays unchanged.
+    pub heartbeat_seq: u64,
+    /// Wall time of the last heartbeat (informational; liveness never trusts it).
+    pub heartbeat_us: i64,
+    /// False once declared lost.
+    pub alive: bool,
+}
