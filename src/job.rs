@@ -552,6 +552,88 @@ pub struct JobRun {
     pub data: JsonObject,
 }
 
+/// The most runs one query returns.
+pub const RUN_QUERY_LIMIT_MAX: i64 = 1000;
+
+/// A history query (SPEC §9): filters, then paging. Results are ordered by scheduled time,
+/// newest first. Paging is checked by the query, not at construction: an out-of-range
+/// `skip` or `limit` makes `runs` fail with `SCHEDULING_VALIDATION_002`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobRunQuery {
+    /// Only this job.
+    pub job: Option<JobName>,
+    /// Only these states (empty = any).
+    pub states: BTreeSet<RunState>,
+    /// Scheduled at or after this.
+    pub from: Option<DateTime<Utc>>,
+    /// Scheduled before this.
+    pub to: Option<DateTime<Utc>>,
+    /// Only this trigger.
+    pub trigger: Option<TriggerName>,
+    /// Only runs on this node.
+    pub node: Option<String>,
+    /// Only runs with (true) or without (false) an error.
+    pub has_error: Option<bool>,
+    /// Matching runs to skip (≥ 0; default 0).
+    pub skip: i64,
+    /// Most runs to return (1–1000; default 100).
+    pub limit: i64,
+}
+
+impl Default for JobRunQuery {
+    fn default() -> Self {
+        Self {
+            job: None,
+            states: BTreeSet::new(),
+            from: None,
+            to: None,
+            trigger: None,
+            node: None,
+            has_error: None,
+            skip: 0,
+            limit: 100,
+        }
+    }
+}
+
+impl JobRunQuery {
+    /// Checks `skip` and `limit`.
+    ///
+    /// # Errors
+    /// `SCHEDULING_VALIDATION_002` when `skip < 0` or `limit` is outside 1–1000.
+    pub fn validate_paging(&self) -> Result<(), SchedulingError> {
+        if self.skip < 0 {
+            return Err(SchedulingError::InvalidPaging { reason: format!("skip {} is negative", self.skip) });
+        }
+        if !(1..=RUN_QUERY_LIMIT_MAX).contains(&self.limit) {
+            return Err(SchedulingError::InvalidPaging {
+                reason: format!("limit {} is outside 1–{RUN_QUERY_LIMIT_MAX}", self.limit),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A run as history shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRunInfo {
+    /// The run.
+    pub run: JobRun,
+    /// Its state.
+    pub state: RunState,
+    /// The node that ran it.
+    pub node: String,
+    /// When it started.
+    pub started_at: DateTime<Utc>,
+    /// When it ended.
+    pub finished_at: Option<DateTime<Utc>>,
+    /// The error code of a failed or canceled run.
+    pub error_code: Option<String>,
+    /// The error message of a failed, canceled or lost run.
+    pub error_message: Option<String>,
+}
+
 /// A run's state in history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum RunState {

@@ -25,7 +25,10 @@ pub mod records;
 
 mod acquire;
 mod complete;
+mod history;
 mod jobs;
+mod nodes;
+mod status;
 
 use std::sync::{Arc, Mutex};
 
@@ -34,6 +37,9 @@ use uuid::Uuid;
 
 pub use acquire::{fire_run_id, AcquireRequest, AcquiredRun};
 pub use complete::{Completion, CompletionResult, RunOutcome};
+pub use history::{RETENTION_BATCH, SCAN_BUDGET};
+pub use nodes::{Heartbeat, ReapResult};
+pub use status::{JobStatus, LocalJob, SyncOutcome, TriggerStatus};
 
 use crate::calendar::Calendars;
 use crate::entropy::Entropy;
@@ -244,6 +250,7 @@ impl<T: KvTransaction> Tx<'_, T> {
         if let Some(old) = old {
             if old.state == RunState::Running {
                 self.txn.clear(&self.keys.running(&old.node, old.id));
+                self.txn.clear(&self.keys.job_running(&old.job, old.id));
             }
             if let Some(finished) = old.finished_us {
                 self.txn.clear(&self.keys.finished(finished, old.id));
@@ -254,6 +261,7 @@ impl<T: KvTransaction> Tx<'_, T> {
         self.txn.set(&self.keys.history_by_time(new.scheduled_us, new.id), &summary);
         if new.state == RunState::Running {
             self.txn.set(&self.keys.running(&new.node, new.id), b"");
+            self.txn.set(&self.keys.job_running(&new.job, new.id), b"");
         }
         if let Some(finished) = new.finished_us {
             self.txn.set(&self.keys.finished(finished, new.id), b"");

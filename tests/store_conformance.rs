@@ -454,3 +454,201 @@ async fn concurrent_pollers_take_each_fire_exactly_once() {
         println!("seed {seed}: {} runs, {stats:?}", all_runs.len());
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn lost_nodes_are_reaped_and_their_runs_recovered_exactly_once() {
+    for (seed, faults) in [
+        (21, KvFaults::default()),
+        (22, KvFaults { unknown_result_committed: 0.3, unknown_result_not_committed: 0.3, ..KvFaults::default() }),
+    ] {
+        let options = StoreOptions {
+            retry: RetryOptions { retry_limit: 100, ..RetryOptions::default() },
+            ..StoreOptions::default()
+        };
+        let w = world_with(faults, options, seed);
+        // Concurrent, so the recovery is not blocked behind the job's own next fire.
+        let mut recovering = job("recover", &[("t", "cron * * * * * *")]);
+        recovering.requests_recovery = true;
+        recovering.allow_concurrent = true;
+        let mut plain = job("plain", &[("t", "cron * * * * * *")]);
+        plain.allow_concurrent = true;
+        w.store.schedule(&[recovering, plain], t0()).await;
+        let beat = w.store.heartbeat("dying", secs(0)).await.unwrap();
+        let runs = acquire(&w, "dying", secs(1), 16).await;
+        assert_eq!(runs.len(), 2);
+        // A heartbeat after the observation: no declaration.
+        w.store.heartbeat("dying", secs(1)).await.unwrap();
+        assert!(!w.store.reap_node("dying", beat.seq, secs(2), 100).await.unwrap().declared);
+        let observed = w.store.nodes().await.unwrap().into_iter().find(|n| n.node == "dying").unwrap().heartbeat_seq;
+        let reaped = w.store.reap_node("dying", observed, secs(100), 100).await.unwrap();
+        assert!(reaped.declared);
+        assert_eq!(reaped.lost_runs.len(), 2);
+        assert_eq!(reaped.recovery_triggers.len(), 1, "seed {seed}");
+        // Reaping again (a replay) recovers nothing twice.
+        let again = w.store.reap_node("dying", observed, secs(100), 100).await.unwrap();
+        assert!(again.lost_runs.is_empty() && again.recovery_triggers.is_empty());
+        for run in &runs {
+            assert_eq!(w.store.run_record(run.run.id).await.unwrap().unwrap().state, RunState::Lost);
+        }
+        // A late completion from the lost node does not overwrite history.
+        let late = complete(&w, runs[0].run.id, "dying", RunOutcome::Succeeded, secs(101)).await;
+        assert_eq!((late.state, late.recorded), (RunState::Lost, false));
+        // The recovery runs once, elsewhere, with the lost run's data and cause Recovery.
+        let recovered: Vec<_> = acquire(&w, "healthy", secs(101), 64)
+            .await
+            .into_iter()
+            .filter(|r| r.run.cause == RunCause::Recovery)
+            .collect();
+        assert_eq!(recovered.len(), 1);
+        assert_eq!(recovered[0].run.job.as_str(), "recover");
+        assert!(acquire(&w, "healthy", secs(101), 64).await.iter().all(|r| r.run.cause != RunCause::Recovery));
+        // The node comes back: told it was declared lost.
+        assert!(w.store.heartbeat("dying", secs(102)).await.unwrap().was_declared_lost);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_requests_reach_the_running_node_until_the_run_ends() {
+    let w = world();
+    w.store.schedule(&[job("c", &[("t", "cron * * * * * *")])], t0()).await;
+    let run = acquire(&w, "n7", secs(1), 16).await.remove(0);
+    let results = w.store.request_cancel(&[run.run.id, Uuid::from_u128(1)]).await;
+    assert_eq!(results[0].as_ref().unwrap(), "n7");
+    assert_eq!(results[1].as_ref().unwrap_err().code(), "SCHEDULING_NOTFOUND_004");
+    assert_eq!(w.store.cancel_requests("n7").await.unwrap(), vec![run.run.id]);
+    assert_eq!(w.store.cancel_requests("n7").await.unwrap(), vec![run.run.id], "read-only until the run ends");
+    complete(&w, run.run.id, "n7", RunOutcome::Canceled { message: "requested".into() }, secs(2)).await;
+    assert!(w.store.cancel_requests("n7").await.unwrap().is_empty());
+    assert_eq!(w.store.request_cancel(&[run.run.id]).await[0].as_ref().unwrap_err().code(), "SCHEDULING_NOTFOUND_004");
+}
+
+#[tokio::test(start_paused = true)]
+async fn history_queries_filter_page_count_and_expire() {
+    let w = world();
+    let mut a = job("a", &[("t", "cron * * * * * *")]);
+    a.allow_concurrent = true;
+    let mut b = job("b", &[("t", "cron * * * * * *")]);
+    b.allow_concurrent = true;
+    w.store.schedule(&[a, b], t0()).await;
+    for second in 1..=10 {
+        for run in acquire(&w, if second % 2 == 0 { "even" } else { "odd" }, secs(second), 16).await {
+            let outcome = if second % 3 == 0 {
+                RunOutcome::Failed { code: "E".into(), message: "boom".into() }
+            } else {
+                RunOutcome::Succeeded
+            };
+            let node = if second % 2 == 0 { "even" } else { "odd" };
+            complete(&w, run.run.id, node, outcome, secs(second) + TimeDelta::milliseconds(500)).await;
+        }
+    }
+    let all = sundial::job::JobRunQuery::default();
+    assert_eq!(w.store.count_runs(&all).await.unwrap(), 20);
+    let page = w.store.runs(&sundial::job::JobRunQuery { limit: 3, ..all.clone() }).await.unwrap();
+    assert_eq!(page.len(), 3);
+    assert!(page.windows(2).all(|p| p[0].run.scheduled_at >= p[1].run.scheduled_at), "newest first");
+    assert_eq!(page[0].run.scheduled_at, secs(10));
+    let only_a = sundial::job::JobRunQuery { job: Some(name("a")), ..all.clone() };
+    assert_eq!(w.store.count_runs(&only_a).await.unwrap(), 10);
+    let failed = sundial::job::JobRunQuery { states: [RunState::Failed].into(), ..all.clone() };
+    assert_eq!(w.store.count_runs(&failed).await.unwrap(), 6);
+    let errors = sundial::job::JobRunQuery { has_error: Some(true), node: Some("even".into()), ..all.clone() };
+    assert_eq!(w.store.count_runs(&errors).await.unwrap(), 2, "seconds 6 (both jobs) only");
+    let window =
+        sundial::job::JobRunQuery { from: Some(secs(3)), to: Some(secs(5)), job: Some(name("b")), ..all.clone() };
+    let in_window = w.store.runs(&window).await.unwrap();
+    assert_eq!(in_window.iter().map(|r| r.run.scheduled_at).collect::<Vec<_>>(), vec![secs(4), secs(3)]);
+    let skipped = w.store.runs(&sundial::job::JobRunQuery { skip: 18, ..all.clone() }).await.unwrap();
+    assert_eq!(skipped.len(), 2);
+    for bad in [
+        sundial::job::JobRunQuery { skip: -1, ..all.clone() },
+        sundial::job::JobRunQuery { limit: 0, ..all.clone() },
+        sundial::job::JobRunQuery { limit: 1001, ..all.clone() },
+    ] {
+        let err = sundial::SchedulingError::from(w.store.runs(&bad).await.unwrap_err());
+        assert_eq!((err.code(), err.http_status()), ("SCHEDULING_VALIDATION_002", 400));
+    }
+    // Retention: runs that ended more than 5 s before second 11 go.
+    let deleted = w.store.apply_retention(secs(11), Some(Duration::from_secs(5))).await.unwrap();
+    assert_eq!(deleted, 10, "seconds 1–5 ended at x.5 < 6");
+    assert_eq!(w.store.count_runs(&all).await.unwrap(), 10);
+    assert_eq!(w.store.apply_retention(secs(11), None).await.unwrap(), 0, "zero retention keeps everything");
+}
+
+#[tokio::test(start_paused = true)]
+async fn status_shows_triggers_running_and_last_result() {
+    let w = world();
+    w.store.schedule(&[job("s", &[("t", "cron */5 * * * * *")])], t0()).await;
+    let run = acquire(&w, "n1", secs(5), 16).await.remove(0);
+    let status = w.store.status(&name("s")).await.unwrap().unwrap();
+    assert_eq!(status.running, 1);
+    assert_eq!(status.triggers[0].next_fire, Some(secs(10)));
+    assert_eq!(status.triggers[0].previous_fire, Some(secs(5)));
+    assert_eq!(status.triggers[0].fire_count, 1);
+    complete(&w, run.run.id, "n1", RunOutcome::Succeeded, secs(6)).await;
+    let status = w.store.status(&name("s")).await.unwrap().unwrap();
+    assert_eq!(status.running, 0);
+    assert_eq!(status.last_finished.unwrap().state, RunState::Succeeded);
+    assert_eq!(status.definition.triggers[0].schedule.to_string(), "cron */5 * * * * *");
+    assert!(w.store.status(&name("nope")).await.unwrap().is_none());
+    assert_eq!(w.store.statuses().await.unwrap().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn code_jobs_sync_with_the_fingerprint_rules_and_restore() {
+    use sundial::store::SyncOutcome;
+    let w = world();
+    let code = job("code", &[("t", "cron 0 * * * * *")]);
+    assert_eq!(w.store.sync_code_job(&code, t0()).await.unwrap(), SyncOutcome::Created);
+    assert_eq!(w.store.sync_code_job(&code, t0()).await.unwrap(), SyncOutcome::Unchanged);
+    // Overridden at run time; paused.
+    w.store.schedule(&[job("code", &[("t", "cron 30 * * * * *")])], t0()).await;
+    w.store.set_jobs_paused(&[name("code")], true).await;
+    let stored = w.store.job_record("code").await.unwrap().unwrap();
+    assert_eq!(stored.origin, sundial::job::JobOrigin::Overridden);
+    // Restart with the same code: the runtime change stays.
+    assert_eq!(w.store.sync_code_job(&code, t0()).await.unwrap(), SyncOutcome::KeptOverride);
+    assert_eq!(w.store.trigger_record("code", "t").await.unwrap().unwrap().schedule, "cron 30 * * * * *");
+    // Restart with changed code: written back, paused kept, the caller warned.
+    let changed = job("code", &[("t", "cron 15 * * * * *")]);
+    assert_eq!(
+        w.store.sync_code_job(&changed, t0()).await.unwrap(),
+        SyncOutcome::Rewritten { overwrote_runtime_change: true }
+    );
+    let stored = w.store.job_record("code").await.unwrap().unwrap();
+    assert_eq!((stored.origin, stored.paused), (sundial::job::JobOrigin::Code, true));
+    // Restore after another override.
+    w.store.schedule(&[job("code", &[("t", "cron 45 * * * * *")])], t0()).await;
+    w.store.restore(&changed, t0()).await.unwrap();
+    assert_eq!(w.store.trigger_record("code", "t").await.unwrap().unwrap().schedule, "cron 15 * * * * *");
+    assert_eq!(w.store.job_record("code").await.unwrap().unwrap().origin, sundial::job::JobOrigin::Code);
+    // A deleted code job comes back at the next start.
+    w.store.unschedule(&[name("code")]).await;
+    assert_eq!(w.store.sync_code_job(&changed, t0()).await.unwrap(), SyncOutcome::Created);
+}
+
+#[tokio::test(start_paused = true)]
+async fn local_jobs_stay_out_of_acquisition_but_their_runs_go_to_history() {
+    let w = world();
+    let mut local = job("local", &[("t", "cron * * * * * *")]);
+    local.run_on_every_instance = true;
+    w.store.schedule(&[local], t0()).await;
+    assert!(acquire(&w, "n1", secs(5), 16).await.is_empty(), "never acquired through the store");
+    let locals = w.store.local_jobs().await.unwrap();
+    assert_eq!(locals.len(), 1);
+    assert_eq!(locals[0].definition.name.as_str(), "local");
+    let job_run = sundial::job::JobRun {
+        id: Uuid::from_u128(42),
+        job: name("local"),
+        trigger: Some(TriggerName::new("t").unwrap()),
+        scheduled_at: secs(5),
+        cause: RunCause::Schedule,
+        attempt: 1,
+        retry_of: None,
+        data: JsonObject::new(),
+    };
+    w.store.begin_local_run(&job_run, "n1", secs(5)).await.unwrap();
+    let failure = RunOutcome::Failed { code: "E".into(), message: "x".into() };
+    let done = complete(&w, job_run.id, "n1", failure, secs(6)).await;
+    assert_eq!(done.retry_trigger, None, "local jobs retry in process, not in the store");
+    assert_eq!(w.store.count_runs(&sundial::job::JobRunQuery::default()).await.unwrap(), 1);
+}

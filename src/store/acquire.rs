@@ -396,6 +396,7 @@ impl<K: Kv> KvJobStore<K> {
         }
         if run.state == RunState::Running {
             tx.txn.clear(&self.keys.running(&run.node, run.id));
+            tx.txn.clear(&self.keys.job_running(&run.job, run.id));
         }
         self.count_runs_delta(tx, -1);
     }

@@ -102,6 +102,7 @@ impl<K: Kv> KvJobStore<K> {
                 ),
             };
             tx.put_run(Some(&stored), &ended);
+            tx.txn.clear(&self.keys.cancel(&stored.node, id));
             let job = tx.job(&stored.job).await?;
             let blocked_left = self.release(&tx, &stored, job.as_ref()).await?;
             self.finish_interval_trigger(&tx, &stored, job.as_ref(), completion.finished_at).await?;
@@ -187,7 +188,7 @@ impl<K: Kv> KvJobStore<K> {
     }
 
     /// The interval trigger whose run this was waits one interval from now.
-    async fn finish_interval_trigger(
+    pub(crate) async fn finish_interval_trigger(
         &self,
         tx: &Tx<'_, K::Transaction>,
         run: &RunRecord,

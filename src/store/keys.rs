@@ -24,6 +24,7 @@
 //! (11, node, run_id)                            ''             cancel requests per node
 //! (12, job)                                     ''             local jobs (run on every node)
 //! (13)                                          i64 LE         number of stored runs (atomic add)
+//! (14, job, run_id)                             ''             Running runs per job
 //! ```
 //!
 //! Times are microseconds since the Unix epoch (tuple integers sort correctly, negatives
@@ -52,6 +53,7 @@ const LEASE: i64 = 10;
 const CANCEL: i64 = 11;
 const LOCAL_JOB: i64 = 12;
 const RUN_COUNT: i64 = 13;
+const JOB_RUNNING: i64 = 14;
 
 const BY_JOB: i64 = 0;
 const BY_TIME: i64 = 1;
@@ -191,6 +193,17 @@ impl Keyspace {
         (self.pack(&(HISTORY, BY_TIME, from_us)), self.pack(&(HISTORY, BY_TIME, to_us)))
     }
 
+    /// The run id of a history key: by job (`(7, 0, …)`) or by time (`(7, 1, …)`).
+    pub fn history_run_of(&self, key: &[u8], by_job: bool) -> Result<Uuid, StoreError> {
+        if by_job {
+            let (_, _, _, _, run): (i64, i64, String, i64, Uuid) = self.unpack(key)?;
+            Ok(run)
+        } else {
+            let (_, _, _, run): (i64, i64, i64, Uuid) = self.unpack(key)?;
+            Ok(run)
+        }
+    }
+
     /// `(7, 2, finished_us, run_id)`.
     pub fn finished(&self, finished_us: i64, run: Uuid) -> Vec<u8> {
         self.pack(&(HISTORY, BY_FINISH, finished_us, run))
@@ -263,6 +276,16 @@ impl Keyspace {
     pub fn local_job_name_of(&self, key: &[u8]) -> Result<String, StoreError> {
         let (_, job): (i64, String) = self.unpack(key)?;
         Ok(job)
+    }
+
+    /// `(14, job, run_id)`.
+    pub fn job_running(&self, job: &str, run: Uuid) -> Vec<u8> {
+        self.pack(&(JOB_RUNNING, job, run))
+    }
+
+    /// Running runs of `job`.
+    pub fn running_of_job(&self, job: &str) -> KeyRange {
+        self.range_of(&(JOB_RUNNING, job))
     }
 
     /// `(13)`: the stored-run counter.

@@ -158,7 +158,7 @@ impl RunRecord {
     pub fn summary(&self) -> RunSummary {
         RunSummary {
             state: self.state,
-            has_error: self.error_code.is_some(),
+            has_error: self.error_code.is_some() || self.error_message.is_some(),
             node: self.node.clone(),
             trigger: self.trigger.clone(),
             finished_us: self.finished_us,
@@ -190,6 +190,8 @@ pub struct NodeRecord {
     pub heartbeat_seq: u64,
     /// Wall time of the last heartbeat (informational; liveness never trusts it).
     pub heartbeat_us: i64,
-    /// False once declared lost.
+    /// False once declared lost or deregistered.
     pub alive: bool,
+    /// Declared lost by the leader (as opposed to stopped gracefully).
+    pub lost: bool,
 }

@@ -1,0 +1,225 @@
+//! Nodes (SPEC §7, §10 steps 3, 5, 6): heartbeats, declaring lost nodes and recovering
+//! their runs, and cancel requests.
+//!
+//! Liveness is judged by the observer (DESIGN.md decision 3): the leader watches each
+//! node's heartbeat sequence on its own monotonic clock and calls [`KvJobStore::reap_node`]
+//! with the sequence it saw unchanged for `node_timeout`. The store declares the node lost
+//! only if the sequence is still that one: a heartbeat racing the declaration conflicts
+//! on the node record, and exactly one of them wins.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::jobs::one_shot_record;
+use super::records::{NodeRecord, RunRecord, TriggerKind};
+use super::{codec, micros, parse_data, KvJobStore, StoreError};
+use crate::error::SchedulingError;
+use crate::job::RunState;
+use crate::kv::{run, Kv, KvTransaction, RangeRequest};
+
+/// What a heartbeat found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// The new heartbeat sequence.
+    pub seq: u64,
+    /// The node had been declared lost since its previous heartbeat: its runs are `Lost`
+    /// and it must stop them (their completions will not be recorded).
+    pub was_declared_lost: bool,
+}
+
+/// What one reaping step did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReapResult {
+    /// The node is (now) declared lost; false when it heartbeated since it was observed.
+    pub declared: bool,
+    /// Runs marked `Lost` in this step.
+    pub lost_runs: Vec<Uuid>,
+    /// `recovery-…` triggers created in this step.
+    pub recovery_triggers: Vec<String>,
+    /// More runs of the node remain: call again.
+    pub more: bool,
+}
+
+impl<K: Kv> KvJobStore<K> {
+    /// Records a heartbeat of `node` (registering it on first use).
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn heartbeat(&self, node: &str, now: DateTime<Utc>) -> Result<Heartbeat, StoreError> {
+        run(&self.kv, self.options.retry, |txn, _| async move {
+            let key = self.keys.node(node);
+            let old: Option<NodeRecord> =
+                txn.get(&key, false).await?.map(|b| codec::decode(&b, "node record")).transpose()?;
+            let seq = old.as_ref().map_or(1, |n| n.heartbeat_seq + 1);
+            let was_declared_lost = old.as_ref().is_some_and(|n| n.lost);
+            let record = NodeRecord {
+                node: node.to_owned(),
+                heartbeat_seq: seq,
+                heartbeat_us: micros(now),
+                alive: true,
+                lost: false,
+            };
+            txn.set(&key, &codec::encode(&record));
+            Ok::<_, StoreError>(Heartbeat { seq, was_declared_lost })
+        })
+        .await
+    }
+
+    /// Marks `node` as stopped gracefully: other nodes stop counting it among the live ones
+    /// at once, instead of after `node_timeout`.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn deregister_node(&self, node: &str) -> Result<(), StoreError> {
+        run(&self.kv, self.options.retry, |txn, _| async move {
+            let key = self.keys.node(node);
+            if let Some(bytes) = txn.get(&key, false).await? {
+                let mut record: NodeRecord = codec::decode(&bytes, "node record")?;
+                record.alive = false;
+                txn.set(&key, &codec::encode(&record));
+            }
+            Ok::<_, StoreError>(())
+        })
+        .await
+    }
+
+    /// Every registered node (snapshot: for the leader's observations).
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn nodes(&self) -> Result<Vec<NodeRecord>, StoreError> {
+        run(&self.kv, self.options.retry, |txn, _| async move {
+            let (begin, end) = self.keys.nodes();
+            let range = txn.get_range(&RangeRequest::new(begin, end), true).await?;
+            range.pairs.iter().map(|(_, v)| codec::decode(v, "node record")).collect::<Result<Vec<_>, _>>()
+        })
+        .await
+    }
+
+    /// Declares `node` lost if its heartbeat sequence is still `observed_seq` (or it is
+    /// already lost or deregistered), then marks up to `chunk` of its running runs `Lost`:
+    /// each frees its slot, lets blocked triggers go, re-arms its interval trigger, and,
+    /// for jobs that request recovery, gets one `recovery-…` trigger due now (cause
+    /// `Recovery`, same data). Call again while [`ReapResult::more`].
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn reap_node(
+        &self,
+        node: &str,
+        observed_seq: u64,
+        now: DateTime<Utc>,
+        chunk: usize,
+    ) -> Result<ReapResult, StoreError> {
+        let uids: Vec<u64> = (0..chunk).map(|_| self.random_u64()).collect();
+        let uids = &uids;
+        let (result, unblock) = run(&self.kv, self.options.retry, |txn, _| async move {
+            let tx = self.tx(txn);
+            let key = self.keys.node(node);
+            let Some(bytes) = tx.txn.get(&key, false).await? else {
+                return Ok::<_, StoreError>((ReapResult::default(), Vec::new()));
+            };
+            let mut record: NodeRecord = codec::decode(&bytes, "node record")?;
+            if record.alive {
+                if record.heartbeat_seq != observed_seq {
+                    return Ok((ReapResult::default(), Vec::new()));
+                }
+                record.alive = false;
+                record.lost = true;
+                tx.txn.set(&key, &codec::encode(&record));
+            }
+            let mut result = ReapResult { declared: true, ..ReapResult::default() };
+            let mut unblock = Vec::new();
+            let (begin, end) = self.keys.running_on(node);
+            // The listing is a snapshot; each run is then read serializably, so a
+            // completion racing this conflicts on the run, and one state wins.
+            let listing = tx.txn.get_range(&RangeRequest::new(begin, end).limit(chunk), true).await?;
+            for ((key, _), uid) in listing.pairs.iter().zip(uids) {
+                let id = self.keys.node_run_of(key)?;
+                let Some(stored) = tx.run(id).await? else {
+                    tx.txn.clear(key);
+                    continue;
+                };
+                if stored.state != RunState::Running || stored.node != node {
+                    tx.txn.clear(key);
+                    continue;
+                }
+                let mut lost = stored.clone();
+                lost.state = RunState::Lost;
+                lost.finished_us = Some(micros(now));
+                lost.error_message = Some(format!("node '{node}' was lost while the run was running"));
+                tx.put_run(Some(&stored), &lost);
+                tx.txn.clear(&self.keys.cancel(node, id));
+                let job = tx.job(&stored.job).await?;
+                if self.release(&tx, &stored, job.as_ref()).await? {
+                    unblock.push(stored.job.clone());
+                }
+                self.finish_interval_trigger(&tx, &stored, job.as_ref(), now).await?;
+                if job.as_ref().is_some_and(|j| j.requests_recovery) && !stored.local {
+                    result.recovery_triggers.push(self.write_recovery(&tx, &stored, *uid, now)?);
+                }
+                result.lost_runs.push(id);
+            }
+            result.more = listing.more;
+            Ok((result, unblock))
+        })
+        .await?;
+        for job in unblock {
+            self.unblock_all(&job).await?;
+        }
+        Ok(result)
+    }
+
+    fn write_recovery(
+        &self,
+        tx: &super::Tx<'_, K::Transaction>,
+        lost: &RunRecord,
+        uid: u64,
+        now: DateTime<Utc>,
+    ) -> Result<String, StoreError> {
+        let name = format!("recovery-{}", lost.id.simple());
+        let kind = TriggerKind::Recovery { lost_run: lost.id, attempt: lost.attempt, retry_of: lost.retry_of };
+        let record = one_shot_record(&lost.job, &name, kind, &parse_data(&lost.data)?, uid, now);
+        tx.put_trigger(None, &record, false);
+        Ok(name)
+    }
+
+    /// Asks the node running each run to cancel it; returns that node (the caller cancels
+    /// at once when it is itself, otherwise the node does at its next cycle).
+    ///
+    /// # Errors
+    /// Per item: `SCHEDULING_NOTFOUND_004` when the run is unknown or already finished.
+    pub async fn request_cancel(&self, ids: &[Uuid]) -> Vec<Result<String, SchedulingError>> {
+        let mut results = Vec::with_capacity(ids.len());
+        for &id in ids {
+            let result = run(&self.kv, self.options.retry, |txn, _| async move {
+                let tx = self.tx(txn);
+                let not_found = || SchedulingError::RunNotFound { run_id: id.to_string() };
+                let stored = tx.run(id).await?.ok_or_else(not_found)?;
+                if stored.state != RunState::Running {
+                    return Err(not_found().into());
+                }
+                tx.txn.set(&self.keys.cancel(&stored.node, id), b"");
+                Ok::<_, StoreError>(stored.node)
+            })
+            .await;
+            results.push(result.map_err(SchedulingError::from));
+        }
+        results
+    }
+
+    /// The runs `node` has been asked to cancel. Read-only: a request stays until its run
+    /// ends (completion clears it), so an ambiguous commit can never drop one, and acting
+    /// on it twice is harmless.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn cancel_requests(&self, node: &str) -> Result<Vec<Uuid>, StoreError> {
+        run(&self.kv, self.options.retry, |txn, _| async move {
+            let (begin, end) = self.keys.cancels_for(node);
+            let range = txn.get_range(&RangeRequest::new(begin, end), true).await?;
+            range.pairs.iter().map(|(k, _)| self.keys.node_run_of(k)).collect::<Result<Vec<_>, _>>()
+        })
+        .await
+    }
+}

@@ -1,0 +1,348 @@
+//! Statuses (SPEC §9 `status`/`statuses`), code-job sync and restore (SPEC §9 "code jobs
+//! changed at run time"), and local jobs (SPEC §7 `run_on_every_instance`).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::jobs::{instant, Provenance};
+use super::records::{JobRecord, RunRecord, RunSummary, TriggerKind, TriggerRecord};
+use super::{codec, job_run_of, micros, parse_data, KvJobStore, StoreError, Tx};
+
+use crate::job::{
+    JobDefinition, JobOrigin, JobRun, JobRunInfo, JobTriggerDefinition, JobTypeKey, RunState, TriggerState,
+};
+use crate::kv::{run, Kv, KvTransaction, RangeRequest};
+use crate::name::{JobName, TriggerName};
+use crate::schedule::JobSchedule;
+
+/// A trigger as `status` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TriggerStatus {
+    /// Its name (including engine-made `manual-`, `retry-`, `recovery-` triggers).
+    pub name: String,
+    /// Its state.
+    pub state: TriggerState,
+    /// Paused by itself (its job's pause shows in the job status).
+    pub paused: bool,
+    /// The previous fire's scheduled time.
+    pub previous_fire: Option<DateTime<Utc>>,
+    /// The next fire.
+    pub next_fire: Option<DateTime<Utc>>,
+    /// Fires so far.
+    pub fire_count: u32,
+    /// Why it is in `Error`.
+    pub error: Option<String>,
+}
+
+/// A job as `status` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobStatus {
+    /// The stored definition.
+    pub definition: JobDefinition,
+    /// Where it came from.
+    pub origin: JobOrigin,
+    /// Paused.
+    pub paused: bool,
+    /// Its triggers.
+    pub triggers: Vec<TriggerStatus>,
+    /// Runs of it running now, anywhere.
+    pub running: usize,
+    /// Its latest finished run.
+    pub last_finished: Option<JobRunInfo>,
+}
+
+/// What code-job sync did with one definition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncOutcome {
+    /// Not stored before (or deleted at run time): written.
+    Created,
+    /// Stored as this very code definition: nothing to do.
+    Unchanged,
+    /// Overridden at run time from this same code definition: the runtime change is kept.
+    KeptOverride,
+    /// The code definition changed: written back, origin `Code`. `overwrote_runtime_change`
+    /// is true when a runtime change was replaced (the caller logs a warning).
+    Rewritten {
+        /// A runtime change was replaced.
+        overwrote_runtime_change: bool,
+    },
+}
+
+/// A local job (runs on every node on its own clock), for the node's refresh.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalJob {
+    /// The definition.
+    pub definition: JobDefinition,
+    /// Paused: no trigger fires.
+    pub paused: bool,
+    /// Names of individually paused triggers.
+    pub paused_triggers: Vec<TriggerName>,
+    /// Increases with every rewrite; a node recomputes its fires when it changes.
+    pub revision: u64,
+}
+
+/// Rebuilds a definition from records.
+fn definition_of(job: &JobRecord, triggers: &[TriggerRecord]) -> Result<JobDefinition, StoreError> {
+    let corrupt = |what: &str| StoreError::Corrupt(format!("job '{}': bad {what}", job.name));
+    let mut def = JobDefinition::new(
+        JobName::new(job.name.clone()).map_err(|_| corrupt("name"))?,
+        JobTypeKey::new(job.job_type.clone()).map_err(|_| corrupt("type"))?,
+    );
+    def.data = parse_data(&job.data)?;
+    def.allow_concurrent = job.allow_concurrent;
+    def.run_on_every_instance = job.run_on_every_instance;
+    def.requests_recovery = job.requests_recovery;
+    def.retry = job.retry;
+    def.timeout = job.timeout_us.map(Duration::from_micros);
+    def.description = job.description.clone();
+    for trigger in triggers.iter().filter(|t| !t.kind.is_synthetic()) {
+        let schedule: JobSchedule = trigger.schedule.parse().map_err(|_| corrupt("schedule"))?;
+        let mut t = JobTriggerDefinition::new(
+            TriggerName::new(trigger.name.clone()).map_err(|_| corrupt("trigger name"))?,
+            schedule,
+        );
+        t.data = if trigger.data.is_empty() { Default::default() } else { parse_data(&trigger.data)? };
+        t.priority = trigger.priority;
+        t.misfire = trigger.misfire;
+        t.description = trigger.description.clone();
+        def.triggers.push(t);
+    }
+    Ok(def)
+}
+
+fn trigger_status(t: &TriggerRecord) -> Result<TriggerStatus, StoreError> {
+    Ok(TriggerStatus {
+        name: t.name.clone(),
+        state: t.state,
+        paused: t.paused,
+        previous_fire: t.previous_fire_us.map(instant).transpose()?,
+        next_fire: t.next_fire_us.map(instant).transpose()?,
+        fire_count: t.fire_count,
+        error: t.error.clone(),
+    })
+}
+
+impl<K: Kv> KvJobStore<K> {
+    /// The status of `job`, or `None` when it is not stored. Snapshot reads.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn status(&self, job: &JobName) -> Result<Option<JobStatus>, StoreError> {
+        run(&self.kv, self.options.retry, |txn, _| async move { self.status_in(&self.tx(txn), job.as_str()).await })
+            .await
+    }
+
+    async fn status_in(&self, tx: &Tx<'_, K::Transaction>, name: &str) -> Result<Option<JobStatus>, StoreError> {
+        let Some(bytes) = tx.txn.get(&self.keys.job(name), true).await? else { return Ok(None) };
+        let job: JobRecord = codec::decode(&bytes, "job record")?;
+        let (begin, end) = self.keys.triggers_of(name);
+        let triggers: Vec<TriggerRecord> = tx
+            .txn
+            .get_range(&RangeRequest::new(begin, end), true)
+            .await?
+            .pairs
+            .iter()
+            .map(|(_, v)| codec::decode(v, "trigger record"))
+            .collect::<Result<_, _>>()?;
+        let (begin, end) = self.keys.running_of_job(name);
+        let running = tx.txn.get_range(&RangeRequest::new(begin, end), true).await?.pairs.len();
+        // The newest finished run by scheduled time, within the latest 100 runs.
+        let (begin, end) = self.keys.history_of_job(name, i64::MIN, i64::MAX);
+        let recent = tx.txn.get_range(&RangeRequest::new(begin, end).limit(100).reversed(), true).await?;
+        let mut last_finished = None;
+        for (key, value) in &recent.pairs {
+            let summary: RunSummary = codec::decode(value, "run summary")?;
+            if summary.state.is_final() {
+                let id = self.keys.history_run_of(key, true)?;
+                if let Some(bytes) = tx.txn.get(&self.keys.run(id), true).await? {
+                    let record: RunRecord = codec::decode(&bytes, "run record")?;
+                    last_finished = Some(JobRunInfo {
+                        run: job_run_of(&record)?,
+                        state: record.state,
+                        node: record.node.clone(),
+                        started_at: instant(record.started_us)?,
+                        finished_at: record.finished_us.map(instant).transpose()?,
+                        error_code: record.error_code.clone(),
+                        error_message: record.error_message.clone(),
+                    });
+                }
+                break;
+            }
+        }
+        Ok(Some(JobStatus {
+            definition: definition_of(&job, &triggers)?,
+            origin: job.origin,
+            paused: job.paused,
+            triggers: triggers.iter().map(trigger_status).collect::<Result<_, _>>()?,
+            running,
+            last_finished,
+        }))
+    }
+
+    /// The status of every job, by name.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn statuses(&self) -> Result<Vec<JobStatus>, StoreError> {
+        let names = self.job_names().await?;
+        let mut statuses = Vec::with_capacity(names.len());
+        for name in &names {
+            if let Some(status) = self.status(name).await? {
+                statuses.push(status);
+            }
+        }
+        Ok(statuses)
+    }
+
+    /// Every stored job name, ascending (paged over transactions).
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn job_names(&self) -> Result<Vec<JobName>, StoreError> {
+        let (mut begin, end) = self.keys.jobs();
+        let mut names = Vec::new();
+        loop {
+            let range = RangeRequest::new(begin.clone(), end.clone()).limit(super::SCAN_BUDGET);
+            let page = run(&self.kv, self.options.retry, |txn, _| {
+                let range = &range;
+                async move { Ok::<_, StoreError>(txn.get_range(range, true).await?) }
+            })
+            .await?;
+            for (key, _) in &page.pairs {
+                let name = self.keys.job_name_of(key)?;
+                names.push(JobName::new(name).map_err(|e| StoreError::Corrupt(e.to_string()))?);
+            }
+            match page.pairs.last() {
+                Some((last, _)) if page.more => begin = crate::kv::key_after(last),
+                _ => return Ok(names),
+            }
+        }
+    }
+
+    /// Writes a code job at start (SPEC §9): a new or changed code definition is written
+    /// with origin `Code`; a job overridden at run time from this same code definition
+    /// keeps the runtime change; paused state is always kept.
+    ///
+    /// # Errors
+    /// `SCHEDULING_VALIDATION_001` for an invalid definition; store errors.
+    pub async fn sync_code_job(&self, def: &JobDefinition, now: DateTime<Utc>) -> Result<SyncOutcome, StoreError> {
+        def.validate(Some(&self.calendars))?;
+        let fingerprint = def.fingerprint();
+        let uids: Vec<u64> = def.triggers.iter().map(|_| self.random_u64()).collect();
+        let (fingerprint, uids) = (&fingerprint, &uids);
+        run(&self.kv, self.options.retry, |txn, _| async move {
+            let tx = self.tx(txn);
+            let old = tx.job(def.name.as_str()).await?;
+            let same_code = old.as_ref().is_some_and(|j| j.code_fingerprint.as_deref() == Some(fingerprint.as_str()));
+            let outcome = match &old {
+                None => SyncOutcome::Created,
+                Some(job) if same_code && job.origin == JobOrigin::Overridden => return Ok(SyncOutcome::KeptOverride),
+                Some(job) if same_code && job.origin == JobOrigin::Code => return Ok(SyncOutcome::Unchanged),
+                Some(job) => SyncOutcome::Rewritten { overwrote_runtime_change: job.origin != JobOrigin::Code },
+            };
+            let provenance = Provenance { origin: JobOrigin::Code, code_fingerprint: Some(fingerprint.clone()) };
+            self.write_definition(&tx, def, old.as_ref(), provenance, uids, now).await?;
+            Ok::<_, StoreError>(outcome)
+        })
+        .await
+    }
+
+    /// Puts a job back to its code definition `def` (SPEC §9 `restore`), keeping paused
+    /// state and the progress of same-named triggers whose schedule is unchanged. The
+    /// caller supplies the code definition from its registry (and answers
+    /// `SCHEDULING_NOTFOUND_005` when it has none).
+    ///
+    /// # Errors
+    /// `SCHEDULING_VALIDATION_001` for an invalid definition; store errors.
+    pub async fn restore(&self, def: &JobDefinition, now: DateTime<Utc>) -> Result<(), StoreError> {
+        def.validate(Some(&self.calendars))?;
+        let fingerprint = def.fingerprint();
+        let uids: Vec<u64> = def.triggers.iter().map(|_| self.random_u64()).collect();
+        let (fingerprint, uids) = (&fingerprint, &uids);
+        run(&self.kv, self.options.retry, |txn, _| async move {
+            let tx = self.tx(txn);
+            let old = tx.job(def.name.as_str()).await?;
+            let provenance = Provenance { origin: JobOrigin::Code, code_fingerprint: Some(fingerprint.clone()) };
+            self.write_definition(&tx, def, old.as_ref(), provenance, uids, now).await
+        })
+        .await
+    }
+
+    /// Every local job (snapshot), for a node's refresh of its local triggers.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn local_jobs(&self) -> Result<Vec<LocalJob>, StoreError> {
+        run(&self.kv, self.options.retry, |txn, _| async move {
+            let tx = self.tx(txn);
+            let (begin, end) = self.keys.local_jobs();
+            let listing = tx.txn.get_range(&RangeRequest::new(begin, end), true).await?;
+            let mut jobs = Vec::new();
+            for (key, _) in &listing.pairs {
+                let name = self.keys.local_job_name_of(key)?;
+                let Some(bytes) = tx.txn.get(&self.keys.job(&name), true).await? else { continue };
+                let job: JobRecord = codec::decode(&bytes, "job record")?;
+                let (begin, end) = self.keys.triggers_of(&name);
+                let triggers: Vec<TriggerRecord> = tx
+                    .txn
+                    .get_range(&RangeRequest::new(begin, end), true)
+                    .await?
+                    .pairs
+                    .iter()
+                    .map(|(_, v)| codec::decode(v, "trigger record"))
+                    .collect::<Result<_, _>>()?;
+                let paused_triggers = triggers
+                    .iter()
+                    .filter(|t| t.paused && t.kind == TriggerKind::Defined)
+                    .map(|t| TriggerName::new(t.name.clone()).map_err(|e| StoreError::Corrupt(e.to_string())))
+                    .collect::<Result<_, _>>()?;
+                jobs.push(LocalJob {
+                    definition: definition_of(&job, &triggers)?,
+                    paused: job.paused,
+                    paused_triggers,
+                    revision: job.revision,
+                });
+            }
+            Ok::<_, StoreError>(jobs)
+        })
+        .await
+    }
+
+    /// Records the start of a local job's run on `node` (it still goes to history; no
+    /// slot: "not concurrent" is judged on the node).
+    ///
+    /// # Errors
+    /// `SCHEDULING_UNAVAILABLE_004` when history is full; store errors.
+    pub async fn begin_local_run(&self, job_run: &JobRun, node: &str, now: DateTime<Utc>) -> Result<(), StoreError> {
+        run(&self.kv, self.options.retry, |txn, _| async move {
+            let tx = self.tx(txn);
+            if tx.run(job_run.id).await?.is_some() {
+                return Ok::<_, StoreError>(());
+            }
+            self.make_room(&tx).await?;
+            let record = RunRecord {
+                id: job_run.id,
+                job: job_run.job.to_string(),
+                trigger: job_run.trigger.as_ref().map(ToString::to_string),
+                scheduled_us: micros(job_run.scheduled_at),
+                cause: job_run.cause,
+                attempt: job_run.attempt,
+                retry_of: job_run.retry_of,
+                data: super::data_text(&job_run.data),
+                state: RunState::Running,
+                node: node.to_owned(),
+                started_us: micros(now),
+                finished_us: None,
+                error_code: None,
+                error_message: None,
+                exclusive: false,
+                local: true,
+            };
+            tx.put_run(None, &record);
+            self.count_runs_delta(&tx, 1);
+            Ok(())
+        })
+        .await
+    }
+}
