@@ -48,6 +48,7 @@ pub mod entropy;
 pub mod error;
 pub mod job;
 pub mod kv;
+pub mod leader;
 pub mod name;
 pub mod options;
 pub mod rules;

@@ -478,14 +478,14 @@ async fn lost_nodes_are_reaped_and_their_runs_recovered_exactly_once() {
         assert_eq!(runs.len(), 2);
         // A heartbeat after the observation: no declaration.
         w.store.heartbeat("dying", secs(1)).await.unwrap();
-        assert!(!w.store.reap_node("dying", beat.seq, secs(2), 100).await.unwrap().declared);
+        assert!(!w.store.reap_node("dying", beat.seq, secs(2), 100, None).await.unwrap().declared);
         let observed = w.store.nodes().await.unwrap().into_iter().find(|n| n.node == "dying").unwrap().heartbeat_seq;
-        let reaped = w.store.reap_node("dying", observed, secs(100), 100).await.unwrap();
+        let reaped = w.store.reap_node("dying", observed, secs(100), 100, None).await.unwrap();
         assert!(reaped.declared);
         assert_eq!(reaped.lost_runs.len(), 2);
         assert_eq!(reaped.recovery_triggers.len(), 1, "seed {seed}");
         // Reaping again (a replay) recovers nothing twice.
-        let again = w.store.reap_node("dying", observed, secs(100), 100).await.unwrap();
+        let again = w.store.reap_node("dying", observed, secs(100), 100, None).await.unwrap();
         assert!(again.lost_runs.is_empty() && again.recovery_triggers.is_empty());
         for run in &runs {
             assert_eq!(w.store.run_record(run.run.id).await.unwrap().unwrap().state, RunState::Lost);
@@ -568,10 +568,10 @@ async fn history_queries_filter_page_count_and_expire() {
         assert_eq!((err.code(), err.http_status()), ("SCHEDULING_VALIDATION_002", 400));
     }
     // Retention: runs that ended more than 5 s before second 11 go.
-    let deleted = w.store.apply_retention(secs(11), Some(Duration::from_secs(5))).await.unwrap();
+    let deleted = w.store.apply_retention(secs(11), Some(Duration::from_secs(5)), None).await.unwrap();
     assert_eq!(deleted, 10, "seconds 1–5 ended at x.5 < 6");
     assert_eq!(w.store.count_runs(&all).await.unwrap(), 10);
-    assert_eq!(w.store.apply_retention(secs(11), None).await.unwrap(), 0, "zero retention keeps everything");
+    assert_eq!(w.store.apply_retention(secs(11), None, None).await.unwrap(), 0, "zero retention keeps everything");
 }
 
 #[tokio::test(start_paused = true)]

@@ -17,6 +17,7 @@ use super::records::{RunRecord, RunSummary};
 use super::{codec, job_run_of, micros, KvJobStore, StoreError};
 use crate::job::{JobRunInfo, JobRunQuery};
 use crate::kv::{run, Kv, KvTransaction, RangeRequest};
+use crate::leader::Fence;
 
 /// Index entries read per transaction by a history scan.
 pub const SCAN_BUDGET: usize = 10_000;
@@ -107,11 +108,15 @@ impl<K: Kv> KvJobStore<K> {
     ///
     /// # Errors
     /// Store errors.
-    pub async fn purge_history(&self, cutoff: DateTime<Utc>) -> Result<usize, StoreError> {
+    /// With `fence`, each batch commits only while that leader term is current.
+    pub async fn purge_history(&self, cutoff: DateTime<Utc>, fence: Option<&Fence>) -> Result<usize, StoreError> {
         let mut deleted = 0;
         loop {
             let batch = run(&self.kv, self.options.retry, |txn, _| async move {
                 let tx = self.tx(txn);
+                if let Some(fence) = fence {
+                    fence.check(&tx.txn, &self.keys).await?;
+                }
                 let (begin, end) = self.keys.finished_before(micros(cutoff));
                 let listing = tx.txn.get_range(&RangeRequest::new(begin, end).limit(RETENTION_BATCH), true).await?;
                 let mut count = 0;
@@ -142,12 +147,17 @@ impl<K: Kv> KvJobStore<K> {
     ///
     /// # Errors
     /// Store errors.
-    pub async fn apply_retention(&self, now: DateTime<Utc>, retention: Option<Duration>) -> Result<usize, StoreError> {
+    pub async fn apply_retention(
+        &self,
+        now: DateTime<Utc>,
+        retention: Option<Duration>,
+        fence: Option<&Fence>,
+    ) -> Result<usize, StoreError> {
         let cutoff =
             retention.and_then(|r| chrono::TimeDelta::from_std(r).ok()).and_then(|r| now.checked_sub_signed(r));
         match cutoff {
             None => Ok(0),
-            Some(cutoff) => self.purge_history(cutoff).await,
+            Some(cutoff) => self.purge_history(cutoff, fence).await,
         }
     }
 }

@@ -16,6 +16,7 @@ use super::{codec, micros, parse_data, KvJobStore, StoreError};
 use crate::error::SchedulingError;
 use crate::job::RunState;
 use crate::kv::{run, Kv, KvTransaction, RangeRequest};
+use crate::leader::Fence;
 
 /// What a heartbeat found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,19 +103,25 @@ impl<K: Kv> KvJobStore<K> {
     /// for jobs that request recovery, gets one `recovery-…` trigger due now (cause
     /// `Recovery`, same data). Call again while [`ReapResult::more`].
     ///
+    /// With `fence`, the step commits only while that leader term is current.
+    ///
     /// # Errors
-    /// Store errors.
+    /// `SCHEDULING_CONFLICT_002` when fenced out; store errors.
     pub async fn reap_node(
         &self,
         node: &str,
         observed_seq: u64,
         now: DateTime<Utc>,
         chunk: usize,
+        fence: Option<&Fence>,
     ) -> Result<ReapResult, StoreError> {
         let uids: Vec<u64> = (0..chunk).map(|_| self.random_u64()).collect();
         let uids = &uids;
         let (result, unblock) = run(&self.kv, self.options.retry, |txn, _| async move {
             let tx = self.tx(txn);
+            if let Some(fence) = fence {
+                fence.check(&tx.txn, &self.keys).await?;
+            }
             let key = self.keys.node(node);
             let Some(bytes) = tx.txn.get(&key, false).await? else {
                 return Ok::<_, StoreError>((ReapResult::default(), Vec::new()));

@@ -195,3 +195,19 @@ pub struct NodeRecord {
     /// Declared lost by the leader (as opposed to stopped gracefully).
     pub lost: bool,
 }
+
+/// `(10, resource)`: a leader lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRecord {
+    /// `node-id:token`, fresh per acquisition.
+    pub holder: String,
+    /// Increases with every acquisition or takeover: the fencing token.
+    pub term: u64,
+    /// The lease's time to live, microseconds (observers expire it after this long
+    /// without change, on their own clocks).
+    pub ttl_us: u64,
+    /// Released by its holder: free at once.
+    pub released: bool,
+    /// Increases with every renewal, so observers see the record change.
+    pub renewals: u64,
+}
