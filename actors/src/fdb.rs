@@ -1,0 +1,238 @@
+//! `FdbKv`: the core's [`Kv`] on FoundationDB through the `foundationdb` crate (API 7.3).
+//!
+//! Every store algorithm of `sundial::store` runs on this unchanged; the semantics it relies
+//! on are FoundationDB's own, which `MemoryKv` emulates for tests. The host starts the
+//! network thread once per process with `foundationdb::boot()` (re-exported here as
+//! [`foundationdb`]; it is `unsafe`, and this workspace forbids unsafe code) and keeps its
+//! guard alive while the database is used.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use foundationdb::options::{ConflictRangeType, MutationType, StreamingMode};
+use foundationdb::{Database, FdbError, RangeOption, Transaction};
+use sundial::kv::{AtomicOp, CommitInfo, Kv, KvError, KvTransaction, RangeRequest, RangeResult, Version};
+use sundial::time::{Clock, MonotonicInstant};
+
+pub use foundationdb;
+
+fn kv_error(e: FdbError) -> KvError {
+    KvError::with_message(e.code(), e.to_string())
+}
+
+/// A FoundationDB database as a [`Kv`].
+#[derive(Clone)]
+pub struct FdbKv {
+    db: Arc<Database>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for FdbKv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FdbKv").finish_non_exhaustive()
+    }
+}
+
+impl FdbKv {
+    /// Opens the cluster named by `cluster_file` (the default cluster file when `None`).
+    /// `clock` times retry timeouts.
+    ///
+    /// # Errors
+    /// The client's error when the database cannot be opened.
+    pub fn open(cluster_file: Option<&str>, clock: Arc<dyn Clock>) -> Result<Self, KvError> {
+        let db = Database::new(cluster_file).map_err(kv_error)?;
+        Ok(Self { db: Arc::new(db), clock })
+    }
+}
+
+impl Kv for FdbKv {
+    type Transaction = FdbTransaction;
+
+    fn create_transaction(&self) -> Result<FdbTransaction, KvError> {
+        let txn = self.db.create_trx().map_err(kv_error)?;
+        Ok(FdbTransaction { inner: Arc::new(Mutex::new(Inner { txn: Some(txn), error: None, stamped: false })) })
+    }
+
+    fn backoff(&self, attempt: u32, max: Duration) -> impl Future<Output = ()> + Send {
+        // FDB's own on_error backoff: 10 ms doubling, capped.
+        let delay = Duration::from_millis(10).saturating_mul(1 << attempt.saturating_sub(1).min(16)).min(max);
+        tokio::time::sleep(delay)
+    }
+
+    fn monotonic_now(&self) -> MonotonicInstant {
+        self.clock.monotonic()
+    }
+}
+
+struct Inner {
+    /// `None` once committed.
+    txn: Option<Transaction>,
+    /// An error from a call that returns nothing, reported at commit.
+    error: Option<KvError>,
+    /// A versionstamped operation was used: fetch the stamp at commit.
+    stamped: bool,
+}
+
+/// A FoundationDB transaction; clones are handles to the same one.
+#[derive(Clone)]
+pub struct FdbTransaction {
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl std::fmt::Debug for FdbTransaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FdbTransaction").finish_non_exhaustive()
+    }
+}
+
+fn used_after_commit() -> KvError {
+    KvError::new(KvError::USED_DURING_COMMIT)
+}
+
+impl FdbTransaction {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&Transaction) -> T) -> Result<T, KvError> {
+        let inner = self.lock();
+        inner.txn.as_ref().map(f).ok_or_else(used_after_commit)
+    }
+
+    fn write(&self, f: impl FnOnce(&Transaction)) {
+        let inner = self.lock();
+        if let Some(txn) = inner.txn.as_ref() {
+            f(txn);
+        }
+    }
+}
+
+fn mutation(op: AtomicOp) -> MutationType {
+    match op {
+        AtomicOp::Add => MutationType::Add,
+        AtomicOp::BitAnd => MutationType::BitAnd,
+        AtomicOp::BitOr => MutationType::BitOr,
+        AtomicOp::BitXor => MutationType::BitXor,
+        AtomicOp::Max => MutationType::Max,
+        AtomicOp::Min => MutationType::Min,
+        AtomicOp::ByteMax => MutationType::ByteMax,
+        AtomicOp::ByteMin => MutationType::ByteMin,
+        AtomicOp::CompareAndClear => MutationType::CompareAndClear,
+        AtomicOp::SetVersionstampedKey => MutationType::SetVersionstampedKey,
+        AtomicOp::SetVersionstampedValue => MutationType::SetVersionstampedValue,
+    }
+}
+
+impl KvTransaction for FdbTransaction {
+    fn read_version(&self) -> impl Future<Output = Result<Version, KvError>> + Send {
+        let future = self.with(|t| t.get_read_version());
+        async move { future?.await.map_err(kv_error) }
+    }
+
+    fn get(&self, key: &[u8], snapshot: bool) -> impl Future<Output = Result<Option<Vec<u8>>, KvError>> + Send {
+        let future = self.with(|t| t.get(key, snapshot));
+        async move { Ok(future?.await.map_err(kv_error)?.map(|slice| slice.to_vec())) }
+    }
+
+    fn get_range(
+        &self,
+        request: &RangeRequest,
+        snapshot: bool,
+    ) -> impl Future<Output = Result<RangeResult, KvError>> + Send {
+        let this = self.clone();
+        let request = request.clone();
+        async move {
+            let mut option = RangeOption::from((request.begin.as_slice(), request.end.as_slice()));
+            option.limit = request.limit;
+            option.reverse = request.reverse;
+            option.mode = if request.limit.is_some() { StreamingMode::Exact } else { StreamingMode::WantAll };
+            let mut result = RangeResult::default();
+            let mut iteration = 1;
+            loop {
+                let future = this.with(|t| t.get_range(&option, iteration, snapshot))?;
+                let values = future.await.map_err(kv_error)?;
+                result.pairs.extend(values.iter().map(|kv| (kv.key().to_vec(), kv.value().to_vec())));
+                let limit_reached = request.limit.is_some_and(|limit| result.pairs.len() >= limit);
+                if !values.more() || limit_reached {
+                    result.more = values.more();
+                    return Ok(result);
+                }
+                match option.next_range(&values) {
+                    Some(next) => option = next,
+                    None => return Ok(result),
+                }
+                iteration += 1;
+            }
+        }
+    }
+
+    fn set(&self, key: &[u8], value: &[u8]) {
+        self.write(|t| t.set(key, value));
+    }
+
+    fn clear(&self, key: &[u8]) {
+        self.write(|t| t.clear(key));
+    }
+
+    fn clear_range(&self, begin: &[u8], end: &[u8]) {
+        self.write(|t| t.clear_range(begin, end));
+    }
+
+    fn atomic_op(&self, key: &[u8], param: &[u8], op: AtomicOp) {
+        let mut inner = self.lock();
+        if matches!(op, AtomicOp::SetVersionstampedKey | AtomicOp::SetVersionstampedValue) {
+            inner.stamped = true;
+        }
+        if let Some(txn) = inner.txn.as_ref() {
+            txn.atomic_op(key, param, mutation(op));
+        }
+    }
+
+    fn add_read_conflict_range(&self, begin: &[u8], end: &[u8]) {
+        self.add_conflict(begin, end, ConflictRangeType::Read);
+    }
+
+    fn add_write_conflict_range(&self, begin: &[u8], end: &[u8]) {
+        self.add_conflict(begin, end, ConflictRangeType::Write);
+    }
+
+    fn commit(&self) -> impl Future<Output = Result<CommitInfo, KvError>> + Send {
+        let taken = {
+            let mut inner = self.lock();
+            match (inner.error.take(), inner.txn.take()) {
+                (Some(error), _) => Err(error),
+                (None, None) => Err(used_after_commit()),
+                (None, Some(txn)) => Ok((txn, inner.stamped)),
+            }
+        };
+        async move {
+            let (txn, stamped) = taken?;
+            let stamp = stamped.then(|| txn.get_versionstamp());
+            let committed = txn.commit().await.map_err(|e| kv_error(FdbError::from(e)))?;
+            let version = committed.committed_version().map_err(kv_error)?;
+            let versionstamp = match stamp {
+                None => None,
+                Some(future) => {
+                    let bytes = future.await.map_err(kv_error)?;
+                    let mut stamp = [0u8; 10];
+                    if bytes.len() == 10 {
+                        stamp.copy_from_slice(&bytes);
+                    }
+                    Some(stamp)
+                }
+            };
+            Ok(CommitInfo { version, versionstamp })
+        }
+    }
+}
+
+impl FdbTransaction {
+    fn add_conflict(&self, begin: &[u8], end: &[u8], kind: ConflictRangeType) {
+        let mut inner = self.lock();
+        let result = inner.txn.as_ref().map(|t| t.add_conflict_range(begin, end, kind));
+        if let Some(Err(e)) = result {
+            inner.error.get_or_insert(kv_error(e));
+        }
+    }
+}
