@@ -80,22 +80,29 @@ pub fn fire_run_id(uid: u64, fire: u32, scheduled_us: i64) -> Uuid {
     uuid::Builder::from_unix_timestamp_millis(millis, &random).into_uuid()
 }
 
-/// The home node of a shard among `nodes`: the highest FNV hash of (shard, node).
+/// FNV-1a over byte strings, with a separator (stable across processes).
+fn fnv(parts: &[&[u8]]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for &byte in part.iter().chain(&[0xff]) {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    hash
+}
+
+/// The home node of a shard among `nodes`: the highest hash of (shard, node).
 fn home_of(shard: u16, nodes: &[String]) -> Option<&str> {
-    nodes
-        .iter()
-        .max_by_key(|node| {
-            let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-            for byte in shard.to_le_bytes().into_iter().chain(node.bytes()) {
-                hash ^= u64::from(byte);
-                hash = hash.wrapping_mul(0x0100_0000_01b3);
-            }
-            hash
-        })
-        .map(String::as_str)
+    nodes.iter().max_by_key(|node| fnv(&[&shard.to_le_bytes(), node.as_bytes()])).map(String::as_str)
 }
 
 struct Candidate {
+    /// From one of this node's home shards (taken before stolen ones).
+    home: bool,
+    /// Order among stolen candidates: a hash of (node, trigger), so nodes that steal at
+    /// the same time pick different fires.
+    spread: u64,
     priority: i32,
     due: i64,
     job: String,
@@ -196,12 +203,17 @@ impl<K: Kv> KvJobStore<K> {
             for (key, value) in tx.txn.get_range(&range, true).await?.pairs {
                 let (due, job, trigger) = self.keys.due_parts(&key)?;
                 let priority = value.try_into().map(i32::from_le_bytes).unwrap_or(crate::job::PRIORITY_DEFAULT);
-                candidates.push(Candidate { priority, due, job, trigger, key });
+                let spread = if home { 0 } else { fnv(&[request.node.as_bytes(), job.as_bytes(), trigger.as_bytes()]) };
+                candidates.push(Candidate { home, spread, priority, due, job, trigger, key });
             }
         }
+        // Home fires by priority then due time; then stolen ones, by priority and then in
+        // this node's own pseudo-random order, so nodes stealing together pick apart.
         candidates.sort_by(|a, b| {
-            b.priority
-                .cmp(&a.priority)
+            b.home
+                .cmp(&a.home)
+                .then(b.priority.cmp(&a.priority))
+                .then(a.spread.cmp(&b.spread))
                 .then(a.due.cmp(&b.due))
                 .then_with(|| (&a.job, &a.trigger).cmp(&(&b.job, &b.trigger)))
         });
