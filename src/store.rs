@@ -298,3 +298,267 @@ pub(crate) fn data_text(data: &JsonObject) -> String {
 pub(crate) fn micros(t: DateTime<Utc>) -> i64 {
     t.timestamp_micros()
 }
+
+/// The narrow contract the engine uses (SPEC §7–10). [`KvJobStore`] is the one
+/// implementation; the trait lets the engine be generic over it (and tests wrap it).
+/// Every method's contract is on the `KvJobStore` method of the same name.
+pub trait JobStore: Clone + Send + Sync + 'static {
+    /// Forwards to [`KvJobStore::schedule`], which states the contract.
+    fn schedule(
+        &self,
+        defs: &[crate::job::JobDefinition],
+        now: DateTime<Utc>,
+    ) -> impl std::future::Future<Output = Vec<Result<(), SchedulingError>>> + Send;
+    /// Forwards to [`KvJobStore::unschedule`], which states the contract.
+    fn unschedule(
+        &self,
+        names: &[JobName],
+    ) -> impl std::future::Future<Output = Vec<Result<(), SchedulingError>>> + Send;
+    /// Forwards to [`KvJobStore::set_jobs_paused`], which states the contract.
+    fn set_jobs_paused(
+        &self,
+        names: &[JobName],
+        paused: bool,
+    ) -> impl std::future::Future<Output = Vec<Result<(), SchedulingError>>> + Send;
+    /// Forwards to [`KvJobStore::set_triggers_paused`], which states the contract.
+    fn set_triggers_paused(
+        &self,
+        keys: &[crate::name::TriggerKey],
+        paused: bool,
+    ) -> impl std::future::Future<Output = Vec<Result<(), SchedulingError>>> + Send;
+    /// Forwards to [`KvJobStore::enqueue`], which states the contract.
+    fn enqueue(
+        &self,
+        requests: &[(JobName, JsonObject)],
+        now: DateTime<Utc>,
+    ) -> impl std::future::Future<Output = Vec<Result<TriggerName, SchedulingError>>> + Send;
+    /// Forwards to [`KvJobStore::sync_code_job`], which states the contract.
+    fn sync_code_job(
+        &self,
+        def: &crate::job::JobDefinition,
+        now: DateTime<Utc>,
+    ) -> impl std::future::Future<Output = Result<SyncOutcome, StoreError>> + Send;
+    /// Forwards to [`KvJobStore::restore`], which states the contract.
+    fn restore(
+        &self,
+        def: &crate::job::JobDefinition,
+        now: DateTime<Utc>,
+    ) -> impl std::future::Future<Output = Result<(), StoreError>> + Send;
+    /// Forwards to [`KvJobStore::acquire_due`], which states the contract.
+    fn acquire_due(
+        &self,
+        request: &AcquireRequest<'_>,
+    ) -> impl std::future::Future<Output = Result<Vec<AcquiredRun>, StoreError>> + Send;
+    /// Forwards to [`KvJobStore::begin_manual_run`], which states the contract.
+    fn begin_manual_run(
+        &self,
+        job: &JobName,
+        data: &JsonObject,
+        node: &str,
+        run_id: Uuid,
+        now: DateTime<Utc>,
+    ) -> impl std::future::Future<Output = Result<AcquiredRun, StoreError>> + Send;
+    /// Forwards to [`KvJobStore::begin_local_run`], which states the contract.
+    fn begin_local_run(
+        &self,
+        run: &JobRun,
+        node: &str,
+        now: DateTime<Utc>,
+    ) -> impl std::future::Future<Output = Result<(), StoreError>> + Send;
+    /// Forwards to [`KvJobStore::complete_run`], which states the contract.
+    fn complete_run(
+        &self,
+        completion: &Completion,
+    ) -> impl std::future::Future<Output = Result<CompletionResult, StoreError>> + Send;
+    /// Forwards to [`KvJobStore::local_jobs`], which states the contract.
+    fn local_jobs(&self) -> impl std::future::Future<Output = Result<Vec<LocalJob>, StoreError>> + Send;
+    /// Forwards to [`KvJobStore::heartbeat`], which states the contract.
+    fn heartbeat(
+        &self,
+        node: &str,
+        now: DateTime<Utc>,
+    ) -> impl std::future::Future<Output = Result<Heartbeat, StoreError>> + Send;
+    /// Forwards to [`KvJobStore::deregister_node`], which states the contract.
+    fn deregister_node(&self, node: &str) -> impl std::future::Future<Output = Result<(), StoreError>> + Send;
+    /// Forwards to [`KvJobStore::nodes`], which states the contract.
+    fn nodes(&self) -> impl std::future::Future<Output = Result<Vec<records::NodeRecord>, StoreError>> + Send;
+    /// Forwards to [`KvJobStore::reap_node`], which states the contract.
+    fn reap_node(
+        &self,
+        node: &str,
+        observed_seq: u64,
+        now: DateTime<Utc>,
+        chunk: usize,
+        fence: Option<&crate::leader::Fence>,
+    ) -> impl std::future::Future<Output = Result<ReapResult, StoreError>> + Send;
+    /// Forwards to [`KvJobStore::request_cancel`], which states the contract.
+    fn request_cancel(
+        &self,
+        ids: &[Uuid],
+    ) -> impl std::future::Future<Output = Vec<Result<String, SchedulingError>>> + Send;
+    /// Forwards to [`KvJobStore::cancel_requests`], which states the contract.
+    fn cancel_requests(&self, node: &str) -> impl std::future::Future<Output = Result<Vec<Uuid>, StoreError>> + Send;
+    /// Forwards to [`KvJobStore::runs`], which states the contract.
+    fn runs(
+        &self,
+        query: &crate::job::JobRunQuery,
+    ) -> impl std::future::Future<Output = Result<Vec<crate::job::JobRunInfo>, StoreError>> + Send;
+    /// Forwards to [`KvJobStore::count_runs`], which states the contract.
+    fn count_runs(
+        &self,
+        query: &crate::job::JobRunQuery,
+    ) -> impl std::future::Future<Output = Result<u64, StoreError>> + Send;
+    /// Forwards to [`KvJobStore::apply_retention`], which states the contract.
+    fn apply_retention(
+        &self,
+        now: DateTime<Utc>,
+        retention: Option<std::time::Duration>,
+        fence: Option<&crate::leader::Fence>,
+    ) -> impl std::future::Future<Output = Result<usize, StoreError>> + Send;
+    /// Forwards to [`KvJobStore::status`], which states the contract.
+    fn status(&self, job: &JobName) -> impl std::future::Future<Output = Result<Option<JobStatus>, StoreError>> + Send;
+    /// Forwards to [`KvJobStore::statuses`], which states the contract.
+    fn statuses(&self) -> impl std::future::Future<Output = Result<Vec<JobStatus>, StoreError>> + Send;
+}
+
+impl<K: Kv> JobStore for KvJobStore<K> {
+    fn schedule(
+        &self,
+        defs: &[crate::job::JobDefinition],
+        now: DateTime<Utc>,
+    ) -> impl std::future::Future<Output = Vec<Result<(), SchedulingError>>> + Send {
+        KvJobStore::schedule(self, defs, now)
+    }
+    fn unschedule(
+        &self,
+        names: &[JobName],
+    ) -> impl std::future::Future<Output = Vec<Result<(), SchedulingError>>> + Send {
+        KvJobStore::unschedule(self, names)
+    }
+    fn set_jobs_paused(
+        &self,
+        names: &[JobName],
+        paused: bool,
+    ) -> impl std::future::Future<Output = Vec<Result<(), SchedulingError>>> + Send {
+        KvJobStore::set_jobs_paused(self, names, paused)
+    }
+    fn set_triggers_paused(
+        &self,
+        keys: &[crate::name::TriggerKey],
+        paused: bool,
+    ) -> impl std::future::Future<Output = Vec<Result<(), SchedulingError>>> + Send {
+        KvJobStore::set_triggers_paused(self, keys, paused)
+    }
+    fn enqueue(
+        &self,
+        requests: &[(JobName, JsonObject)],
+        now: DateTime<Utc>,
+    ) -> impl std::future::Future<Output = Vec<Result<TriggerName, SchedulingError>>> + Send {
+        KvJobStore::enqueue(self, requests, now)
+    }
+    fn sync_code_job(
+        &self,
+        def: &crate::job::JobDefinition,
+        now: DateTime<Utc>,
+    ) -> impl std::future::Future<Output = Result<SyncOutcome, StoreError>> + Send {
+        KvJobStore::sync_code_job(self, def, now)
+    }
+    fn restore(
+        &self,
+        def: &crate::job::JobDefinition,
+        now: DateTime<Utc>,
+    ) -> impl std::future::Future<Output = Result<(), StoreError>> + Send {
+        KvJobStore::restore(self, def, now)
+    }
+    fn acquire_due(
+        &self,
+        request: &AcquireRequest<'_>,
+    ) -> impl std::future::Future<Output = Result<Vec<AcquiredRun>, StoreError>> + Send {
+        KvJobStore::acquire_due(self, request)
+    }
+    fn begin_manual_run(
+        &self,
+        job: &JobName,
+        data: &JsonObject,
+        node: &str,
+        run_id: Uuid,
+        now: DateTime<Utc>,
+    ) -> impl std::future::Future<Output = Result<AcquiredRun, StoreError>> + Send {
+        KvJobStore::begin_manual_run(self, job, data, node, run_id, now)
+    }
+    fn begin_local_run(
+        &self,
+        run: &JobRun,
+        node: &str,
+        now: DateTime<Utc>,
+    ) -> impl std::future::Future<Output = Result<(), StoreError>> + Send {
+        KvJobStore::begin_local_run(self, run, node, now)
+    }
+    fn complete_run(
+        &self,
+        completion: &Completion,
+    ) -> impl std::future::Future<Output = Result<CompletionResult, StoreError>> + Send {
+        KvJobStore::complete_run(self, completion)
+    }
+    fn local_jobs(&self) -> impl std::future::Future<Output = Result<Vec<LocalJob>, StoreError>> + Send {
+        KvJobStore::local_jobs(self)
+    }
+    fn heartbeat(
+        &self,
+        node: &str,
+        now: DateTime<Utc>,
+    ) -> impl std::future::Future<Output = Result<Heartbeat, StoreError>> + Send {
+        KvJobStore::heartbeat(self, node, now)
+    }
+    fn deregister_node(&self, node: &str) -> impl std::future::Future<Output = Result<(), StoreError>> + Send {
+        KvJobStore::deregister_node(self, node)
+    }
+    fn nodes(&self) -> impl std::future::Future<Output = Result<Vec<records::NodeRecord>, StoreError>> + Send {
+        KvJobStore::nodes(self)
+    }
+    fn reap_node(
+        &self,
+        node: &str,
+        observed_seq: u64,
+        now: DateTime<Utc>,
+        chunk: usize,
+        fence: Option<&crate::leader::Fence>,
+    ) -> impl std::future::Future<Output = Result<ReapResult, StoreError>> + Send {
+        KvJobStore::reap_node(self, node, observed_seq, now, chunk, fence)
+    }
+    fn request_cancel(
+        &self,
+        ids: &[Uuid],
+    ) -> impl std::future::Future<Output = Vec<Result<String, SchedulingError>>> + Send {
+        KvJobStore::request_cancel(self, ids)
+    }
+    fn cancel_requests(&self, node: &str) -> impl std::future::Future<Output = Result<Vec<Uuid>, StoreError>> + Send {
+        KvJobStore::cancel_requests(self, node)
+    }
+    fn runs(
+        &self,
+        query: &crate::job::JobRunQuery,
+    ) -> impl std::future::Future<Output = Result<Vec<crate::job::JobRunInfo>, StoreError>> + Send {
+        KvJobStore::runs(self, query)
+    }
+    fn count_runs(
+        &self,
+        query: &crate::job::JobRunQuery,
+    ) -> impl std::future::Future<Output = Result<u64, StoreError>> + Send {
+        KvJobStore::count_runs(self, query)
+    }
+    fn apply_retention(
+        &self,
+        now: DateTime<Utc>,
+        retention: Option<std::time::Duration>,
+        fence: Option<&crate::leader::Fence>,
+    ) -> impl std::future::Future<Output = Result<usize, StoreError>> + Send {
+        KvJobStore::apply_retention(self, now, retention, fence)
+    }
+    fn status(&self, job: &JobName) -> impl std::future::Future<Output = Result<Option<JobStatus>, StoreError>> + Send {
+        KvJobStore::status(self, job)
+    }
+    fn statuses(&self) -> impl std::future::Future<Output = Result<Vec<JobStatus>, StoreError>> + Send {
+        KvJobStore::statuses(self)
+    }
+}
