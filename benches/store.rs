@@ -198,7 +198,10 @@ async fn cycle_cost(registered: usize, cycles: usize) -> (Duration, f64) {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
-    pollers_benchmark(if quick { 4_000 } else { 20_000 });
+    let only_cycle = std::env::args().any(|a| a == "--cycle");
+    if !only_cycle {
+        pollers_benchmark(if quick { 4_000 } else { 20_000 });
+    }
     let large = if quick { 200_000 } else { 1_000_000 };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     println!("\n2. one acquisition cycle (16 due fires) against registered idle triggers");

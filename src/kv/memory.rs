@@ -142,14 +142,19 @@ struct Shared {
 /// A key's recent versions, oldest first; `None` is a deletion.
 type Versions = Vec<(Version, Option<Box<[u8]>>)>;
 
+/// A stored key, inline up to 48 bytes (our tuple keys mostly are): B-tree searches then
+/// compare keys in contiguous memory instead of chasing one heap pointer per comparison,
+/// which keeps lookups cheap in stores of millions of keys.
+type StoredKey = smallvec::SmallVec<[u8; 48]>;
+
 struct State {
-    data: BTreeMap<Vec<u8>, Versions>,
+    data: BTreeMap<StoredKey, Versions>,
     /// The last commit version.
     version: Version,
     /// Added to the clock-derived version (an injected recovery jump).
     version_offset: Version,
     /// Point writes: key → version of its latest committed write, for conflict checks.
-    write_log: BTreeMap<Vec<u8>, Version>,
+    write_log: BTreeMap<StoredKey, Version>,
     /// Range writes (clear_range, explicit write-conflict ranges), in commit order.
     range_log: VecDeque<(Version, Vec<u8>, Vec<u8>)>,
     /// Keys written at a version, oldest first, so old versions can be dropped.
@@ -300,7 +305,7 @@ impl State {
                 .data
                 .range::<[u8], _>((Bound::Included(begin.as_slice()), Bound::Excluded(end.as_slice())))
                 .filter(|(_, versions)| versions.last().is_some_and(|(_, value)| value.is_some()))
-                .map(|(key, _)| key.clone())
+                .map(|(key, _)| key.to_vec())
                 .collect();
             for key in keys {
                 self.write_version(&key, version, None);
@@ -327,7 +332,7 @@ impl State {
         }
         for (begin, end) in &writes.write_conflicts {
             if is_point_range(begin, end) {
-                self.write_log.insert(begin.clone(), version);
+                self.write_log.insert(StoredKey::from_slice(begin), version);
             } else {
                 self.range_log.push_back((version, begin.clone(), end.clone()));
             }
@@ -343,7 +348,7 @@ impl State {
     }
 
     fn write_version(&mut self, key: &[u8], version: Version, value: Option<Vec<u8>>) {
-        let versions = self.data.entry(key.to_vec()).or_default();
+        let versions = self.data.entry(StoredKey::from_slice(key)).or_default();
         if value.is_none() && versions.last().is_none_or(|(_, v)| v.is_none()) {
             // Clearing an absent key changes nothing readable.
             if versions.is_empty() {
@@ -361,16 +366,16 @@ impl State {
         let horizon = oldest_live.max(now_version - TRANSACTION_LIFE_VERSIONS_MAX).min(self.version);
         while self.expiry.front().is_some_and(|(v, _)| *v <= horizon) {
             let Some((_, key)) = self.expiry.pop_front() else { break };
-            if let Some(versions) = self.data.get_mut(&key) {
+            if let Some(versions) = self.data.get_mut(key.as_slice()) {
                 // Keep the newest version at or below the horizon and everything newer.
                 let keep_from = versions.iter().rposition(|(v, _)| *v <= horizon).unwrap_or(0);
                 versions.drain(..keep_from);
                 if versions.len() == 1 && versions[0].1.is_none() {
-                    self.data.remove(&key);
+                    self.data.remove(key.as_slice());
                 }
             }
-            if self.write_log.get(&key).is_some_and(|v| *v <= horizon) {
-                self.write_log.remove(&key);
+            if self.write_log.get(key.as_slice()).is_some_and(|v| *v <= horizon) {
+                self.write_log.remove(key.as_slice());
             }
         }
         while self.range_log.front().is_some_and(|(v, _, _)| *v <= horizon) {
