@@ -91,7 +91,7 @@ fn pollers_benchmark(fires: usize) {
             register(&store, fires, 1, "once 2027-01-15T08:00:00Z", "j").await;
             let due: DateTime<Utc> = "2027-01-15T08:00:00Z".parse().unwrap();
             for p in 0..pollers {
-                store.heartbeat(&format!("node-{p}"), due).await.unwrap();
+                store.heartbeat(&format!("node-{p}"), due, None).await.unwrap();
             }
             let before = kv.stats();
             let started = Instant::now();
@@ -158,7 +158,7 @@ async fn cycle_cost(registered: usize, cycles: usize) -> (Duration, f64) {
     register(&store, registered / 100, 100, "cron 0 0 3 * * *", "idle").await;
     // Let old versions go: nothing reads them any more.
     clock.advance(Duration::from_secs(6));
-    store.heartbeat("node-0", t0()).await.unwrap();
+    store.heartbeat("node-0", t0(), None).await.unwrap();
     let bytes_per_trigger = (LIVE.load(Ordering::Relaxed) - live_before) as f64 / registered as f64;
     let mut hot = JobDefinition::new(JobName::new("hot").unwrap(), JobTypeKey::new("bench::Job").unwrap());
     hot.allow_concurrent = true;

@@ -377,6 +377,7 @@ pub trait JobStore: Clone + Send + Sync + 'static {
         &self,
         node: &str,
         now: DateTime<Utc>,
+        last_known: Option<u64>,
     ) -> impl std::future::Future<Output = Result<Heartbeat, StoreError>> + Send;
     /// Forwards to [`KvJobStore::deregister_node`], which states the contract.
     fn deregister_node(&self, node: &str) -> impl std::future::Future<Output = Result<(), StoreError>> + Send;
@@ -507,8 +508,9 @@ impl<K: Kv> JobStore for KvJobStore<K> {
         &self,
         node: &str,
         now: DateTime<Utc>,
+        last_known: Option<u64>,
     ) -> impl std::future::Future<Output = Result<Heartbeat, StoreError>> + Send {
-        KvJobStore::heartbeat(self, node, now)
+        KvJobStore::heartbeat(self, node, now, last_known)
     }
     fn deregister_node(&self, node: &str) -> impl std::future::Future<Output = Result<(), StoreError>> + Send {
         KvJobStore::deregister_node(self, node)

@@ -1,29 +1,23 @@
-//! Goal: every `KvJobStore` operation does what SPEC §7–10 says, alone, under races
-//! between nodes, and under injected store faults, on any `Kv`.
+//! Goal: every `KvJobStore` operation does what SPEC §7–10 says on `MemoryKv`, alone, under
+//! races between nodes, and under injected store faults.
 //!
-//! Method: each scenario builds a store through `new_kv` (here `MemoryKv`; the same
-//! functions take any `Kv`), drives it with an explicit clock, and checks the records.
-//! Races use a latency `Sleeper` on tokio's paused clock so that concurrent pollers really
-//! interleave inside their transactions. Fault runs inject conflicts and ambiguous commits
-//! in both directions and check that no fire is lost or duplicated.
+//! Method: the scenarios live in `conformance/` and are generic over the `Kv` (the FDB
+//! conformance binary runs the same ones). Here each runs on a fresh `MemoryKv` whose
+//! latency uses tokio's paused clock, so concurrent pollers really interleave inside their
+//! transactions; the race and recovery scenarios run again with conflicts and ambiguous
+//! commits injected in both directions.
 
-use std::collections::{BTreeMap, BTreeSet};
+mod conformance;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, TimeDelta, Utc};
 use sundial::calendar::Calendars;
 use sundial::entropy::Entropy;
-use sundial::job::{
-    JobDefinition, JobTriggerDefinition, JobTypeKey, JsonObject, MisfirePolicy, RetryPolicy, RunCause, RunState,
-    TriggerState,
-};
 use sundial::kv::memory::{KvFaults, MemoryKv, MemoryKvOptions, Sleeper};
 use sundial::kv::{BoxFuture, RetryOptions};
-use sundial::name::{JobName, TriggerKey, TriggerName};
-use sundial::store::{AcquireRequest, AcquiredRun, Completion, KvJobStore, RunOutcome, StoreOptions};
-use sundial::time::{from_micros, ManualClock};
-use uuid::Uuid;
+use sundial::store::{KvJobStore, StoreOptions};
+use sundial::time::ManualClock;
 
 /// Latency on tokio's clock, so operations yield and interleave.
 #[derive(Debug)]
@@ -35,620 +29,113 @@ impl Sleeper for TokioSleeper {
     }
 }
 
-struct World {
-    store: KvJobStore<MemoryKv>,
-    kv: MemoryKv,
-    clock: ManualClock,
-}
-
-fn t0() -> DateTime<Utc> {
-    from_micros(1_800_000_000_000_000).unwrap()
-}
-
-fn world_with(faults: KvFaults, options: StoreOptions, seed: u64) -> World {
-    let clock = ManualClock::new(t0());
+fn store_with(faults: KvFaults, options: StoreOptions, seed: u64) -> (KvJobStore<MemoryKv>, MemoryKv) {
+    let clock = ManualClock::new(conformance::t0());
     let kv = MemoryKv::with_options(
-        Arc::new(clock.clone()),
+        Arc::new(clock),
         Arc::new(TokioSleeper),
         MemoryKvOptions { seed, faults, ..MemoryKvOptions::default() },
     );
     let store = KvJobStore::new(kv.clone(), Arc::new(Calendars::new()), Entropy::from_seed(seed), options);
-    World { store, kv, clock }
+    (store, kv)
 }
 
-fn world() -> World {
-    world_with(KvFaults::default(), StoreOptions::default(), 1)
+fn store() -> KvJobStore<MemoryKv> {
+    store_with(KvFaults::default(), StoreOptions::default(), 1).0
 }
 
-fn name(s: &str) -> JobName {
-    JobName::new(s).unwrap()
-}
-
-fn job(n: &str, triggers: &[(&str, &str)]) -> JobDefinition {
-    let mut def = JobDefinition::new(name(n), JobTypeKey::new("test::Job").unwrap());
-    for (trigger, schedule) in triggers {
-        def =
-            def.with_trigger(JobTriggerDefinition::new(TriggerName::new(*trigger).unwrap(), schedule.parse().unwrap()));
-    }
-    def
-}
-
-fn request<'a>(node: &'a str, now: DateTime<Utc>, max: usize, known: &'a BTreeSet<Uuid>) -> AcquireRequest<'a> {
-    AcquireRequest {
-        node,
-        now,
-        max,
-        misfire_threshold: Duration::from_secs(60),
-        steal_grace: Duration::from_secs(1),
-        known_types: None,
-        known_runs: known,
+/// Faults that make some commits conflict or end ambiguously, both ways.
+fn faulty() -> KvFaults {
+    KvFaults {
+        latency_max: Duration::from_millis(2),
+        spurious_conflict: 0.05,
+        unknown_result_committed: 0.1,
+        unknown_result_not_committed: 0.1,
+        ..KvFaults::default()
     }
 }
 
-async fn acquire(w: &World, node: &str, now: DateTime<Utc>, max: usize) -> Vec<AcquiredRun> {
-    w.store.acquire_due(&request(node, now, max, &BTreeSet::new())).await.unwrap()
+fn patient() -> StoreOptions {
+    StoreOptions { retry: RetryOptions { retry_limit: 100, ..RetryOptions::default() }, ..StoreOptions::default() }
 }
 
-async fn complete(
-    w: &World,
-    run: Uuid,
-    node: &str,
-    outcome: RunOutcome,
-    at: DateTime<Utc>,
-) -> sundial::store::CompletionResult {
-    w.store.complete_run(&Completion { run_id: run, node: node.to_owned(), outcome, finished_at: at }).await.unwrap()
+macro_rules! scenarios {
+    ($($name:ident),* $(,)?) => {$(
+        #[tokio::test(start_paused = true)]
+        async fn $name() {
+            conformance::$name(&store()).await;
+        }
+    )*};
 }
 
-async fn trigger_state(w: &World, job: &str, trigger: &str) -> (TriggerState, Option<i64>) {
-    let t = w.store.trigger_record(job, trigger).await.unwrap().unwrap();
-    (t.state, t.next_fire_us)
-}
-
-fn secs(s: i64) -> DateTime<Utc> {
-    t0() + TimeDelta::seconds(s)
-}
-
-fn us(t: DateTime<Utc>) -> i64 {
-    t.timestamp_micros()
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_cron_fire_is_acquired_once_and_the_trigger_advances() {
-    let w = world();
-    let results = w.store.schedule(&[job("report", &[("every-10s", "cron */10 * * * * *")])], t0()).await;
-    assert!(results[0].is_ok(), "{results:?}");
-    assert_eq!(trigger_state(&w, "report", "every-10s").await, (TriggerState::Waiting, Some(us(secs(10)))));
-    assert!(acquire(&w, "n1", secs(9), 16).await.is_empty(), "not due yet");
-    let runs = acquire(&w, "n1", secs(10), 16).await;
-    assert_eq!(runs.len(), 1);
-    let run = &runs[0];
-    assert_eq!((run.run.cause, run.run.attempt, run.run.scheduled_at), (RunCause::Schedule, 1, secs(10)));
-    assert_eq!(run.run.trigger.as_ref().unwrap().as_str(), "every-10s");
-    assert_eq!(trigger_state(&w, "report", "every-10s").await, (TriggerState::Waiting, Some(us(secs(20)))));
-    assert!(acquire(&w, "n1", secs(10), 16).await.is_empty(), "taken once");
-    let stored = w.store.run_record(run.run.id).await.unwrap().unwrap();
-    assert_eq!((stored.state, stored.node.as_str()), (RunState::Running, "n1"));
-    let done = complete(&w, run.run.id, "n1", RunOutcome::Succeeded, secs(11)).await;
-    assert!(done.recorded);
-    assert_eq!(w.store.run_record(run.run.id).await.unwrap().unwrap().state, RunState::Succeeded);
-}
-
-#[tokio::test(start_paused = true)]
-async fn misfire_policies_at_acquisition() {
-    let w = world();
-    let mut def = job("m", &[]);
-    for (trigger, policy) in
-        [("once", MisfirePolicy::RunOnce), ("skip", MisfirePolicy::Skip), ("all", MisfirePolicy::RunAll)]
-    {
-        def = def.with_trigger(
-            JobTriggerDefinition::new(TriggerName::new(trigger).unwrap(), "cron 0 * * * * *".parse().unwrap())
-                .with_misfire(policy),
-        );
-    }
-    def.allow_concurrent = true;
-    w.store.schedule(&[def], t0()).await;
-    // Due at 60 s; taken at 60 + 150 s: a misfire (threshold 60 s).
-    let now = secs(210);
-    let runs = acquire(&w, "n1", now, 16).await;
-    let by_trigger: BTreeMap<String, DateTime<Utc>> =
-        runs.iter().map(|r| (r.run.trigger.as_ref().unwrap().to_string(), r.run.scheduled_at)).collect();
-    assert_eq!(by_trigger.get("once"), Some(&now), "RunOnce runs now, scheduled now");
-    assert_eq!(by_trigger.get("all"), Some(&secs(60)), "RunAll runs the missed time");
-    assert!(!by_trigger.contains_key("skip"));
-    assert_eq!(trigger_state(&w, "m", "once").await.1, Some(us(secs(240))), "next from now");
-    assert_eq!(trigger_state(&w, "m", "skip").await.1, Some(us(secs(240))), "next from now");
-    assert_eq!(trigger_state(&w, "m", "all").await.1, Some(us(secs(120))), "next missed time");
-    // RunAll catches up one missed fire per cycle.
-    let second: Vec<_> = acquire(&w, "n1", now, 16).await.into_iter().map(|r| r.run.scheduled_at).collect();
-    assert_eq!(second, vec![secs(120)]);
-    let third: Vec<_> = acquire(&w, "n1", now, 16).await.into_iter().map(|r| r.run.scheduled_at).collect();
-    assert_eq!(third, vec![secs(180)]);
-    assert!(acquire(&w, "n1", now, 16).await.is_empty());
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_non_concurrent_job_blocks_and_unblocks() {
-    let w = world();
-    w.store.schedule(&[job("serial", &[("a", "cron * * * * * *"), ("b", "cron */2 * * * * *")])], t0()).await;
-    let first = acquire(&w, "n1", secs(2), 16).await;
-    assert_eq!(first.len(), 1, "one slot");
-    assert!(first[0].exclusive);
-    let other = if first[0].run.trigger.as_ref().unwrap().as_str() == "a" { "b" } else { "a" };
-    assert_eq!(trigger_state(&w, "serial", other).await.0, TriggerState::Blocked);
-    assert!(acquire(&w, "n2", secs(3), 16).await.is_empty(), "still blocked while running");
-    assert_eq!(
-        w.store
-            .begin_manual_run(&name("serial"), &JsonObject::new(), "n2", Uuid::from_u128(9), secs(3))
-            .await
-            .unwrap_err()
-            .to_string(),
-        "SCHEDULING_CONFLICT_001: job is running and does not allow concurrent runs: 'serial'"
-    );
-    complete(&w, first[0].run.id, "n1", RunOutcome::Succeeded, secs(4)).await;
-    assert_eq!(trigger_state(&w, "serial", other).await.0, TriggerState::Waiting, "unblocked by the completion");
-    let next = acquire(&w, "n2", secs(4), 16).await;
-    assert_eq!(next.len(), 1);
-}
-
-#[tokio::test(start_paused = true)]
-async fn an_interval_trigger_waits_for_its_run_then_one_interval() {
-    let w = world();
-    w.store.schedule(&[job("poll", &[("every", "every 00:00:10 x2")])], t0()).await;
-    assert_eq!(trigger_state(&w, "poll", "every").await, (TriggerState::Waiting, Some(us(secs(10)))));
-    let runs = acquire(&w, "n1", secs(10), 16).await;
-    assert_eq!(runs.len(), 1);
-    assert_eq!(trigger_state(&w, "poll", "every").await, (TriggerState::Acquired, None));
-    // Never blocked by its own run, never fired twice while it runs.
-    assert!(acquire(&w, "n1", secs(30), 16).await.is_empty());
-    complete(&w, runs[0].run.id, "n1", RunOutcome::Succeeded, secs(25)).await;
-    assert_eq!(trigger_state(&w, "poll", "every").await, (TriggerState::Waiting, Some(us(secs(35)))));
-    let second = acquire(&w, "n1", secs(35), 16).await;
-    complete(&w, second[0].run.id, "n1", RunOutcome::Succeeded, secs(36)).await;
-    assert_eq!(trigger_state(&w, "poll", "every").await.0, TriggerState::Complete, "repeat count used up");
-}
-
-#[tokio::test(start_paused = true)]
-async fn failed_runs_retry_per_policy_as_one_shot_triggers() {
-    let w = world();
-    let def = job("flaky", &[("at", "once 2027-01-15T08:00:10Z")])
-        .with_retry(RetryPolicy::exponential(2, Duration::from_secs(5), None).unwrap());
-    w.store.schedule(&[def], t0()).await;
-    let due: DateTime<Utc> = "2027-01-15T08:00:10Z".parse().unwrap();
-    let first = acquire(&w, "n1", due, 16).await.remove(0);
-    let failure = RunOutcome::Failed { code: "SCHEDULING_TIMEOUT_001".into(), message: "timed out".into() };
-    let done = complete(&w, first.run.id, "n1", failure.clone(), due).await;
-    let retry_name = done.retry_trigger.expect("a retry trigger");
-    assert!(retry_name.starts_with("retry-"));
-    assert!(acquire(&w, "n1", due + TimeDelta::seconds(4), 16).await.is_empty(), "retry 1 waits 5 s");
-    let second = acquire(&w, "n1", due + TimeDelta::seconds(5), 16).await.remove(0);
-    assert_eq!((second.run.cause, second.run.attempt, second.run.retry_of), (RunCause::Retry, 2, Some(first.run.id)));
-    let done = complete(&w, second.run.id, "n1", failure.clone(), due + TimeDelta::seconds(5)).await;
-    assert!(done.retry_trigger.is_some());
-    let third = acquire(&w, "n1", due + TimeDelta::seconds(15), 16).await.remove(0);
-    assert_eq!((third.run.attempt, third.run.retry_of), (3, Some(first.run.id)), "retry 2 waits 10 s, chain kept");
-    let done = complete(&w, third.run.id, "n1", failure, due + TimeDelta::seconds(15)).await;
-    assert_eq!(done.retry_trigger, None, "max_retries reached");
-    // Canceled runs never retry.
-    let fourth =
-        w.store.begin_manual_run(&name("flaky"), &JsonObject::new(), "n1", Uuid::from_u128(77), due).await.unwrap();
-    let done = complete(&w, fourth.run.id, "n1", RunOutcome::Canceled { message: "stop".into() }, due).await;
-    assert_eq!((done.state, done.retry_trigger), (RunState::Canceled, None));
-}
-
-#[tokio::test(start_paused = true)]
-async fn enqueue_and_manual_runs() {
-    let w = world();
-    let mut def = job("adhoc", &[]);
-    def.data.insert("base".into(), 1.into());
-    def.data.insert("over".into(), "job".into());
-    w.store.schedule(&[def], t0()).await;
-    let mut data = JsonObject::new();
-    data.insert("over".into(), "request".into());
-    let names = w.store.enqueue(&[(name("adhoc"), data.clone()), (name("missing"), JsonObject::new())], secs(1)).await;
-    let trigger = names[0].as_ref().unwrap().clone();
-    assert!(trigger.as_str().starts_with("manual-"));
-    assert_eq!(names[1].as_ref().unwrap_err().code(), "SCHEDULING_NOTFOUND_001");
-    let runs = acquire(&w, "n2", secs(1), 16).await;
-    assert_eq!(runs.len(), 1);
-    assert_eq!(runs[0].run.cause, RunCause::Manual);
-    assert_eq!(serde_json::Value::Object(runs[0].run.data.clone()), serde_json::json!({"base": 1, "over": "request"}));
-    assert!(w.store.trigger_record("adhoc", trigger.as_str()).await.unwrap().is_none(), "one-shot trigger consumed");
-    complete(&w, runs[0].run.id, "n2", RunOutcome::Succeeded, secs(2)).await;
-    let manual = w.store.begin_manual_run(&name("adhoc"), &data, "n1", Uuid::from_u128(5), secs(2)).await.unwrap();
-    assert_eq!((manual.run.cause, manual.run.trigger.clone()), (RunCause::Manual, None));
-    assert_eq!(
-        w.store
-            .begin_manual_run(&name("nope"), &data, "n1", Uuid::from_u128(6), secs(2))
-            .await
-            .unwrap_err()
-            .to_string(),
-        "SCHEDULING_NOTFOUND_001: job not registered: 'nope'"
-    );
-}
-
-#[tokio::test(start_paused = true)]
-async fn pause_and_resume_jobs_and_triggers() {
-    let w = world();
-    w.store.schedule(&[job("p", &[("a", "cron 0 * * * * *"), ("b", "cron 0 * * * * *")])], t0()).await;
-    assert!(w.store.set_jobs_paused(&[name("p")], true).await[0].is_ok());
-    assert_eq!(trigger_state(&w, "p", "a").await.0, TriggerState::Paused);
-    assert!(acquire(&w, "n1", secs(60), 16).await.is_empty());
-    let key = TriggerKey::new(name("p"), TriggerName::new("b").unwrap());
-    w.store.set_triggers_paused(std::slice::from_ref(&key), true).await;
-    w.store.set_jobs_paused(&[name("p")], false).await;
-    assert_eq!(trigger_state(&w, "p", "a").await.0, TriggerState::Waiting);
-    assert_eq!(trigger_state(&w, "p", "b").await.0, TriggerState::Paused, "individually paused");
-    // Resumed after a long pause: the missed fire follows the misfire policy (RunOnce).
-    let runs = acquire(&w, "n1", secs(600), 16).await;
-    assert_eq!(runs.len(), 1);
-    assert_eq!(runs[0].run.scheduled_at, secs(600));
-    let missing = TriggerKey::new(name("p"), TriggerName::new("zz").unwrap());
-    assert_eq!(
-        w.store.set_triggers_paused(&[missing], true).await[0].as_ref().unwrap_err().code(),
-        "SCHEDULING_NOTFOUND_003"
-    );
-    assert_eq!(
-        w.store.set_jobs_paused(&[name("zz")], true).await[0].as_ref().unwrap_err().code(),
-        "SCHEDULING_NOTFOUND_001"
-    );
-}
-
-#[tokio::test(start_paused = true)]
-async fn unknown_job_types_put_the_trigger_in_error() {
-    let w = world();
-    w.store.schedule(&[job("typed", &[("t", "cron * * * * * *")])], t0()).await;
-    let known: BTreeSet<String> = ["other::Job".to_owned()].into();
-    let none = BTreeSet::new();
-    let mut req = request("n1", secs(1), 16, &none);
-    req.known_types = Some(&known);
-    assert!(w.store.acquire_due(&req).await.unwrap().is_empty());
-    let trigger = w.store.trigger_record("typed", "t").await.unwrap().unwrap();
-    assert_eq!(trigger.state, TriggerState::Error);
-    assert!(trigger.error.unwrap().contains("'test::Job' is not registered on node 'n1'"));
-}
-
-#[tokio::test(start_paused = true)]
-async fn schedule_replaces_and_unschedule_deletes() {
-    let w = world();
-    w.store.schedule(&[job("r", &[("keep", "cron 0 0 * * * *"), ("drop", "cron 0 0 * * * *")])], t0()).await;
-    let kept_before = w.store.trigger_record("r", "keep").await.unwrap().unwrap();
-    w.store
-        .schedule(
-            &[job("r", &[("keep", "cron 0 0 * * * *"), ("new", "every 00:01:00")])],
-            t0() + TimeDelta::seconds(30),
-        )
-        .await;
-    assert!(w.store.trigger_record("r", "drop").await.unwrap().is_none());
-    assert_eq!(w.store.trigger_record("r", "keep").await.unwrap().unwrap().uid, kept_before.uid, "progress kept");
-    assert_eq!(trigger_state(&w, "r", "new").await.1, Some(us(secs(90))));
-    let record = w.store.job_record("r").await.unwrap().unwrap();
-    assert_eq!((record.origin, record.revision), (sundial::job::JobOrigin::Runtime, 2));
-    let bad = job("bad", &[("t", "manual")]);
-    assert_eq!(w.store.schedule(&[bad], t0()).await[0].as_ref().unwrap_err().code(), "SCHEDULING_VALIDATION_001");
-    let with_calendar = job("cal", &[("t", "cron 0 0 * * * * calendar=holidays")]);
-    assert_eq!(
-        w.store.schedule(&[with_calendar], t0()).await[0].as_ref().unwrap_err().code(),
-        "SCHEDULING_VALIDATION_001"
-    );
-    assert!(w.store.unschedule(&[name("r")]).await[0].is_ok());
-    assert!(w.store.job_record("r").await.unwrap().is_none());
-    assert!(w.store.trigger_record("r", "keep").await.unwrap().is_none());
-    assert_eq!(w.store.unschedule(&[name("r")]).await[0].as_ref().unwrap_err().code(), "SCHEDULING_NOTFOUND_001");
-    assert!(acquire(&w, "n1", secs(100_000), 16).await.is_empty(), "no orphaned due entries");
-}
+scenarios!(
+    a_cron_fire_is_acquired_once_and_the_trigger_advances,
+    misfire_policies_at_acquisition,
+    a_non_concurrent_job_blocks_and_unblocks,
+    an_interval_trigger_waits_for_its_run_then_one_interval,
+    failed_runs_retry_per_policy_as_one_shot_triggers,
+    enqueue_and_manual_runs,
+    pause_and_resume_jobs_and_triggers,
+    unknown_job_types_put_the_trigger_in_error,
+    schedule_replaces_and_unschedule_deletes,
+    lost_nodes_are_reaped_and_their_runs_recovered_exactly_once,
+    cancel_requests_reach_the_running_node_until_the_run_ends,
+    history_queries_filter_page_count_and_expire,
+    status_shows_triggers_running_and_last_result,
+    code_jobs_sync_with_the_fingerprint_rules_and_restore,
+    local_jobs_stay_out_of_acquisition_but_their_runs_go_to_history,
+);
 
 #[tokio::test(start_paused = true)]
 async fn history_cap_evicts_finished_runs_and_refuses_when_all_run() {
-    let options = StoreOptions { max_runs: Some(3), ..StoreOptions::default() };
-    let w = world_with(KvFaults::default(), options, 3);
-    let mut def = job("capped", &[]);
-    def.allow_concurrent = true;
-    w.store.schedule(&[def], t0()).await;
-    let mut ids = Vec::new();
-    for i in 0..3u128 {
-        ids.push(
-            w.store
-                .begin_manual_run(&name("capped"), &JsonObject::new(), "n1", Uuid::from_u128(100 + i), secs(i as i64))
-                .await
-                .unwrap()
-                .run
-                .id,
-        );
-    }
-    let full = w
-        .store
-        .begin_manual_run(&name("capped"), &JsonObject::new(), "n1", Uuid::from_u128(200), secs(5))
-        .await
-        .unwrap_err();
-    assert_eq!(sundial::SchedulingError::from(full).code(), "SCHEDULING_UNAVAILABLE_004");
-    complete(&w, ids[1], "n1", RunOutcome::Succeeded, secs(6)).await;
-    w.store.begin_manual_run(&name("capped"), &JsonObject::new(), "n1", Uuid::from_u128(201), secs(7)).await.unwrap();
-    assert!(w.store.run_record(ids[1]).await.unwrap().is_none(), "the finished run was evicted");
-    assert!(w.store.run_record(ids[0]).await.unwrap().is_some(), "running runs are kept");
+    let (store, _) = store_with(KvFaults::default(), StoreOptions { max_runs: Some(3), ..StoreOptions::default() }, 3);
+    conformance::history_cap_evicts_finished_runs_and_refuses_when_all_run(&store).await;
 }
 
-/// N pollers race for the same due set on one shared store: each fire is acquired exactly
-/// once, with or without store faults.
 #[tokio::test(start_paused = true)]
 async fn concurrent_pollers_take_each_fire_exactly_once() {
-    for (seed, faults) in [
-        (11, KvFaults { latency_max: Duration::from_millis(2), ..KvFaults::default() }),
-        (
-            12,
-            KvFaults {
-                latency_max: Duration::from_millis(2),
-                spurious_conflict: 0.05,
-                unknown_result_committed: 0.05,
-                unknown_result_not_committed: 0.05,
-                ..KvFaults::default()
-            },
-        ),
-    ] {
-        let w = world_with(
-            faults,
-            StoreOptions {
-                retry: RetryOptions { retry_limit: 50, ..RetryOptions::default() },
-                ..StoreOptions::default()
-            },
-            seed,
-        );
-        let mut defs = Vec::new();
-        for i in 0..120 {
-            let mut def = job(&format!("j{i}"), &[("t", "cron * * * * * *")]);
-            def.allow_concurrent = i % 3 != 0;
-            defs.push(def);
-        }
-        assert!(w.store.schedule(&defs, t0()).await.iter().all(Result::is_ok));
-        let mut all_runs: Vec<AcquiredRun> = Vec::new();
-        // Five cycles: fires at 1..=5 s, each taken by whichever of 8 pollers gets it.
-        for second in 1..=5 {
-            let now = secs(second);
-            w.clock.set_wall(now);
-            let mut pollers = Vec::new();
-            for p in 0..8 {
-                let store = w.store.clone();
-                let node = format!("node-{p}");
-                pollers.push(tokio::spawn(async move {
-                    let known = BTreeSet::new();
-                    let req = AcquireRequest {
-                        node: &node,
-                        now,
-                        max: 64,
-                        misfire_threshold: Duration::from_secs(60),
-                        steal_grace: Duration::ZERO,
-                        known_types: None,
-                        known_runs: &known,
-                    };
-                    store
-                        .acquire_due(&req)
-                        .await
-                        .map(|runs| runs.into_iter().map(|r| (node.clone(), r)).collect::<Vec<_>>())
-                }));
-            }
-            let mut this_cycle = Vec::new();
-            for poller in pollers {
-                // A poller may give up on a run of ambiguous results; others pick up.
-                if let Ok(runs) = poller.await.unwrap() {
-                    this_cycle.extend(runs);
-                }
-            }
-            for (node, run) in &this_cycle {
-                let outcome = RunOutcome::Succeeded;
-                w.store
-                    .complete_run(&Completion { run_id: run.run.id, node: node.clone(), outcome, finished_at: now })
-                    .await
-                    .unwrap();
-            }
-            all_runs.extend(this_cycle.into_iter().map(|(_, r)| r));
-        }
-        // Every run in history, and only those: one per (job, scheduled second).
-        let mut per_fire: BTreeMap<(String, DateTime<Utc>), usize> = BTreeMap::new();
-        for run in &all_runs {
-            *per_fire.entry((run.run.job.to_string(), run.run.scheduled_at)).or_default() += 1;
-        }
-        assert!(per_fire.values().all(|n| *n == 1), "seed {seed}: a fire ran twice");
-        // Anything not returned to a poller (its attempts ran out) is still acquirable, or
-        // was acquired by an ambiguous commit and is recorded: count the stored runs.
-        let stats = w.kv.stats();
-        assert!(all_runs.len() >= 120 * 4, "seed {seed}: only {} runs ({stats:?})", all_runs.len());
-        println!("seed {seed}: {} runs, {stats:?}", all_runs.len());
+    let faults = KvFaults { latency_max: Duration::from_millis(2), ..KvFaults::default() };
+    let (store, kv) = store_with(faults, patient(), 11);
+    conformance::concurrent_pollers_take_each_fire_exactly_once(&store).await;
+    assert!(kv.stats().conflicts > 0, "the pollers really raced: {:?}", kv.stats());
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_pollers_take_each_fire_exactly_once_under_faults() {
+    for seed in [12, 13, 14] {
+        let (store, kv) = store_with(faulty(), patient(), seed);
+        conformance::concurrent_pollers_take_each_fire_exactly_once(&store).await;
+        let stats = kv.stats();
+        assert!(stats.unknown_committed > 0 && stats.unknown_not_committed > 0, "seed {seed}: faults hit: {stats:?}");
     }
 }
 
 #[tokio::test(start_paused = true)]
-async fn lost_nodes_are_reaped_and_their_runs_recovered_exactly_once() {
-    for (seed, faults) in [
-        (21, KvFaults::default()),
-        (22, KvFaults { unknown_result_committed: 0.3, unknown_result_not_committed: 0.3, ..KvFaults::default() }),
-    ] {
-        let options = StoreOptions {
-            retry: RetryOptions { retry_limit: 100, ..RetryOptions::default() },
-            ..StoreOptions::default()
-        };
-        let w = world_with(faults, options, seed);
-        // Concurrent, so the recovery is not blocked behind the job's own next fire.
-        let mut recovering = job("recover", &[("t", "cron * * * * * *")]);
-        recovering.requests_recovery = true;
-        recovering.allow_concurrent = true;
-        let mut plain = job("plain", &[("t", "cron * * * * * *")]);
-        plain.allow_concurrent = true;
-        w.store.schedule(&[recovering, plain], t0()).await;
-        let beat = w.store.heartbeat("dying", secs(0)).await.unwrap();
-        let runs = acquire(&w, "dying", secs(1), 16).await;
-        assert_eq!(runs.len(), 2);
-        // A heartbeat after the observation: no declaration.
-        w.store.heartbeat("dying", secs(1)).await.unwrap();
-        assert!(!w.store.reap_node("dying", beat.seq, secs(2), 100, None).await.unwrap().declared);
-        let observed = w.store.nodes().await.unwrap().into_iter().find(|n| n.node == "dying").unwrap().heartbeat_seq;
-        let reaped = w.store.reap_node("dying", observed, secs(100), 100, None).await.unwrap();
-        assert!(reaped.declared);
-        assert_eq!(reaped.lost_runs.len(), 2);
-        assert_eq!(reaped.recovery_triggers.len(), 1, "seed {seed}");
-        // Reaping again (a replay) recovers nothing twice.
-        let again = w.store.reap_node("dying", observed, secs(100), 100, None).await.unwrap();
-        assert!(again.lost_runs.is_empty() && again.recovery_triggers.is_empty());
-        for run in &runs {
-            assert_eq!(w.store.run_record(run.run.id).await.unwrap().unwrap().state, RunState::Lost);
-        }
-        // A late completion from the lost node does not overwrite history.
-        let late = complete(&w, runs[0].run.id, "dying", RunOutcome::Succeeded, secs(101)).await;
-        assert_eq!((late.state, late.recorded), (RunState::Lost, false));
-        // The recovery runs once, elsewhere, with the lost run's data and cause Recovery.
-        let recovered: Vec<_> = acquire(&w, "healthy", secs(101), 64)
-            .await
-            .into_iter()
-            .filter(|r| r.run.cause == RunCause::Recovery)
-            .collect();
-        assert_eq!(recovered.len(), 1);
-        assert_eq!(recovered[0].run.job.as_str(), "recover");
-        assert!(acquire(&w, "healthy", secs(101), 64).await.iter().all(|r| r.run.cause != RunCause::Recovery));
-        // The node comes back: told it was declared lost.
-        assert!(w.store.heartbeat("dying", secs(102)).await.unwrap().was_declared_lost);
+async fn lost_nodes_are_recovered_exactly_once_under_ambiguous_commits() {
+    for seed in [21, 22, 23] {
+        let faults =
+            KvFaults { unknown_result_committed: 0.3, unknown_result_not_committed: 0.3, ..KvFaults::default() };
+        let (store, kv) = store_with(faults, patient(), seed);
+        conformance::lost_nodes_are_reaped_and_their_runs_recovered_exactly_once(&store).await;
+        assert!(kv.stats().unknown_committed > 0, "seed {seed}");
     }
 }
 
 #[tokio::test(start_paused = true)]
-async fn cancel_requests_reach_the_running_node_until_the_run_ends() {
-    let w = world();
-    w.store.schedule(&[job("c", &[("t", "cron * * * * * *")])], t0()).await;
-    let run = acquire(&w, "n7", secs(1), 16).await.remove(0);
-    let results = w.store.request_cancel(&[run.run.id, Uuid::from_u128(1)]).await;
-    assert_eq!(results[0].as_ref().unwrap(), "n7");
-    assert_eq!(results[1].as_ref().unwrap_err().code(), "SCHEDULING_NOTFOUND_004");
-    assert_eq!(w.store.cancel_requests("n7").await.unwrap(), vec![run.run.id]);
-    assert_eq!(w.store.cancel_requests("n7").await.unwrap(), vec![run.run.id], "read-only until the run ends");
-    complete(&w, run.run.id, "n7", RunOutcome::Canceled { message: "requested".into() }, secs(2)).await;
-    assert!(w.store.cancel_requests("n7").await.unwrap().is_empty());
-    assert_eq!(w.store.request_cancel(&[run.run.id]).await[0].as_ref().unwrap_err().code(), "SCHEDULING_NOTFOUND_004");
-}
-
-#[tokio::test(start_paused = true)]
-async fn history_queries_filter_page_count_and_expire() {
-    let w = world();
-    let mut a = job("a", &[("t", "cron * * * * * *")]);
-    a.allow_concurrent = true;
-    let mut b = job("b", &[("t", "cron * * * * * *")]);
-    b.allow_concurrent = true;
-    w.store.schedule(&[a, b], t0()).await;
-    for second in 1..=10 {
-        for run in acquire(&w, if second % 2 == 0 { "even" } else { "odd" }, secs(second), 16).await {
-            let outcome = if second % 3 == 0 {
-                RunOutcome::Failed { code: "E".into(), message: "boom".into() }
-            } else {
-                RunOutcome::Succeeded
-            };
-            let node = if second % 2 == 0 { "even" } else { "odd" };
-            complete(&w, run.run.id, node, outcome, secs(second) + TimeDelta::milliseconds(500)).await;
-        }
-    }
-    let all = sundial::job::JobRunQuery::default();
-    assert_eq!(w.store.count_runs(&all).await.unwrap(), 20);
-    let page = w.store.runs(&sundial::job::JobRunQuery { limit: 3, ..all.clone() }).await.unwrap();
-    assert_eq!(page.len(), 3);
-    assert!(page.windows(2).all(|p| p[0].run.scheduled_at >= p[1].run.scheduled_at), "newest first");
-    assert_eq!(page[0].run.scheduled_at, secs(10));
-    let only_a = sundial::job::JobRunQuery { job: Some(name("a")), ..all.clone() };
-    assert_eq!(w.store.count_runs(&only_a).await.unwrap(), 10);
-    let failed = sundial::job::JobRunQuery { states: [RunState::Failed].into(), ..all.clone() };
-    assert_eq!(w.store.count_runs(&failed).await.unwrap(), 6);
-    let errors = sundial::job::JobRunQuery { has_error: Some(true), node: Some("even".into()), ..all.clone() };
-    assert_eq!(w.store.count_runs(&errors).await.unwrap(), 2, "seconds 6 (both jobs) only");
-    let window =
-        sundial::job::JobRunQuery { from: Some(secs(3)), to: Some(secs(5)), job: Some(name("b")), ..all.clone() };
-    let in_window = w.store.runs(&window).await.unwrap();
-    assert_eq!(in_window.iter().map(|r| r.run.scheduled_at).collect::<Vec<_>>(), vec![secs(4), secs(3)]);
-    let skipped = w.store.runs(&sundial::job::JobRunQuery { skip: 18, ..all.clone() }).await.unwrap();
-    assert_eq!(skipped.len(), 2);
-    for bad in [
-        sundial::job::JobRunQuery { skip: -1, ..all.clone() },
-        sundial::job::JobRunQuery { limit: 0, ..all.clone() },
-        sundial::job::JobRunQuery { limit: 1001, ..all.clone() },
-    ] {
-        let err = sundial::SchedulingError::from(w.store.runs(&bad).await.unwrap_err());
-        assert_eq!((err.code(), err.http_status()), ("SCHEDULING_VALIDATION_002", 400));
-    }
-    // Retention: runs that ended more than 5 s before second 11 go.
-    let deleted = w.store.apply_retention(secs(11), Some(Duration::from_secs(5)), None).await.unwrap();
-    assert_eq!(deleted, 10, "seconds 1–5 ended at x.5 < 6");
-    assert_eq!(w.store.count_runs(&all).await.unwrap(), 10);
-    assert_eq!(w.store.apply_retention(secs(11), None, None).await.unwrap(), 0, "zero retention keeps everything");
-}
-
-#[tokio::test(start_paused = true)]
-async fn status_shows_triggers_running_and_last_result() {
-    let w = world();
-    w.store.schedule(&[job("s", &[("t", "cron */5 * * * * *")])], t0()).await;
-    let run = acquire(&w, "n1", secs(5), 16).await.remove(0);
-    let status = w.store.status(&name("s")).await.unwrap().unwrap();
-    assert_eq!(status.running, 1);
-    assert_eq!(status.triggers[0].next_fire, Some(secs(10)));
-    assert_eq!(status.triggers[0].previous_fire, Some(secs(5)));
-    assert_eq!(status.triggers[0].fire_count, 1);
-    complete(&w, run.run.id, "n1", RunOutcome::Succeeded, secs(6)).await;
-    let status = w.store.status(&name("s")).await.unwrap().unwrap();
-    assert_eq!(status.running, 0);
-    assert_eq!(status.last_finished.unwrap().state, RunState::Succeeded);
-    assert_eq!(status.definition.triggers[0].schedule.to_string(), "cron */5 * * * * *");
-    assert!(w.store.status(&name("nope")).await.unwrap().is_none());
-    assert_eq!(w.store.statuses().await.unwrap().len(), 1);
-}
-
-#[tokio::test(start_paused = true)]
-async fn code_jobs_sync_with_the_fingerprint_rules_and_restore() {
-    use sundial::store::SyncOutcome;
-    let w = world();
-    let code = job("code", &[("t", "cron 0 * * * * *")]);
-    assert_eq!(w.store.sync_code_job(&code, t0()).await.unwrap(), SyncOutcome::Created);
-    assert_eq!(w.store.sync_code_job(&code, t0()).await.unwrap(), SyncOutcome::Unchanged);
-    // Overridden at run time; paused.
-    w.store.schedule(&[job("code", &[("t", "cron 30 * * * * *")])], t0()).await;
-    w.store.set_jobs_paused(&[name("code")], true).await;
-    let stored = w.store.job_record("code").await.unwrap().unwrap();
-    assert_eq!(stored.origin, sundial::job::JobOrigin::Overridden);
-    // Restart with the same code: the runtime change stays.
-    assert_eq!(w.store.sync_code_job(&code, t0()).await.unwrap(), SyncOutcome::KeptOverride);
-    assert_eq!(w.store.trigger_record("code", "t").await.unwrap().unwrap().schedule, "cron 30 * * * * *");
-    // Restart with changed code: written back, paused kept, the caller warned.
-    let changed = job("code", &[("t", "cron 15 * * * * *")]);
-    assert_eq!(
-        w.store.sync_code_job(&changed, t0()).await.unwrap(),
-        SyncOutcome::Rewritten { overwrote_runtime_change: true }
-    );
-    let stored = w.store.job_record("code").await.unwrap().unwrap();
-    assert_eq!((stored.origin, stored.paused), (sundial::job::JobOrigin::Code, true));
-    // Restore after another override.
-    w.store.schedule(&[job("code", &[("t", "cron 45 * * * * *")])], t0()).await;
-    w.store.restore(&changed, t0()).await.unwrap();
-    assert_eq!(w.store.trigger_record("code", "t").await.unwrap().unwrap().schedule, "cron 15 * * * * *");
-    assert_eq!(w.store.job_record("code").await.unwrap().unwrap().origin, sundial::job::JobOrigin::Code);
-    // A deleted code job comes back at the next start.
-    w.store.unschedule(&[name("code")]).await;
-    assert_eq!(w.store.sync_code_job(&changed, t0()).await.unwrap(), SyncOutcome::Created);
-}
-
-#[tokio::test(start_paused = true)]
-async fn local_jobs_stay_out_of_acquisition_but_their_runs_go_to_history() {
-    let w = world();
-    let mut local = job("local", &[("t", "cron * * * * * *")]);
-    local.run_on_every_instance = true;
-    w.store.schedule(&[local], t0()).await;
-    assert!(acquire(&w, "n1", secs(5), 16).await.is_empty(), "never acquired through the store");
-    let locals = w.store.local_jobs().await.unwrap();
-    assert_eq!(locals.len(), 1);
-    assert_eq!(locals[0].definition.name.as_str(), "local");
-    let job_run = sundial::job::JobRun {
-        id: Uuid::from_u128(42),
-        job: name("local"),
-        trigger: Some(TriggerName::new("t").unwrap()),
-        scheduled_at: secs(5),
-        cause: RunCause::Schedule,
-        attempt: 1,
-        retry_of: None,
-        data: JsonObject::new(),
-    };
-    w.store.begin_local_run(&job_run, "n1", secs(5)).await.unwrap();
-    let failure = RunOutcome::Failed { code: "E".into(), message: "x".into() };
-    let done = complete(&w, job_run.id, "n1", failure, secs(6)).await;
-    assert_eq!(done.retry_trigger, None, "local jobs retry in process, not in the store");
-    assert_eq!(w.store.count_runs(&sundial::job::JobRunQuery::default()).await.unwrap(), 1);
+async fn every_scenario_under_ambiguous_commits() {
+    // The single-node scenarios again, each commit possibly applied-but-reported-unknown or
+    // not applied: every operation must stay idempotent.
+    let faults = KvFaults { unknown_result_committed: 0.15, unknown_result_not_committed: 0.15, ..KvFaults::default() };
+    let fresh = || store_with(faults.clone(), patient(), 31).0;
+    conformance::a_cron_fire_is_acquired_once_and_the_trigger_advances(&fresh()).await;
+    conformance::misfire_policies_at_acquisition(&fresh()).await;
+    conformance::a_non_concurrent_job_blocks_and_unblocks(&fresh()).await;
+    conformance::an_interval_trigger_waits_for_its_run_then_one_interval(&fresh()).await;
+    conformance::failed_runs_retry_per_policy_as_one_shot_triggers(&fresh()).await;
+    conformance::enqueue_and_manual_runs(&fresh()).await;
+    conformance::pause_and_resume_jobs_and_triggers(&fresh()).await;
+    conformance::schedule_replaces_and_unschedule_deletes(&fresh()).await;
+    conformance::cancel_requests_reach_the_running_node_until_the_run_ends(&fresh()).await;
+    conformance::status_shows_triggers_running_and_last_result(&fresh()).await;
+    conformance::code_jobs_sync_with_the_fingerprint_rules_and_restore(&fresh()).await;
 }

@@ -1,24 +1,65 @@
-//! Goal: the store behaves on a real FoundationDB cluster as on `MemoryKv`: each due fire
-//! is acquired exactly once by concurrent pollers, and runs complete.
+//! Goal: the store behaves on a real FoundationDB cluster exactly as on `MemoryKv`: the
+//! same conformance scenarios (tests/conformance) pass on both.
 //!
 //! Method: runs only with feature `fdb` and `FDB_CLUSTER_FILE` set (libfdb_c cannot be
 //! installed on the development machines; CI compile-checks this file). Without a cluster
-//! it prints that it skipped. Each run uses a fresh random keyspace and clears it after.
+//! it prints that it skipped. Each scenario runs in a fresh random keyspace, cleared after.
 #![cfg(feature = "fdb")]
 
-use std::collections::BTreeSet;
+#[path = "../../tests/conformance/mod.rs"]
+mod conformance;
+
 use std::sync::Arc;
-use std::time::Duration;
 
 use sundial::calendar::Calendars;
 use sundial::entropy::Entropy;
-use sundial::job::{JobDefinition, JobTriggerDefinition, JobTypeKey};
 use sundial::kv::{run, KvTransaction, RetryOptions};
-use sundial::name::{JobName, TriggerName};
 use sundial::store::keys::Keyspace;
-use sundial::store::{AcquireRequest, Completion, KvJobStore, RunOutcome, StoreOptions};
+use sundial::store::{KvJobStore, StoreOptions};
 use sundial::time::{Clock, SystemClock};
 use sundial_actors::fdb::{foundationdb, FdbKv};
+
+struct Cluster {
+    kv: FdbKv,
+    entropy: std::sync::Mutex<Entropy>,
+}
+
+impl Cluster {
+    fn store(&self, options: StoreOptions) -> (KvJobStore<FdbKv>, Keyspace) {
+        let mut entropy = self.entropy.lock().unwrap();
+        let keys = Keyspace::new(format!("sundial-conformance-{}", entropy.alphanumeric(12)).into_bytes());
+        let store = KvJobStore::with_keyspace(
+            self.kv.clone(),
+            keys.clone(),
+            Arc::new(Calendars::new()),
+            entropy.fork(),
+            options,
+        );
+        (store, keys)
+    }
+
+    async fn clear(&self, keys: &Keyspace) {
+        let (begin, end) = keys.all();
+        run(&self.kv, RetryOptions::default(), |txn, _| {
+            let (begin, end) = (begin.clone(), end.clone());
+            async move {
+                txn.clear_range(&begin, &end);
+                Ok::<_, sundial::kv::KvError>(())
+            }
+        })
+        .await
+        .unwrap();
+    }
+}
+
+macro_rules! on_fdb {
+    ($cluster:expr, $($name:ident),* $(,)?) => {$(
+        let (store, keys) = $cluster.store(StoreOptions::default());
+        println!("fdb conformance: {}", stringify!($name));
+        conformance::$name(&store).await;
+        $cluster.clear(&keys).await;
+    )*};
+}
 
 #[test]
 fn store_conformance_on_foundationdb() {
@@ -29,75 +70,32 @@ fn store_conformance_on_foundationdb() {
     // SAFETY: started once in this test process; the guard outlives every use below.
     #[allow(unsafe_code)]
     let _network = unsafe { foundationdb::boot() };
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
-        let kv = FdbKv::open(Some(&cluster_file), clock.clone()).expect("open the cluster");
-        let mut entropy = Entropy::from_os();
-        let keys = Keyspace::new(format!("sundial-conformance-{}", entropy.alphanumeric(12)).into_bytes());
-        let store = KvJobStore::with_keyspace(
-            kv.clone(),
-            keys.clone(),
-            Arc::new(Calendars::new()),
-            entropy.fork(),
-            StoreOptions::default(),
+        let kv = FdbKv::open(Some(&cluster_file), clock).expect("open the cluster");
+        let cluster = Cluster { kv, entropy: std::sync::Mutex::new(Entropy::from_os()) };
+        on_fdb!(
+            cluster,
+            a_cron_fire_is_acquired_once_and_the_trigger_advances,
+            misfire_policies_at_acquisition,
+            a_non_concurrent_job_blocks_and_unblocks,
+            an_interval_trigger_waits_for_its_run_then_one_interval,
+            failed_runs_retry_per_policy_as_one_shot_triggers,
+            enqueue_and_manual_runs,
+            pause_and_resume_jobs_and_triggers,
+            unknown_job_types_put_the_trigger_in_error,
+            schedule_replaces_and_unschedule_deletes,
+            lost_nodes_are_reaped_and_their_runs_recovered_exactly_once,
+            cancel_requests_reach_the_running_node_until_the_run_ends,
+            history_queries_filter_page_count_and_expire,
+            status_shows_triggers_running_and_last_result,
+            code_jobs_sync_with_the_fingerprint_rules_and_restore,
+            local_jobs_stay_out_of_acquisition_but_their_runs_go_to_history,
+            concurrent_pollers_take_each_fire_exactly_once,
         );
-        let now = clock.now();
-        let mut defs = Vec::new();
-        for i in 0..50 {
-            let mut def =
-                JobDefinition::new(JobName::new(format!("j{i}")).unwrap(), JobTypeKey::new("fdb::Test").unwrap());
-            def.allow_concurrent = true;
-            def.triggers
-                .push(JobTriggerDefinition::new(TriggerName::new("t").unwrap(), "every 00:00:01".parse().unwrap()));
-            defs.push(def);
-        }
-        assert!(store.schedule(&defs, now).await.iter().all(Result::is_ok));
-        let due = sundial::time::add_duration(now, Duration::from_secs(2));
-        let mut tasks = Vec::new();
-        for p in 0..4 {
-            let store = store.clone();
-            tasks.push(tokio::spawn(async move {
-                let node = format!("poller-{p}");
-                let known = BTreeSet::new();
-                let request = AcquireRequest {
-                    node: &node,
-                    now: due,
-                    max: 64,
-                    misfire_threshold: Duration::from_secs(60),
-                    steal_grace: Duration::ZERO,
-                    known_types: None,
-                    known_runs: &known,
-                };
-                let runs = store.acquire_due(&request).await.unwrap();
-                for run in &runs {
-                    let completion = Completion {
-                        run_id: run.run.id,
-                        node: node.clone(),
-                        outcome: RunOutcome::Succeeded,
-                        finished_at: due,
-                    };
-                    store.complete_run(&completion).await.unwrap();
-                }
-                runs.into_iter().map(|r| r.run.job.to_string()).collect::<Vec<_>>()
-            }));
-        }
-        let mut jobs = Vec::new();
-        for task in tasks {
-            jobs.extend(task.await.unwrap());
-        }
-        let unique: BTreeSet<_> = jobs.iter().cloned().collect();
-        assert_eq!(jobs.len(), 50, "every fire once");
-        assert_eq!(unique.len(), 50, "no fire twice");
-        let (begin, end) = keys.all();
-        run(&kv, RetryOptions::default(), |txn, _| {
-            let (begin, end) = (begin.clone(), end.clone());
-            async move {
-                txn.clear_range(&begin, &end);
-                Ok::<_, sundial::kv::KvError>(())
-            }
-        })
-        .await
-        .unwrap();
+        let (store, keys) = cluster.store(StoreOptions { max_runs: Some(3), ..StoreOptions::default() });
+        conformance::history_cap_evicts_finished_runs_and_refuses_when_all_run(&store).await;
+        cluster.clear(&keys).await;
     });
 }

@@ -23,12 +23,16 @@ use crate::leader::Fence;
 pub struct Heartbeat {
     /// The new heartbeat sequence.
     pub seq: u64,
-    /// The node had been declared lost since its previous heartbeat: its runs are `Lost`
-    /// and it must stop them (their completions will not be recorded).
+    /// How many times this node has been declared lost; pass it to the next heartbeat.
+    pub times_declared_lost: u64,
+    /// The node was declared lost since the heartbeat that returned `last_known`: its runs
+    /// are `Lost` and it must stop them (their completions will not be recorded).
     pub was_declared_lost: bool,
 }
 
-/// What one reaping step did.
+/// What one reaping step did. After an ambiguous commit the step may have been done by
+/// the attempt that reported it, and its lists come back empty: history (runs `Lost`,
+/// `recovery-…` triggers) is the record of what happened.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReapResult {
     /// The node is (now) declared lost; false when it heartbeated since it was observed.
@@ -42,26 +46,34 @@ pub struct ReapResult {
 }
 
 impl<K: Kv> KvJobStore<K> {
-    /// Records a heartbeat of `node` (registering it on first use).
+    /// Records a heartbeat of `node` (registering it on first use). `last_known` is the
+    /// `times_declared_lost` of this node's previous heartbeat (`None` for the first one
+    /// of a process).
     ///
     /// # Errors
     /// Store errors.
-    pub async fn heartbeat(&self, node: &str, now: DateTime<Utc>) -> Result<Heartbeat, StoreError> {
+    pub async fn heartbeat(
+        &self,
+        node: &str,
+        now: DateTime<Utc>,
+        last_known: Option<u64>,
+    ) -> Result<Heartbeat, StoreError> {
         run(&self.kv, self.options.retry, |txn, _| async move {
             let key = self.keys.node(node);
             let old: Option<NodeRecord> =
                 txn.get(&key, false).await?.map(|b| codec::decode(&b, "node record")).transpose()?;
             let seq = old.as_ref().map_or(1, |n| n.heartbeat_seq + 1);
-            let was_declared_lost = old.as_ref().is_some_and(|n| n.lost);
+            let times_declared_lost = old.as_ref().map_or(0, |n| n.times_declared_lost);
             let record = NodeRecord {
                 node: node.to_owned(),
                 heartbeat_seq: seq,
                 heartbeat_us: micros(now),
                 alive: true,
-                lost: false,
+                times_declared_lost,
             };
             txn.set(&key, &codec::encode(&record));
-            Ok::<_, StoreError>(Heartbeat { seq, was_declared_lost })
+            let was_declared_lost = last_known.is_some_and(|known| times_declared_lost > known);
+            Ok::<_, StoreError>(Heartbeat { seq, times_declared_lost, was_declared_lost })
         })
         .await
     }
@@ -132,7 +144,7 @@ impl<K: Kv> KvJobStore<K> {
                     return Ok((ReapResult::default(), Vec::new()));
                 }
                 record.alive = false;
-                record.lost = true;
+                record.times_declared_lost += 1;
                 tx.txn.set(&key, &codec::encode(&record));
             }
             let mut result = ReapResult { declared: true, ..ReapResult::default() };

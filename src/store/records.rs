@@ -192,8 +192,10 @@ pub struct NodeRecord {
     pub heartbeat_us: i64,
     /// False once declared lost or deregistered.
     pub alive: bool,
-    /// Declared lost by the leader (as opposed to stopped gracefully).
-    pub lost: bool,
+    /// How many times the leader declared this node lost. A counter rather than a flag, so
+    /// a heartbeat whose commit was ambiguous cannot erase the news: the node compares it
+    /// with the count it last saw.
+    pub times_declared_lost: u64,
 }
 
 /// `(10, resource)`: a leader lease.
