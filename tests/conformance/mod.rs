@@ -351,6 +351,13 @@ pub(crate) async fn concurrent_pollers_take_each_fire_exactly_once<K: Kv>(store:
                 this_cycle.extend(runs);
             }
         }
+        // A non-concurrent job never holds two slots: at most one run of it per cycle
+        // (its previous run was completed before this cycle).
+        let mut exclusive_runs: BTreeMap<String, usize> = BTreeMap::new();
+        for (_, run) in this_cycle.iter().filter(|(_, r)| r.exclusive) {
+            *exclusive_runs.entry(run.run.job.to_string()).or_default() += 1;
+        }
+        assert!(exclusive_runs.values().all(|n| *n == 1), "two runs of a non-concurrent job at once");
         for (node, run) in &this_cycle {
             complete(store, run.run.id, node, RunOutcome::Succeeded, now).await;
         }
