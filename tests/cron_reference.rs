@@ -324,52 +324,44 @@ fn plain_field(e: &mut Entropy, min: u32, max: u32, names: Option<(&[&str], u32)
     (0..n).map(|_| plain_item(e, min, max, names)).collect::<Vec<_>>().join(",")
 }
 
-fn dom_field(e: &mut Entropy) -> String {
+/// `*` or `?` sometimes; otherwise a list of one or two items from `item`.
+fn day_field(e: &mut Entropy, mut item: impl FnMut(&mut Entropy) -> String) -> String {
     match e.below(8) {
         0..=2 => "*".to_owned(),
         3 => "?".to_owned(),
         _ => {
             let n = 1 + e.below(2) as usize;
-            (0..n)
-                .map(|_| match e.below(6) {
-                    0 => "L".to_owned(),
-                    1 => format!("L-{}", between(e, 0, 30)),
-                    2 => format!("{}W", between(e, 1, 31)),
-                    3 => "LW".to_owned(),
-                    _ => plain_item(e, 1, 31, None),
-                })
-                .collect::<Vec<_>>()
-                .join(",")
+            (0..n).map(|_| item(e)).collect::<Vec<_>>().join(",")
         }
     }
 }
 
+fn dom_field(e: &mut Entropy) -> String {
+    day_field(e, |e| match e.below(6) {
+        0 => "L".to_owned(),
+        1 => format!("L-{}", between(e, 0, 30)),
+        2 => format!("{}W", between(e, 1, 31)),
+        3 => "LW".to_owned(),
+        _ => plain_item(e, 1, 31, None),
+    })
+}
+
 fn dow_field(e: &mut Entropy) -> String {
-    match e.below(8) {
-        0..=2 => "*".to_owned(),
-        3 => "?".to_owned(),
-        _ => {
-            let n = 1 + e.below(2) as usize;
-            (0..n)
-                .map(|_| {
-                    let day = |e: &mut Entropy| {
-                        let d = between(e, 0, 7);
-                        if e.below(2) == 0 {
-                            DAYS[(d % 7) as usize].to_owned()
-                        } else {
-                            d.to_string()
-                        }
-                    };
-                    match e.below(5) {
-                        0 => format!("{}L", day(e)),
-                        1 => format!("{}#{}", day(e), between(e, 1, 5)),
-                        _ => plain_item(e, 0, 7, Some((&DAYS, 0))),
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join(",")
+    day_field(e, |e| {
+        let day = |e: &mut Entropy| {
+            let d = between(e, 0, 7);
+            if e.below(2) == 0 {
+                DAYS[(d % 7) as usize].to_owned()
+            } else {
+                d.to_string()
+            }
+        };
+        match e.below(5) {
+            0 => format!("{}L", day(e)),
+            1 => format!("{}#{}", day(e), between(e, 1, 5)),
+            _ => plain_item(e, 0, 7, Some((&DAYS, 0))),
         }
-    }
+    })
 }
 
 fn expression(e: &mut Entropy) -> String {

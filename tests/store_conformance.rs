@@ -68,23 +68,7 @@ macro_rules! scenarios {
     )*};
 }
 
-scenarios!(
-    a_cron_fire_is_acquired_once_and_the_trigger_advances,
-    misfire_policies_at_acquisition,
-    a_non_concurrent_job_blocks_and_unblocks,
-    an_interval_trigger_waits_for_its_run_then_one_interval,
-    failed_runs_retry_per_policy_as_one_shot_triggers,
-    enqueue_and_manual_runs,
-    pause_and_resume_jobs_and_triggers,
-    unknown_job_types_put_the_trigger_in_error,
-    schedule_replaces_and_unschedule_deletes,
-    lost_nodes_are_reaped_and_their_runs_recovered_exactly_once,
-    cancel_requests_reach_the_running_node_until_the_run_ends,
-    history_queries_filter_page_count_and_expire,
-    status_shows_triggers_running_and_last_result,
-    code_jobs_sync_with_the_fingerprint_rules_and_restore,
-    local_jobs_stay_out_of_acquisition_but_their_runs_go_to_history,
-);
+for_each_scenario!(scenarios);
 
 #[tokio::test(start_paused = true)]
 async fn history_cap_evicts_finished_runs_and_refuses_when_all_run() {

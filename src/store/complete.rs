@@ -8,7 +8,7 @@ use super::jobs::{instant, one_shot_record, settle};
 use super::records::{JobRecord, RunRecord, TriggerKind};
 use super::{job_run_of, micros, parse_data, AcquiredRun, KvJobStore, StoreError, Tx};
 use crate::error::SchedulingError;
-use crate::job::{merge_data, JsonObject, RunCause, RunState, TriggerState};
+use crate::job::{merge_data, JobRun, JsonObject, RunCause, RunState, TriggerState};
 use crate::kv::{run, Kv, KvTransaction, RangeRequest};
 use crate::name::JobName;
 use crate::rules::plan_retry;
@@ -284,24 +284,17 @@ impl<K: Kv> KvJobStore<K> {
             }
             self.make_room(&tx).await?;
             let data = merge_data([&parse_data(&record.data)?, data]);
-            let run = RunRecord {
+            let job_run = JobRun {
                 id: run_id,
-                job: job.to_string(),
+                job: job.clone(),
                 trigger: None,
-                scheduled_us: micros(now),
+                scheduled_at: now,
                 cause: RunCause::Manual,
                 attempt: 1,
                 retry_of: None,
-                data: super::data_text(&data),
-                state: RunState::Running,
-                node: node.to_owned(),
-                started_us: micros(now),
-                finished_us: None,
-                error_code: None,
-                error_message: None,
-                exclusive,
-                local: false,
+                data,
             };
+            let run = RunRecord::running(&job_run, node, now, exclusive, false);
             tx.put_run(None, &run);
             self.count_runs_delta(&tx, 1);
             Ok(AcquiredRun { run: job_run_of(&run)?, job_type: record.job_type.clone(), timeout, exclusive })

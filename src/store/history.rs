@@ -169,7 +169,7 @@ fn matches(query: &JobRunQuery, summary: &RunSummary) -> bool {
         && query.has_error.is_none_or(|e| summary.has_error == e)
 }
 
-fn run_info(record: &RunRecord) -> Result<JobRunInfo, StoreError> {
+pub(crate) fn run_info(record: &RunRecord) -> Result<JobRunInfo, StoreError> {
     Ok(JobRunInfo {
         run: job_run_of(record)?,
         state: record.state,

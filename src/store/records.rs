@@ -154,6 +154,34 @@ pub struct RunRecord {
 }
 
 impl RunRecord {
+    /// A run starting now on `node`.
+    pub fn running(
+        run: &crate::job::JobRun,
+        node: &str,
+        now: chrono::DateTime<chrono::Utc>,
+        exclusive: bool,
+        local: bool,
+    ) -> Self {
+        Self {
+            id: run.id,
+            job: run.job.to_string(),
+            trigger: run.trigger.as_ref().map(ToString::to_string),
+            scheduled_us: run.scheduled_at.timestamp_micros(),
+            cause: run.cause,
+            attempt: run.attempt,
+            retry_of: run.retry_of,
+            data: serde_json::Value::Object(run.data.clone()).to_string(),
+            state: RunState::Running,
+            node: node.to_owned(),
+            started_us: now.timestamp_micros(),
+            finished_us: None,
+            error_code: None,
+            error_message: None,
+            exclusive,
+            local,
+        }
+    }
+
     /// What history indexes carry, so filtered queries need not read primary records.
     pub fn summary(&self) -> RunSummary {
         RunSummary {

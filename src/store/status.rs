@@ -7,11 +7,9 @@ use chrono::{DateTime, Utc};
 
 use super::jobs::{instant, Provenance};
 use super::records::{JobRecord, RunRecord, RunSummary, TriggerKind, TriggerRecord};
-use super::{codec, job_run_of, micros, parse_data, KvJobStore, StoreError, Tx};
+use super::{codec, parse_data, KvJobStore, StoreError, Tx};
 
-use crate::job::{
-    JobDefinition, JobOrigin, JobRun, JobRunInfo, JobTriggerDefinition, JobTypeKey, RunState, TriggerState,
-};
+use crate::job::{JobDefinition, JobOrigin, JobRun, JobRunInfo, JobTriggerDefinition, JobTypeKey, TriggerState};
 use crate::kv::{run, Kv, KvTransaction, RangeRequest};
 use crate::name::{JobName, TriggerName};
 use crate::schedule::JobSchedule;
@@ -136,15 +134,7 @@ impl<K: Kv> KvJobStore<K> {
     async fn status_in(&self, tx: &Tx<'_, K::Transaction>, name: &str) -> Result<Option<JobStatus>, StoreError> {
         let Some(bytes) = tx.txn.get(&self.keys.job(name), true).await? else { return Ok(None) };
         let job: JobRecord = codec::decode(&bytes, "job record")?;
-        let (begin, end) = self.keys.triggers_of(name);
-        let triggers: Vec<TriggerRecord> = tx
-            .txn
-            .get_range(&RangeRequest::new(begin, end), true)
-            .await?
-            .pairs
-            .iter()
-            .map(|(_, v)| codec::decode(v, "trigger record"))
-            .collect::<Result<_, _>>()?;
+        let triggers = self.triggers_snapshot(tx, name).await?;
         let (begin, end) = self.keys.running_of_job(name);
         let running = tx.txn.get_range(&RangeRequest::new(begin, end), true).await?.pairs.len();
         // The newest finished run by scheduled time, within the latest 100 runs.
@@ -157,15 +147,7 @@ impl<K: Kv> KvJobStore<K> {
                 let id = self.keys.history_run_of(key, true)?;
                 if let Some(bytes) = tx.txn.get(&self.keys.run(id), true).await? {
                     let record: RunRecord = codec::decode(&bytes, "run record")?;
-                    last_finished = Some(JobRunInfo {
-                        run: job_run_of(&record)?,
-                        state: record.state,
-                        node: record.node.clone(),
-                        started_at: instant(record.started_us)?,
-                        finished_at: record.finished_us.map(instant).transpose()?,
-                        error_code: record.error_code.clone(),
-                        error_message: record.error_message.clone(),
-                    });
+                    last_finished = Some(super::history::run_info(&record)?);
                 }
                 break;
             }
@@ -178,6 +160,17 @@ impl<K: Kv> KvJobStore<K> {
             running,
             last_finished,
         }))
+    }
+
+    /// The triggers of `job`, read without conflicts.
+    async fn triggers_snapshot(
+        &self,
+        tx: &Tx<'_, K::Transaction>,
+        job: &str,
+    ) -> Result<Vec<TriggerRecord>, StoreError> {
+        let (begin, end) = self.keys.triggers_of(job);
+        let range = tx.txn.get_range(&RangeRequest::new(begin, end), true).await?;
+        range.pairs.iter().map(|(_, v)| codec::decode(v, "trigger record")).collect()
     }
 
     /// The status of every job, by name.
@@ -283,15 +276,7 @@ impl<K: Kv> KvJobStore<K> {
                 let name = self.keys.local_job_name_of(key)?;
                 let Some(bytes) = tx.txn.get(&self.keys.job(&name), true).await? else { continue };
                 let job: JobRecord = codec::decode(&bytes, "job record")?;
-                let (begin, end) = self.keys.triggers_of(&name);
-                let triggers: Vec<TriggerRecord> = tx
-                    .txn
-                    .get_range(&RangeRequest::new(begin, end), true)
-                    .await?
-                    .pairs
-                    .iter()
-                    .map(|(_, v)| codec::decode(v, "trigger record"))
-                    .collect::<Result<_, _>>()?;
+                let triggers = self.triggers_snapshot(&tx, &name).await?;
                 let paused_triggers = triggers
                     .iter()
                     .filter(|t| t.paused && t.kind == TriggerKind::Defined)
@@ -321,24 +306,7 @@ impl<K: Kv> KvJobStore<K> {
                 return Ok::<_, StoreError>(());
             }
             self.make_room(&tx).await?;
-            let record = RunRecord {
-                id: job_run.id,
-                job: job_run.job.to_string(),
-                trigger: job_run.trigger.as_ref().map(ToString::to_string),
-                scheduled_us: micros(job_run.scheduled_at),
-                cause: job_run.cause,
-                attempt: job_run.attempt,
-                retry_of: job_run.retry_of,
-                data: super::data_text(&job_run.data),
-                state: RunState::Running,
-                node: node.to_owned(),
-                started_us: micros(now),
-                finished_us: None,
-                error_code: None,
-                error_message: None,
-                exclusive: false,
-                local: true,
-            };
+            let record = RunRecord::running(job_run, node, now, false, true);
             tx.put_run(None, &record);
             self.count_runs_delta(&tx, 1);
             Ok(())

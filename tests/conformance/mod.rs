@@ -18,6 +18,31 @@ use sundial::store::{AcquireRequest, AcquiredRun, Completion, CompletionResult, 
 use sundial::time::from_micros;
 use uuid::Uuid;
 
+/// Calls `$m!` with the name of every scenario that takes a default store (the history
+/// cap scenario needs `max_runs: Some(3)` and is run on its own).
+#[macro_export]
+macro_rules! for_each_scenario {
+    ($m:ident $(, $arg:expr)?) => {
+        $m!($($arg,)?
+            a_cron_fire_is_acquired_once_and_the_trigger_advances,
+            misfire_policies_at_acquisition,
+            a_non_concurrent_job_blocks_and_unblocks,
+            an_interval_trigger_waits_for_its_run_then_one_interval,
+            failed_runs_retry_per_policy_as_one_shot_triggers,
+            enqueue_and_manual_runs,
+            pause_and_resume_jobs_and_triggers,
+            unknown_job_types_put_the_trigger_in_error,
+            schedule_replaces_and_unschedule_deletes,
+            lost_nodes_are_reaped_and_their_runs_recovered_exactly_once,
+            cancel_requests_reach_the_running_node_until_the_run_ends,
+            history_queries_filter_page_count_and_expire,
+            status_shows_triggers_running_and_last_result,
+            code_jobs_sync_with_the_fingerprint_rules_and_restore,
+            local_jobs_stay_out_of_acquisition_but_their_runs_go_to_history,
+        );
+    };
+}
+
 /// The scenarios' epoch: 2027-01-15T08:00:00Z.
 pub(crate) fn t0() -> DateTime<Utc> {
     from_micros(1_800_000_000_000_000).unwrap()
