@@ -2,11 +2,23 @@
 //!
 //! This crate will hold the ractor actors of a sundial node (supervisor, poller, lease,
 //! housekeeper, one actor per run), the `JobScheduler` handle and the `sundial` binary.
-//! Today it holds the FoundationDB adapter (`fdb::FdbKv`, behind feature `fdb`), which
-//! implements the core's [`sundial::kv::Kv`] so several nodes can share one FoundationDB
-//! cluster. It re-exports the core, so one dependency suffices.
+//! Today it holds their building blocks:
+//!
+//! - [`job`]: the async [`job::Job`] trait, per-run context and factories;
+//! - [`registry`]: registration of job types, code jobs and calendars;
+//! - [`execute`]: running one job with cancellation, timeout, panic capture, middleware
+//!   and its tracing span, and deciding the outcome;
+//! - [`events`]: CloudEvents envelopes and publishers;
+//! - `fdb::FdbKv` (feature `fdb`): the core's [`sundial::kv::Kv`] on FoundationDB, so
+//!   several nodes can share one cluster.
+//!
+//! It re-exports the core, so one dependency suffices.
 
 pub use sundial;
 
+pub mod events;
+pub mod execute;
 #[cfg(feature = "fdb")]
 pub mod fdb;
+pub mod job;
+pub mod registry;

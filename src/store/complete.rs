@@ -21,9 +21,9 @@ pub enum RunOutcome {
     Succeeded,
     /// The job failed, panicked or timed out; retries per policy.
     Failed {
-        /// The stable code (`SCHEDULING_TIMEOUT_001`, `SCHEDULING_UNEXPECTED_001`, or the
-        /// job's own).
-        code: String,
+        /// The stable code (`SCHEDULING_TIMEOUT_001`, `SCHEDULING_UNEXPECTED_001`), the
+        /// job's own, or none.
+        code: Option<String>,
         /// What happened.
         message: String,
     },
@@ -95,7 +95,7 @@ impl<K: Kv> KvJobStore<K> {
             ended.finished_us = Some(micros(completion.finished_at));
             (ended.error_code, ended.error_message) = match &completion.outcome {
                 RunOutcome::Succeeded => (None, None),
-                RunOutcome::Failed { code, message } => (Some(code.clone()), Some(message.clone())),
+                RunOutcome::Failed { code, message } => (code.clone(), Some(message.clone())),
                 RunOutcome::Canceled { message } => (
                     Some(SchedulingError::RunCanceled { run_id: id.to_string() }.code().to_owned()),
                     Some(message.clone()),

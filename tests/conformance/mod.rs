@@ -203,7 +203,7 @@ pub(crate) async fn failed_runs_retry_per_policy_as_one_shot_triggers<K: Kv>(sto
     store.schedule(&[def], t0()).await;
     let due: DateTime<Utc> = "2027-01-15T08:00:10Z".parse().unwrap();
     let first = acquire(store, "n1", due, 16).await.remove(0);
-    let failure = RunOutcome::Failed { code: "SCHEDULING_TIMEOUT_001".into(), message: "timed out".into() };
+    let failure = RunOutcome::Failed { code: Some("SCHEDULING_TIMEOUT_001".into()), message: "timed out".into() };
     let done = complete(store, first.run.id, "n1", failure.clone(), due).await;
     let retry_name = done.retry_trigger.expect("a retry trigger");
     assert!(retry_name.starts_with("retry-"));
@@ -467,7 +467,7 @@ pub(crate) async fn history_queries_filter_page_count_and_expire<K: Kv>(store: &
     for second in 1..=10 {
         for run in acquire(store, if second % 2 == 0 { "even" } else { "odd" }, secs(second), 16).await {
             let outcome = if second % 3 == 0 {
-                RunOutcome::Failed { code: "E".into(), message: "boom".into() }
+                RunOutcome::Failed { code: Some("E".into()), message: "boom".into() }
             } else {
                 RunOutcome::Succeeded
             };
@@ -575,7 +575,7 @@ pub(crate) async fn local_jobs_stay_out_of_acquisition_but_their_runs_go_to_hist
         data: JsonObject::new(),
     };
     store.begin_local_run(&job_run, "n1", secs(5)).await.unwrap();
-    let failure = RunOutcome::Failed { code: "E".into(), message: "x".into() };
+    let failure = RunOutcome::Failed { code: Some("E".into()), message: "x".into() };
     let done = complete(store, job_run.id, "n1", failure, secs(6)).await;
     assert_eq!(done.retry_trigger, None, "local jobs retry in process, not in the store");
     assert_eq!(store.count_runs(&sundial::job::JobRunQuery::default()).await.unwrap(), 1);

@@ -1,0 +1,150 @@
+//! Executing one run (SPEC §2, §8): the job on its own task, its cancellation and timeout,
+//! panics, middleware, and the tracing span.
+//!
+//! The outcome follows SPEC §8's precedence: the first reason the run's token was canceled
+//! decides — a timeout makes the run `Failed` with `SCHEDULING_TIMEOUT_001`, a cancel
+//! request or node stop makes it `Canceled` — whatever the job returns afterwards. A job that
+//! ignores its token keeps running until it returns; [`execute`] waits for it (the run
+//! keeps its `max_concurrent_runs` slot meanwhile). Otherwise a panic is
+//! `SCHEDULING_UNEXPECTED_001`, and the job's own result decides.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use sundial::error::ErrorCode;
+use sundial::kv::BoxFuture;
+use sundial::store::RunOutcome;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::job::{DynJob, JobResult, RunContext};
+
+/// Why a run's token was canceled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelReason {
+    /// Someone asked (`cancel_runs`).
+    Requested,
+    /// The job's timeout passed.
+    Timeout,
+    /// The node is stopping and its deadline passed.
+    NodeStopping,
+}
+
+/// A run's cancellation: its token, and the first reason it was canceled for.
+#[derive(Debug, Clone, Default)]
+pub struct RunCancel {
+    token: CancellationToken,
+    reason: Arc<OnceLock<CancelReason>>,
+}
+
+impl RunCancel {
+    /// Not canceled.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Cancels the token; the first call's reason is the one that counts.
+    pub fn cancel(&self, reason: CancelReason) {
+        let _ = self.reason.set(reason);
+        self.token.cancel();
+    }
+
+    /// The token the job watches.
+    pub fn token(&self) -> CancellationToken {
+        self.token.clone()
+    }
+
+    /// The first reason, once canceled.
+    pub fn reason(&self) -> Option<CancelReason> {
+        self.reason.get().copied()
+    }
+}
+
+/// Wraps every run (tenancy, auth, audit, metrics): gets the context and the rest of the
+/// chain, and returns its result (or its own).
+pub trait RunMiddleware: Send + Sync + 'static {
+    /// Runs `next` (the job, or the next middleware) around whatever this layer does.
+    fn around<'a>(&'a self, ctx: &'a RunContext, next: BoxFuture<'a, JobResult>) -> BoxFuture<'a, JobResult>;
+}
+
+/// Runs `job` with `ctx` to its end and decides the outcome. `ctx.cancel` must be
+/// `cancel`'s token.
+pub async fn execute(
+    mut job: Box<dyn DynJob>,
+    ctx: RunContext,
+    cancel: RunCancel,
+    timeout: Option<Duration>,
+    middleware: Vec<Arc<dyn RunMiddleware>>,
+) -> RunOutcome {
+    let run = &ctx.run;
+    let span = tracing::info_span!(
+        "run",
+        run_id = %run.id,
+        job = %run.job,
+        trigger = run.trigger.as_ref().map_or("", |t| t.as_str()),
+        cause = ?run.cause,
+        attempt = run.attempt,
+    );
+    let task = tokio::spawn(
+        async move {
+            let mut next: BoxFuture<'_, JobResult> = job.run_boxed(&ctx);
+            for layer in middleware.iter().rev() {
+                next = layer.around(&ctx, next);
+            }
+            next.await
+        }
+        .instrument(span),
+    );
+    tokio::pin!(task);
+    let joined = match timeout {
+        None => task.await,
+        Some(timeout) => {
+            tokio::select! {
+                joined = &mut task => joined,
+                () = tokio::time::sleep(timeout) => {
+                    cancel.cancel(CancelReason::Timeout);
+                    task.await
+                }
+            }
+        }
+    };
+    decide(joined, cancel.reason(), timeout)
+}
+
+fn decide(
+    joined: Result<JobResult, tokio::task::JoinError>,
+    reason: Option<CancelReason>,
+    timeout: Option<Duration>,
+) -> RunOutcome {
+    match reason {
+        Some(CancelReason::Timeout) => {
+            let ms = timeout.map_or(0, |t| t.as_millis());
+            return RunOutcome::Failed {
+                code: Some(ErrorCode::RunTimedOut.as_str().to_owned()),
+                message: format!("run exceeded its timeout of {ms} ms"),
+            };
+        }
+        Some(CancelReason::Requested) => return RunOutcome::Canceled { message: "canceled by request".into() },
+        Some(CancelReason::NodeStopping) => {
+            return RunOutcome::Canceled { message: "canceled: the node is stopping".into() }
+        }
+        None => {}
+    }
+    match joined {
+        Ok(Ok(())) => RunOutcome::Succeeded,
+        Ok(Err(failure)) => RunOutcome::Failed { code: failure.code, message: failure.message },
+        Err(e) if e.is_panic() => {
+            let payload = e.into_panic();
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "non-string panic payload".to_owned());
+            RunOutcome::Failed {
+                code: Some(ErrorCode::Unexpected.as_str().to_owned()),
+                message: format!("job panicked: {message}"),
+            }
+        }
+        Err(_) => RunOutcome::Canceled { message: "the run's task was aborted".into() },
+    }
+}

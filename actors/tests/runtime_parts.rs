@@ -1,0 +1,269 @@
+//! Goal: the runtime's building blocks behave as SPEC §2, §8 and §12 say: registration,
+//! one run's execution (outcome precedence, panics, timeouts, middleware), and events.
+//!
+//! Method: plain jobs on tokio's paused clock, so timeouts are exact and tests instant.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sundial::calendar::WeeklyCalendar;
+use sundial::job::{JobDefinition, JobRun, JobTriggerDefinition, JobTypeKey, JsonObject, RunCause, RunState};
+use sundial::kv::BoxFuture;
+use sundial::name::{JobName, TriggerName};
+use sundial::schedule::JobSchedule;
+use sundial::store::RunOutcome;
+use sundial_actors::events::{
+    publish_logged, BroadcastPublisher, CloudEvent, EventPublisher, PublishError, RunFacts, Topic,
+};
+use sundial_actors::execute::{execute, CancelReason, RunCancel, RunMiddleware};
+use sundial_actors::job::{FnJob, Job, JobFailure, JobResult, RunContext};
+use sundial_actors::registry::JobRegistry;
+use uuid::Uuid;
+
+struct Hello;
+
+impl Job for Hello {
+    async fn run(&mut self, _ctx: &RunContext) -> JobResult {
+        Ok(())
+    }
+}
+
+fn t0() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_800_000_000, 0).unwrap()
+}
+
+fn ctx(cancel: &RunCancel) -> RunContext {
+    RunContext {
+        run: JobRun {
+            id: Uuid::from_u128(1),
+            job: JobName::new("j").unwrap(),
+            trigger: Some(TriggerName::new("t").unwrap()),
+            scheduled_at: t0(),
+            cause: RunCause::Schedule,
+            attempt: 1,
+            retry_of: None,
+            data: JsonObject::new(),
+        },
+        node: "n1".into(),
+        cancel: cancel.token(),
+    }
+}
+
+#[test]
+fn registration_builds_and_fails_loudly() {
+    let registry = JobRegistry::builder()
+        .add_job("cleanup.nightly", "cron 0 3 * * *".parse().unwrap(), || Hello)
+        .add_job("by-hand", JobSchedule::manual(), || Hello)
+        .add_job_type_as("custom.key", || FnJob::new(|_ctx| async { Ok(()) }))
+        .add_calendar("weekends", Arc::new(WeeklyCalendar::new(&[], chrono_tz::Tz::UTC)))
+        .build()
+        .unwrap();
+    let nightly = registry.code_job(&JobName::new("cleanup.nightly").unwrap()).unwrap();
+    assert_eq!(nightly.triggers.len(), 1);
+    assert_eq!(nightly.triggers[0].name.as_str(), "default");
+    assert!(registry.code_job(&JobName::new("by-hand").unwrap()).unwrap().triggers.is_empty());
+    let keys: Vec<&str> = registry.type_keys().collect();
+    assert_eq!(keys, vec!["custom.key", "runtime_parts::Hello"], "type keys, sorted; default key is the type name");
+    assert!(registry.make("custom.key").is_some() && registry.make("nope").is_none());
+
+    let error = JobRegistry::builder()
+        .add_job("dup", "every 00:01:00".parse().unwrap(), || Hello)
+        .add_job("dup", "every 00:02:00".parse().unwrap(), || Hello)
+        .add_job_definition(JobDefinition::new(
+            JobName::new("typeless").unwrap(),
+            JobTypeKey::new("missing.Type").unwrap(),
+        ))
+        .add_job_definition(
+            JobDefinition::new(JobName::new("calendared").unwrap(), JobTypeKey::new("runtime_parts::Hello").unwrap())
+                .with_trigger(JobTriggerDefinition::new(
+                    TriggerName::new("t").unwrap(),
+                    "every 00:01:00 calendar=holidays".parse().unwrap(),
+                )),
+        )
+        .add_job("Bad Name", JobSchedule::manual(), || Hello)
+        .build()
+        .unwrap_err();
+    let text = error.to_string();
+    for expected in
+        ["'dup' is registered twice", "'missing.Type', which is not registered", "calendar 'holidays'", "'Bad Name'"]
+    {
+        assert!(text.contains(expected), "{expected:?} missing from:\n{text}");
+    }
+}
+
+#[test]
+fn a_fresh_instance_per_run() {
+    static MADE: AtomicUsize = AtomicUsize::new(0);
+    let registry = JobRegistry::builder()
+        .add_job_type(|| {
+            MADE.fetch_add(1, Ordering::SeqCst);
+            Hello
+        })
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        registry.make("runtime_parts::Hello").unwrap();
+    }
+    assert_eq!(MADE.load(Ordering::SeqCst), 3);
+}
+
+async fn outcome_of(job: impl Job, timeout: Option<Duration>, cancel: RunCancel) -> RunOutcome {
+    let context = ctx(&cancel);
+    execute(Box::new(job), context, cancel, timeout, Vec::new()).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn outcomes_success_failure_panic() {
+    assert_eq!(outcome_of(Hello, None, RunCancel::new()).await, RunOutcome::Succeeded);
+    let failing = FnJob::new(|_| async { Err(JobFailure::with_code("E42", "bad input")) });
+    assert_eq!(
+        outcome_of(failing, None, RunCancel::new()).await,
+        RunOutcome::Failed { code: Some("E42".into()), message: "bad input".into() }
+    );
+    let panicking = FnJob::new(|_| async { panic!("boom") });
+    match outcome_of(panicking, None, RunCancel::new()).await {
+        RunOutcome::Failed { code, message } => {
+            assert_eq!(code.as_deref(), Some("SCHEDULING_UNEXPECTED_001"));
+            assert!(message.contains("boom"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn timeouts_fail_the_run_even_when_the_job_ignores_its_token() {
+    let cooperative = FnJob::new(|ctx: RunContext| async move {
+        ctx.cancel.cancelled().await;
+        Ok(())
+    });
+    let started = tokio::time::Instant::now();
+    let outcome = outcome_of(cooperative, Some(Duration::from_secs(5)), RunCancel::new()).await;
+    assert_eq!(started.elapsed(), Duration::from_secs(5));
+    assert!(
+        matches!(outcome, RunOutcome::Failed { code: Some(ref c), .. } if c == "SCHEDULING_TIMEOUT_001"),
+        "{outcome:?}"
+    );
+
+    // Ignores the token: the run ends when the job returns, still a timeout failure.
+    let stubborn = FnJob::new(|_| async {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        Ok(())
+    });
+    let started = tokio::time::Instant::now();
+    let outcome = outcome_of(stubborn, Some(Duration::from_secs(5)), RunCancel::new()).await;
+    assert_eq!(started.elapsed(), Duration::from_secs(30), "waits for the job: it keeps its slot");
+    assert!(matches!(outcome, RunOutcome::Failed { code: Some(ref c), .. } if c == "SCHEDULING_TIMEOUT_001"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_first_cancellation_reason_decides() {
+    let slow = || {
+        FnJob::new(|_| async {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            Ok(())
+        })
+    };
+    // Canceled at 2 s, timeout at 5 s: canceled.
+    let cancel = RunCancel::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        trigger.cancel(CancelReason::Requested);
+    });
+    assert!(matches!(outcome_of(slow(), Some(Duration::from_secs(5)), cancel).await, RunOutcome::Canceled { .. }));
+    // Timeout at 5 s, cancel at 7 s: failed by timeout.
+    let cancel = RunCancel::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(7)).await;
+        trigger.cancel(CancelReason::Requested);
+    });
+    assert!(matches!(outcome_of(slow(), Some(Duration::from_secs(5)), cancel).await, RunOutcome::Failed { .. }));
+    // Node stop: canceled, never retried.
+    let cancel = RunCancel::new();
+    cancel.cancel(CancelReason::NodeStopping);
+    assert!(
+        matches!(outcome_of(slow(), None, cancel).await, RunOutcome::Canceled { message } if message.contains("stopping"))
+    );
+}
+
+struct Recorder {
+    name: &'static str,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl RunMiddleware for Recorder {
+    fn around<'a>(&'a self, ctx: &'a RunContext, next: BoxFuture<'a, JobResult>) -> BoxFuture<'a, JobResult> {
+        Box::pin(async move {
+            self.log.lock().unwrap().push(format!("{} before {}", self.name, ctx.run.job));
+            let result = next.await;
+            self.log.lock().unwrap().push(format!("{} after", self.name));
+            result
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn middleware_wraps_every_run_first_outermost() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let layers: Vec<Arc<dyn RunMiddleware>> = vec![
+        Arc::new(Recorder { name: "tenancy", log: log.clone() }),
+        Arc::new(Recorder { name: "audit", log: log.clone() }),
+    ];
+    let cancel = RunCancel::new();
+    let job_log = log.clone();
+    let job = FnJob::new(move |_| {
+        let log = job_log.clone();
+        async move {
+            log.lock().unwrap().push("job".into());
+            Ok(())
+        }
+    });
+    let outcome = execute(Box::new(job), ctx(&cancel), cancel, None, layers).await;
+    assert_eq!(outcome, RunOutcome::Succeeded);
+    assert_eq!(*log.lock().unwrap(), vec!["tenancy before j", "audit before j", "job", "audit after", "tenancy after"]);
+}
+
+struct Failing;
+
+impl EventPublisher for Failing {
+    fn publish<'a>(&'a self, _event: &'a CloudEvent) -> BoxFuture<'a, Result<(), PublishError>> {
+        Box::pin(async { Err(PublishError("broker down".into())) })
+    }
+}
+
+#[tokio::test]
+async fn cloud_events_for_every_topic() {
+    let cancel = RunCancel::new();
+    let run = ctx(&cancel).run;
+    let facts = RunFacts {
+        state: Some(RunState::Failed),
+        error_code: Some("SCHEDULING_TIMEOUT_001".into()),
+        ..RunFacts::default()
+    };
+    let event = CloudEvent::for_run(Topic::RunFailed, Uuid::from_u128(9), t0(), &run, facts, "n1");
+    let json: serde_json::Value = serde_json::from_str(&event.to_json()).unwrap();
+    assert_eq!(json["specversion"], "1.0");
+    assert_eq!(json["source"], "/scheduling");
+    assert_eq!(json["type"], "scheduling.run.failed");
+    assert_eq!(json["subject"], run.id.to_string());
+    assert_eq!(json["datacontenttype"], "application/json");
+    assert_eq!(json["data"]["job"], "j");
+    assert_eq!(json["data"]["error_code"], "SCHEDULING_TIMEOUT_001");
+    assert_eq!(json["data"]["attempt"], 1);
+    assert_eq!(json["data"]["node"], "n1");
+    let job_event = CloudEvent::for_job(Topic::JobPaused, Uuid::from_u128(10), t0(), "j", "n1");
+    assert_eq!(job_event.subject, "j");
+    let topics: std::collections::BTreeSet<&str> = Topic::ALL.iter().map(|t| t.as_str()).collect();
+    assert_eq!(topics.len(), 9);
+    assert!(topics.iter().all(|t| t.starts_with("scheduling.")));
+
+    let broadcast = BroadcastPublisher::new(16);
+    let mut subscriber = broadcast.subscribe();
+    publish_logged(&broadcast, &event).await;
+    assert_eq!(subscriber.recv().await.unwrap().id, event.id);
+    // A failing publisher is logged, never propagated.
+    publish_logged(&Failing, &event).await;
+}
