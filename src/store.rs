@@ -349,6 +349,13 @@ pub trait JobStore: Clone + Send + Sync + 'static {
         &self,
         request: &AcquireRequest<'_>,
     ) -> impl std::future::Future<Output = Result<Vec<AcquiredRun>, StoreError>> + Send;
+    /// Forwards to [`KvJobStore::job_record`], which states the contract.
+    fn job_record(
+        &self,
+        job: &str,
+    ) -> impl std::future::Future<Output = Result<Option<records::JobRecord>, StoreError>> + Send;
+    /// Forwards to [`KvJobStore::next_due`], which states the contract.
+    fn next_due(&self) -> impl std::future::Future<Output = Result<Option<DateTime<Utc>>, StoreError>> + Send;
     /// Forwards to [`KvJobStore::begin_manual_run`], which states the contract.
     fn begin_manual_run(
         &self,
@@ -423,6 +430,15 @@ pub trait JobStore: Clone + Send + Sync + 'static {
 }
 
 impl<K: Kv> JobStore for KvJobStore<K> {
+    fn job_record(
+        &self,
+        job: &str,
+    ) -> impl std::future::Future<Output = Result<Option<records::JobRecord>, StoreError>> + Send {
+        KvJobStore::job_record(self, job)
+    }
+    fn next_due(&self) -> impl std::future::Future<Output = Result<Option<DateTime<Utc>>, StoreError>> + Send {
+        KvJobStore::next_due(self)
+    }
     fn schedule(
         &self,
         defs: &[crate::job::JobDefinition],

@@ -16,9 +16,14 @@
 
 pub use sundial;
 
+pub mod clock;
 pub mod events;
 pub mod execute;
 #[cfg(feature = "fdb")]
 pub mod fdb;
 pub mod job;
+pub mod node;
+mod poller;
 pub mod registry;
+mod run;
+pub mod scheduler;

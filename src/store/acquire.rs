@@ -143,6 +143,28 @@ impl<K: Kv> KvJobStore<K> {
         .await
     }
 
+    /// The earliest due time in the due index (snapshot, one read per shard), or `None`
+    /// when nothing is waiting. A poller sleeps until then (or its poll interval).
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn next_due(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+        let earliest = run(&self.kv, self.options.retry, |txn, _| async move {
+            let mut earliest: Option<i64> = None;
+            for shard in 0..DUE_SHARDS {
+                let (begin, end) = self.keys.due_shard(shard);
+                let first = txn.get_range(&RangeRequest::new(begin, end).limit(1), true).await?;
+                if let Some((key, _)) = first.pairs.first() {
+                    let (due, _, _) = self.keys.due_parts(key)?;
+                    earliest = Some(earliest.map_or(due, |e| e.min(due)));
+                }
+            }
+            Ok::<_, StoreError>(earliest)
+        })
+        .await?;
+        earliest.map(instant).transpose()
+    }
+
     /// Runs on this node that the caller does not know: started by an earlier attempt
     /// whose commit was ambiguous. Snapshot reads, so completions elsewhere do not conflict.
     async fn adopt_unknown_runs(

@@ -1,0 +1,263 @@
+//! A node: its shared context, its lifecycle, and the `NodeSupervisor` that owns its actors.
+//!
+//! Lifecycle: `Starting` → `Serving` (the host says so) → `Draining` (stop began) →
+//! `Stopped`. The poller only acquires while `Serving`; `trigger` is refused outside it.
+//!
+//! Supervision (written down as the style guide asks): the supervisor owns the poller,
+//! which owns the run actors. If the poller fails (a bug: store errors are handled inside
+//! the cycle) the supervisor restarts it at once with a fresh state; runs it had started
+//! keep going, their completions are still recorded by their own actors, and the new
+//! poller adopts nothing (it starts with no runs counted, so briefly more than
+//! `max_concurrent_runs` may run). The supervisor itself fails only if it cannot spawn a
+//! poller, which its own supervisor (the host's, when embedded) then sees.
+
+use std::sync::{Arc, Mutex};
+
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr, SupervisionEvent};
+use sundial::entropy::{Entropy, RunIdGenerator};
+use sundial::options::SchedulerOptions;
+use sundial::store::JobStore;
+use sundial::time::Clock;
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use crate::events::{EventPublisher, NoPublisher};
+use crate::execute::RunMiddleware;
+use crate::poller::{PollerActor, PollerMsg};
+use crate::registry::JobRegistry;
+use crate::scheduler::JobScheduler;
+
+/// Where a node is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Lifecycle {
+    /// Started, not yet serving: nothing is acquired, `trigger` is refused.
+    Starting,
+    /// Polling and running.
+    Serving,
+    /// Stop began: no new runs; running ones finish or are canceled at the deadline.
+    Draining,
+    /// Stopped.
+    Stopped,
+}
+
+/// Everything a node's actors and its handle share (opaque outside this crate).
+pub struct NodeShared<S: JobStore> {
+    pub(crate) store: S,
+    pub(crate) registry: JobRegistry,
+    pub(crate) options: SchedulerOptions,
+    pub(crate) node_id: String,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) publisher: Arc<dyn EventPublisher>,
+    pub(crate) middleware: Vec<Arc<dyn RunMiddleware>>,
+    pub(crate) shared_store: bool,
+    pub(crate) name_prefix: String,
+    lifecycle: watch::Sender<Lifecycle>,
+    ids: Mutex<(RunIdGenerator, Entropy)>,
+}
+
+impl<S: JobStore> NodeShared<S> {
+    pub(crate) fn lifecycle(&self) -> Lifecycle {
+        *self.lifecycle.borrow()
+    }
+
+    pub(crate) fn set_lifecycle(&self, next: Lifecycle) {
+        self.lifecycle.send_replace(next);
+    }
+
+    /// A fresh run id: UUID v7 from the injected clock and seeded entropy.
+    pub(crate) fn run_id(&self) -> Uuid {
+        let now = self.clock.now();
+        self.ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner).0.next_id(now)
+    }
+
+    /// A fresh event id from the seeded entropy.
+    pub(crate) fn event_id(&self) -> Uuid {
+        let mut ids = self.ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        Uuid::from_u64_pair(ids.1.next_u64(), ids.1.next_u64())
+    }
+
+    /// `"{prefix}/{node}/{role}"`: deterministic, unique per node in a process.
+    pub(crate) fn actor_name(&self, role: &str) -> String {
+        format!("{}/{}/{role}", self.name_prefix, self.node_id)
+    }
+}
+
+/// How to build a node.
+pub struct NodeConfig<S: JobStore> {
+    /// The store (shared by the cluster, or embedded).
+    pub store: S,
+    /// Registered types, code jobs and calendars.
+    pub registry: JobRegistry,
+    /// Options (SPEC §13).
+    pub options: SchedulerOptions,
+    /// This node's id (see [`SchedulerOptions::node_id_or_default`]).
+    pub node_id: String,
+    /// The clock everything reads.
+    pub clock: Arc<dyn Clock>,
+    /// The seed of run ids and event ids.
+    pub entropy: Entropy,
+    /// Where events go.
+    pub publisher: Arc<dyn EventPublisher>,
+    /// Wraps every run, first outermost.
+    pub middleware: Vec<Arc<dyn RunMiddleware>>,
+    /// The store is shared by several nodes (FoundationDB, or one `MemoryKv` in a
+    /// simulation): heartbeats and cancel requests go through it.
+    pub shared_store: bool,
+    /// The first part of actor names (`"{prefix}/{node}/{role}"`).
+    pub name_prefix: String,
+}
+
+impl<S: JobStore> NodeConfig<S> {
+    /// A config with no events, no middleware, an embedded store and prefix `sundial`.
+    pub fn new(
+        store: S,
+        registry: JobRegistry,
+        options: SchedulerOptions,
+        node_id: impl Into<String>,
+        clock: Arc<dyn Clock>,
+        entropy: Entropy,
+    ) -> Self {
+        Self {
+            store,
+            registry,
+            options,
+            node_id: node_id.into(),
+            clock,
+            entropy,
+            publisher: Arc::new(NoPublisher),
+            middleware: Vec::new(),
+            shared_store: false,
+            name_prefix: "sundial".into(),
+        }
+    }
+}
+
+/// Messages to the supervisor.
+#[derive(Debug)]
+pub enum NodeMsg {
+    /// Forward to the current poller.
+    #[doc(hidden)]
+    Poller(PollerMsgBox),
+}
+
+/// An opaque poller message (the poller's messages are internal).
+#[derive(Debug)]
+pub struct PollerMsgBox(pub(crate) PollerMsg);
+
+/// The supervisor of a node's actors.
+pub struct NodeSupervisor<S: JobStore>(std::marker::PhantomData<S>);
+
+/// The supervisor's state.
+pub struct SupervisorState<S: JobStore> {
+    shared: Arc<NodeShared<S>>,
+    poller: ActorRef<PollerMsg>,
+}
+
+impl<S: JobStore> Actor for NodeSupervisor<S> {
+    type Msg = NodeMsg;
+    type State = SupervisorState<S>;
+    type Arguments = Arc<NodeShared<S>>;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<NodeMsg>,
+        shared: Arc<NodeShared<S>>,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let poller = spawn_poller(&myself, &shared).await?;
+        Ok(SupervisorState { shared, poller })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<NodeMsg>,
+        message: NodeMsg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            NodeMsg::Poller(PollerMsgBox(message)) => {
+                let _ = state.poller.send_message(message);
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<NodeMsg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match event {
+            SupervisionEvent::ActorFailed(cell, error) if cell.get_id() == state.poller.get_id() => {
+                tracing::error!(%error, "the poller failed; restarting it");
+                state.poller = spawn_poller(&myself, &state.shared).await?;
+            }
+            SupervisionEvent::ActorTerminated(cell, _, _)
+                if cell.get_id() == state.poller.get_id() && state.shared.lifecycle() != Lifecycle::Stopped =>
+            {
+                state.poller = spawn_poller(&myself, &state.shared).await?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    async fn post_stop(&self, _myself: ActorRef<NodeMsg>, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
+        state.shared.set_lifecycle(Lifecycle::Stopped);
+        Ok(())
+    }
+}
+
+async fn spawn_poller<S: JobStore>(
+    supervisor: &ActorRef<NodeMsg>,
+    shared: &Arc<NodeShared<S>>,
+) -> Result<ActorRef<PollerMsg>, SpawnErr> {
+    let name = shared.actor_name("poller");
+    let (poller, _) =
+        Actor::spawn_linked(Some(name), PollerActor::new(), shared.clone(), supervisor.get_cell()).await?;
+    Ok(poller)
+}
+
+/// Starts nodes.
+#[derive(Debug)]
+pub struct Node;
+
+impl Node {
+    /// Starts a node's actors — linked under `supervisor` when the host has one (embedding),
+    /// standalone otherwise — and returns its handle. The node is `Starting`: call
+    /// [`JobScheduler::serve`] when the host is ready.
+    ///
+    /// # Errors
+    /// When the actors cannot be spawned (e.g. a node with this id and prefix already runs
+    /// in this process).
+    pub async fn start<S: JobStore>(
+        config: NodeConfig<S>,
+        supervisor: Option<ActorCell>,
+    ) -> Result<JobScheduler<S>, SpawnErr> {
+        let (lifecycle, _) = watch::channel(Lifecycle::Starting);
+        let mut entropy = config.entropy;
+        let ids = (RunIdGenerator::new(entropy.fork()), entropy.fork());
+        let shared = Arc::new(NodeShared {
+            store: config.store,
+            registry: config.registry,
+            options: config.options,
+            node_id: config.node_id,
+            clock: config.clock,
+            publisher: config.publisher,
+            middleware: config.middleware,
+            shared_store: config.shared_store,
+            name_prefix: config.name_prefix,
+            lifecycle,
+            ids: Mutex::new(ids),
+        });
+        let name = shared.actor_name("supervisor");
+        let (node, _) = match supervisor {
+            Some(parent) => {
+                Actor::spawn_linked(Some(name), NodeSupervisor(std::marker::PhantomData), shared.clone(), parent)
+                    .await?
+            }
+            None => Actor::spawn(Some(name), NodeSupervisor(std::marker::PhantomData), shared.clone()).await?,
+        };
+        Ok(JobScheduler::new(shared, node))
+    }
+}

@@ -1,0 +1,288 @@
+//! `PollerActor`: the engine cycle of SPEC §10 on one node.
+//!
+//! Each cycle, while the node is serving: write code jobs (first cycle, retried until it
+//! works), heartbeat (shared store), act on cancel requests for this node, and acquire due
+//! fires into free slots (`min(acquire_batch_size, max_concurrent_runs − running)`),
+//! starting a [`crate::run`] actor for each. Then it sleeps until the earlier of the next
+//! known due time and `poll_interval`; local changes (`Wake`) and freed slots cut the sleep
+//! short, so runs start within milliseconds of their due time.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use sundial::error::SchedulingError;
+use sundial::job::JsonObject;
+use sundial::name::JobName;
+use sundial::rules::acquire_slots;
+use sundial::store::{AcquireRequest, AcquiredRun, JobStore, RunOutcome, StoreError, SyncOutcome};
+use sundial::time::Clock;
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+use crate::execute::CancelReason;
+use crate::node::{Lifecycle, NodeShared};
+use crate::run::{RunActor, RunArgs, RunMsg};
+
+/// How late a fire in another node's shard must be before this node takes it.
+const STEAL_GRACE: Duration = Duration::from_secs(2);
+
+/// Messages to the poller.
+#[derive(Debug)]
+pub(crate) enum PollerMsg {
+    /// Run a cycle, if this tick is the current one (older timer ticks are ignored).
+    Tick(u64),
+    /// Something changed locally: cycle now.
+    Wake,
+    /// A run of this node ended.
+    RunFinished(Uuid),
+    /// Run `job` now on this node (SPEC §9 `trigger`); replies with a receiver of the first
+    /// attempt's outcome.
+    Trigger(JobName, JsonObject, RpcReplyPort<Result<oneshot::Receiver<RunOutcome>, SchedulingError>>),
+    /// Cancel these runs if they run here; replies with the ones that did.
+    CancelLocal(Vec<Uuid>, CancelReason, RpcReplyPort<Vec<Uuid>>),
+    /// How many runs are running here.
+    RunningCount(RpcReplyPort<usize>),
+    /// Cancel every run here; replies with how many there were.
+    CancelAll(CancelReason, RpcReplyPort<usize>),
+}
+
+pub(crate) struct PollerState<S: JobStore> {
+    shared: Arc<NodeShared<S>>,
+    running: BTreeMap<Uuid, ActorRef<RunMsg>>,
+    synced: bool,
+    known_times_declared_lost: Option<u64>,
+    tick: u64,
+}
+
+/// The poller.
+pub(crate) struct PollerActor<S: JobStore>(std::marker::PhantomData<S>);
+
+impl<S: JobStore> PollerActor<S> {
+    pub(crate) fn new() -> Self {
+        Self(std::marker::PhantomData)
+    }
+}
+
+impl<S: JobStore> Actor for PollerActor<S> {
+    type Msg = PollerMsg;
+    type State = PollerState<S>;
+    type Arguments = Arc<NodeShared<S>>;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<PollerMsg>,
+        shared: Arc<NodeShared<S>>,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let _ = myself.send_message(PollerMsg::Tick(0));
+        Ok(PollerState { shared, running: BTreeMap::new(), synced: false, known_times_declared_lost: None, tick: 0 })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<PollerMsg>,
+        message: PollerMsg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            PollerMsg::Tick(tick) if tick == state.tick => {
+                let wait = cycle(&myself, state).await;
+                state.tick += 1;
+                let next = state.tick;
+                myself.send_after(wait, move || PollerMsg::Tick(next));
+            }
+            PollerMsg::Tick(_) => {}
+            PollerMsg::Wake => {
+                state.tick += 1;
+                let _ = myself.send_message(PollerMsg::Tick(state.tick));
+            }
+            PollerMsg::RunFinished(id) => {
+                let was_full = state.running.len() >= state.shared.options.max_concurrent_runs as usize;
+                state.running.remove(&id);
+                if was_full {
+                    // A slot freed up: fill it now rather than at the next tick.
+                    state.tick += 1;
+                    let _ = myself.send_message(PollerMsg::Tick(state.tick));
+                }
+            }
+            PollerMsg::Trigger(job, data, reply) => {
+                let result = trigger(&myself, state, &job, &data).await;
+                let _ = reply.send(result);
+            }
+            PollerMsg::CancelLocal(ids, reason, reply) => {
+                let mut canceled = Vec::new();
+                for id in ids {
+                    if let Some(run) = state.running.get(&id) {
+                        let _ = run.send_message(RunMsg::Cancel(reason));
+                        canceled.push(id);
+                    }
+                }
+                let _ = reply.send(canceled);
+            }
+            PollerMsg::RunningCount(reply) => {
+                let _ = reply.send(state.running.len());
+            }
+            PollerMsg::CancelAll(reason, reply) => {
+                for run in state.running.values() {
+                    let _ = run.send_message(RunMsg::Cancel(reason));
+                }
+                let _ = reply.send(state.running.len());
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        _myself: ActorRef<PollerMsg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // A run actor that fails (a bug: job panics are caught inside it) frees its slot; its
+        // stored run stays Running until the node is declared lost or restarts.
+        if let SupervisionEvent::ActorFailed(cell, error) = event {
+            state.running.retain(|_, run| run.get_id() != cell.get_id());
+            tracing::error!(%error, "a run actor failed");
+        }
+        Ok(())
+    }
+}
+
+/// One cycle; returns how long to sleep before the next.
+async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<S>) -> Duration {
+    let shared = state.shared.clone();
+    let poll_interval = shared.options.poll_interval;
+    if shared.lifecycle() != Lifecycle::Serving {
+        return poll_interval;
+    }
+    let now = shared.clock.now();
+    if !state.synced {
+        state.synced = sync_code_jobs(&shared, now).await;
+    }
+    if shared.shared_store {
+        match shared.store.heartbeat(&shared.node_id, now, state.known_times_declared_lost).await {
+            Ok(beat) => {
+                if beat.was_declared_lost {
+                    // Our runs are Lost already and will run again elsewhere: stop them.
+                    tracing::warn!(node = %shared.node_id, "this node was declared lost; canceling its runs");
+                    for run in state.running.values() {
+                        let _ = run.send_message(RunMsg::Cancel(CancelReason::NodeStopping));
+                    }
+                }
+                state.known_times_declared_lost = Some(beat.times_declared_lost);
+            }
+            Err(error) => tracing::warn!(%error, "heartbeat failed"),
+        }
+        match shared.store.cancel_requests(&shared.node_id).await {
+            Ok(ids) => {
+                for id in ids {
+                    if let Some(run) = state.running.get(&id) {
+                        let _ = run.send_message(RunMsg::Cancel(CancelReason::Requested));
+                    }
+                }
+            }
+            Err(error) => tracing::warn!(%error, "reading cancel requests failed"),
+        }
+    }
+    let slots =
+        acquire_slots(shared.options.acquire_batch_size, shared.options.max_concurrent_runs, state.running.len());
+    if slots > 0 {
+        let known_types: BTreeSet<String> = shared.registry.type_keys().map(str::to_owned).collect();
+        let known_runs: BTreeSet<Uuid> = state.running.keys().copied().collect();
+        let request = AcquireRequest {
+            node: &shared.node_id,
+            now,
+            max: slots,
+            misfire_threshold: shared.options.misfire_threshold,
+            steal_grace: STEAL_GRACE,
+            known_types: Some(&known_types),
+            known_runs: &known_runs,
+        };
+        match shared.store.acquire_due(&request).await {
+            Ok(runs) => {
+                let full = runs.len() == slots;
+                for run in runs {
+                    start_run(myself, state, run, None).await;
+                }
+                if full {
+                    // There may be more due right now.
+                    return Duration::ZERO;
+                }
+            }
+            Err(error) => tracing::warn!(%error, "acquisition failed"),
+        }
+    }
+    // Sleep until the next known due time, at most one poll interval.
+    match shared.store.next_due().await {
+        Ok(Some(due)) => {
+            let until = (due - shared.clock.now()).to_std().unwrap_or(Duration::ZERO);
+            until.min(poll_interval)
+        }
+        _ => poll_interval,
+    }
+}
+
+/// Writes every code job; true when all were written.
+async fn sync_code_jobs<S: JobStore>(shared: &NodeShared<S>, now: chrono::DateTime<chrono::Utc>) -> bool {
+    let mut all = true;
+    for def in shared.registry.code_jobs() {
+        match shared.store.sync_code_job(def, now).await {
+            Ok(SyncOutcome::Rewritten { overwrote_runtime_change: true }) => {
+                tracing::warn!(job = %def.name, "the code definition changed: a runtime change to this job was overwritten");
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(job = %def.name, %error, "writing the code job failed; retrying next cycle");
+                all = false;
+            }
+        }
+    }
+    all
+}
+
+async fn start_run<S: JobStore>(
+    myself: &ActorRef<PollerMsg>,
+    state: &mut PollerState<S>,
+    acquired: AcquiredRun,
+    reply: Option<oneshot::Sender<RunOutcome>>,
+) {
+    let shared = state.shared.clone();
+    let id = acquired.run.id;
+    let name = shared.actor_name(&format!("run/{id}"));
+    let args = RunArgs { shared, acquired, poller: myself.clone(), reply };
+    match Actor::spawn_linked(Some(name), RunActor::new(), args, myself.get_cell()).await {
+        Ok((run, _)) => {
+            state.running.insert(id, run);
+        }
+        Err(error) => tracing::error!(run_id = %id, %error, "could not start a run actor"),
+    }
+}
+
+async fn trigger<S: JobStore>(
+    myself: &ActorRef<PollerMsg>,
+    state: &mut PollerState<S>,
+    job: &JobName,
+    data: &JsonObject,
+) -> Result<oneshot::Receiver<RunOutcome>, SchedulingError> {
+    let shared = state.shared.clone();
+    if shared.lifecycle() != Lifecycle::Serving {
+        return Err(SchedulingError::SchedulerNotRunning { reason: format!("node is {:?}", shared.lifecycle()) });
+    }
+    // Check the type before starting anything, so a refusal leaves no run behind.
+    let record = shared.store.job_record(job.as_str()).await.map_err(SchedulingError::from)?;
+    let record = record.ok_or_else(|| SchedulingError::JobNotFound { job: job.to_string() })?;
+    if !shared.registry.has_type(&record.job_type) {
+        return Err(SchedulingError::JobTypeNotFound { job_type: record.job_type });
+    }
+    let run_id = shared.run_id();
+    let now = shared.clock.now();
+    let acquired = shared
+        .store
+        .begin_manual_run(job, data, &shared.node_id, run_id, now)
+        .await
+        .map_err(|e: StoreError| SchedulingError::from(e))?;
+    let (sender, receiver) = oneshot::channel();
+    start_run(myself, state, acquired, Some(sender)).await;
+    Ok(receiver)
+}

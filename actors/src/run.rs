@@ -1,0 +1,166 @@
+//! `RunActor`: one per run. Starts the job on its own task (so the mailbox stays free for
+//! cancel requests), and when it ends records the completion in the store — holding it and
+//! retrying while the store is unavailable, so nothing a run produced is dropped — then
+//! publishes the end event, answers a waiting `trigger` caller, and tells the poller.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use sundial::job::RunState;
+use sundial::store::{AcquiredRun, Completion, JobStore, RunOutcome, StoreError};
+use sundial::time::Clock;
+use tokio::sync::oneshot;
+
+use crate::events::{publish_logged, CloudEvent, RunFacts, Topic};
+use crate::execute::{execute, CancelReason, RunCancel};
+use crate::job::RunContext;
+use crate::node::NodeShared;
+use crate::poller::PollerMsg;
+
+/// Longest wait between attempts to record a completion while the store is unavailable.
+const COMPLETION_RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// Messages to a run.
+#[derive(Debug)]
+pub(crate) enum RunMsg {
+    /// Cancel the run's token (first reason counts).
+    Cancel(CancelReason),
+    /// The job ended.
+    Finished(RunOutcome),
+}
+
+/// What a run starts with.
+pub(crate) struct RunArgs<S: JobStore> {
+    pub(crate) shared: Arc<NodeShared<S>>,
+    pub(crate) acquired: AcquiredRun,
+    pub(crate) poller: ActorRef<PollerMsg>,
+    /// A `trigger` caller waiting for this (first) attempt's outcome.
+    pub(crate) reply: Option<oneshot::Sender<RunOutcome>>,
+}
+
+pub(crate) struct RunState_<S: JobStore> {
+    args: RunArgs<S>,
+    cancel: RunCancel,
+    started_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// The run actor (stateless; everything is in its state).
+pub(crate) struct RunActor<S: JobStore>(std::marker::PhantomData<S>);
+
+impl<S: JobStore> RunActor<S> {
+    pub(crate) fn new() -> Self {
+        Self(std::marker::PhantomData)
+    }
+}
+
+impl<S: JobStore> Actor for RunActor<S> {
+    type Msg = RunMsg;
+    type State = RunState_<S>;
+    type Arguments = RunArgs<S>;
+
+    async fn pre_start(&self, myself: ActorRef<RunMsg>, args: RunArgs<S>) -> Result<Self::State, ActorProcessingErr> {
+        let shared = args.shared.clone();
+        let cancel = RunCancel::new();
+        let started_at = shared.clock.now();
+        let run = args.acquired.run.clone();
+        let event = CloudEvent::for_run(
+            Topic::RunStarted,
+            shared.event_id(),
+            started_at,
+            &run,
+            RunFacts { state: Some(RunState::Running), started_at: Some(started_at), ..RunFacts::default() },
+            &shared.node_id,
+        );
+        publish_logged(shared.publisher.as_ref(), &event).await;
+        let ctx = RunContext { run, node: shared.node_id.clone(), cancel: cancel.token() };
+        let timeout = args.acquired.timeout;
+        let job = shared.registry.make(&args.acquired.job_type);
+        let middleware = shared.middleware.clone();
+        let task_cancel = cancel.clone();
+        tokio::spawn(async move {
+            let outcome = match job {
+                Some(job) => execute(job, ctx, task_cancel, timeout, middleware).await,
+                // The store only hands out runs of registered types, but a type can vanish
+                // between acquisition and start only through a bug: fail the run loudly.
+                None => RunOutcome::Failed {
+                    code: Some(sundial::error::ErrorCode::JobTypeNotFound.as_str().to_owned()),
+                    message: "job type not registered on this node".into(),
+                },
+            };
+            let _ = myself.send_message(RunMsg::Finished(outcome));
+        });
+        Ok(RunState_ { args, cancel, started_at })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<RunMsg>,
+        message: RunMsg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            RunMsg::Cancel(reason) => state.cancel.cancel(reason),
+            RunMsg::Finished(outcome) => {
+                let shared = &state.args.shared;
+                let run = &state.args.acquired.run;
+                let finished_at = shared.clock.now();
+                let completion =
+                    Completion { run_id: run.id, node: shared.node_id.clone(), outcome: outcome.clone(), finished_at };
+                let stored_state = complete_durably(&shared.store, &completion).await;
+                let (error_code, error_message) = match &outcome {
+                    RunOutcome::Succeeded => (None, None),
+                    RunOutcome::Failed { code, message } => (code.clone(), Some(message.clone())),
+                    RunOutcome::Canceled { message } => (None, Some(message.clone())),
+                };
+                let facts = RunFacts {
+                    state: Some(stored_state),
+                    started_at: Some(state.started_at),
+                    finished_at: Some(finished_at),
+                    error_code,
+                    error_message,
+                };
+                let event = CloudEvent::for_run(
+                    Topic::of_end(stored_state),
+                    shared.event_id(),
+                    finished_at,
+                    run,
+                    facts,
+                    &shared.node_id,
+                );
+                publish_logged(shared.publisher.as_ref(), &event).await;
+                if let Some(reply) = state.args.reply.take() {
+                    let _ = reply.send(outcome);
+                }
+                let _ = state.args.poller.send_message(PollerMsg::RunFinished(run.id));
+                myself.stop(None);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Records a completion, retrying with backoff while the store is unreachable. Returns the
+/// run's stored final state (which differs from the outcome when the run had already been
+/// declared lost).
+async fn complete_durably<S: JobStore>(store: &S, completion: &Completion) -> RunState {
+    let mut wait = Duration::from_millis(50);
+    loop {
+        match store.complete_run(completion).await {
+            Ok(result) => return result.state,
+            Err(StoreError::Kv(error)) => {
+                tracing::warn!(run_id = %completion.run_id, %error, "store unavailable; holding the completion");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(COMPLETION_RETRY_MAX);
+            }
+            Err(error) => {
+                tracing::error!(run_id = %completion.run_id, %error, "completion not recorded");
+                return match completion.outcome {
+                    RunOutcome::Succeeded => RunState::Succeeded,
+                    RunOutcome::Failed { .. } => RunState::Failed,
+                    RunOutcome::Canceled { .. } => RunState::Canceled,
+                };
+            }
+        }
+    }
+}

@@ -1,0 +1,359 @@
+//! The `JobScheduler` handle (SPEC §9): every runtime operation of one node, batch-first
+//! with one result per item, plus single-item helpers. Cheap to clone.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::rpc::CallResult;
+use ractor::{ActorRef, RpcReplyPort};
+use sundial::error::SchedulingError;
+use sundial::job::{JobDefinition, JobRunInfo, JobRunQuery, JsonObject};
+use sundial::name::{JobName, TriggerKey, TriggerName};
+use sundial::store::{JobStatus, JobStore, RunOutcome};
+use sundial::time::Clock;
+use uuid::Uuid;
+
+use crate::events::{publish_logged, CloudEvent, Topic};
+use crate::execute::CancelReason;
+use crate::node::{Lifecycle, NodeMsg, NodeShared, PollerMsgBox};
+use crate::poller::PollerMsg;
+use crate::registry::JobRegistry;
+
+/// How long a call into the node's actors may take before it counts as failed.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// After the stop deadline cancels the remaining runs, how long they get to finish.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// A manual run request: the job, and data overriding the job's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobTriggerRequest {
+    /// The job.
+    pub name: JobName,
+    /// Overrides same-named keys of the job's data.
+    pub data: JsonObject,
+}
+
+impl From<JobName> for JobTriggerRequest {
+    fn from(name: JobName) -> Self {
+        Self { name, data: JsonObject::new() }
+    }
+}
+
+/// What a stop did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StopReport {
+    /// Runs still running at the deadline, which were canceled.
+    pub canceled: usize,
+    /// Runs that ignored cancellation and still ran when the stop gave up on them.
+    pub abandoned: usize,
+}
+
+/// One node's handle.
+pub struct JobScheduler<S: JobStore> {
+    shared: Arc<NodeShared<S>>,
+    node: ActorRef<NodeMsg>,
+}
+
+impl<S: JobStore> Clone for JobScheduler<S> {
+    fn clone(&self) -> Self {
+        Self { shared: self.shared.clone(), node: self.node.clone() }
+    }
+}
+
+impl<S: JobStore> std::fmt::Debug for JobScheduler<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobScheduler").field("node", &self.shared.node_id).finish_non_exhaustive()
+    }
+}
+
+fn not_running(reason: &str) -> SchedulingError {
+    SchedulingError::SchedulerNotRunning { reason: reason.to_owned() }
+}
+
+impl<S: JobStore> JobScheduler<S> {
+    pub(crate) fn new(shared: Arc<NodeShared<S>>, node: ActorRef<NodeMsg>) -> Self {
+        Self { shared, node }
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> &str {
+        &self.shared.node_id
+    }
+
+    /// Where the node is in its life.
+    pub fn lifecycle(&self) -> Lifecycle {
+        self.shared.lifecycle()
+    }
+
+    /// The node's supervisor actor.
+    pub fn actor(&self) -> &ActorRef<NodeMsg> {
+        &self.node
+    }
+
+    /// The registered types, code jobs and calendars.
+    pub fn registry(&self) -> &JobRegistry {
+        &self.shared.registry
+    }
+
+    /// The host is ready: start polling and running.
+    pub fn serve(&self) {
+        if self.lifecycle() == Lifecycle::Starting {
+            self.shared.set_lifecycle(Lifecycle::Serving);
+            self.wake();
+        }
+    }
+
+    fn wake(&self) {
+        let _ = self.node.send_message(NodeMsg::Poller(PollerMsgBox(PollerMsg::Wake)));
+    }
+
+    async fn call_poller<T: Send + 'static>(
+        &self,
+        make: impl FnOnce(RpcReplyPort<T>) -> PollerMsg,
+    ) -> Result<T, SchedulingError> {
+        let result = self.node.call(|reply| NodeMsg::Poller(PollerMsgBox(make(reply))), Some(CALL_TIMEOUT)).await;
+        match result {
+            Ok(CallResult::Success(value)) => Ok(value),
+            _ => Err(not_running("the node's actors did not answer")),
+        }
+    }
+
+    async fn job_event(&self, topic: Topic, job: &JobName) {
+        let event = CloudEvent::for_job(
+            topic,
+            self.shared.event_id(),
+            self.shared.clock.now(),
+            job.as_str(),
+            &self.shared.node_id,
+        );
+        publish_logged(self.shared.publisher.as_ref(), &event).await;
+    }
+
+    /// Adds or wholly replaces jobs (`SCHEDULING_NOTFOUND_002` for an unregistered type,
+    /// `SCHEDULING_VALIDATION_001` for an invalid definition). Effective here at once.
+    pub async fn schedule(&self, defs: Vec<JobDefinition>) -> Vec<Result<(), SchedulingError>> {
+        let mut results: Vec<Option<Result<(), SchedulingError>>> = vec![None; defs.len()];
+        let mut accepted = Vec::new();
+        for (i, def) in defs.iter().enumerate() {
+            if self.shared.registry.has_type(def.job_type.as_str()) {
+                accepted.push((i, def.clone()));
+            } else {
+                results[i] = Some(Err(SchedulingError::JobTypeNotFound { job_type: def.job_type.to_string() }));
+            }
+        }
+        let batch: Vec<JobDefinition> = accepted.iter().map(|(_, d)| d.clone()).collect();
+        let stored = self.shared.store.schedule(&batch, self.shared.clock.now()).await;
+        for ((i, def), result) in accepted.into_iter().zip(stored) {
+            if result.is_ok() {
+                self.job_event(Topic::JobScheduled, &def.name).await;
+            }
+            results[i] = Some(result);
+        }
+        self.wake();
+        results.into_iter().map(|r| r.unwrap_or_else(|| Err(not_running("unreachable")))).collect()
+    }
+
+    /// [`JobScheduler::schedule`] for one job.
+    ///
+    /// # Errors
+    /// As `schedule`.
+    pub async fn schedule_one(&self, def: JobDefinition) -> Result<(), SchedulingError> {
+        self.schedule(vec![def]).await.remove(0)
+    }
+
+    /// Deletes jobs; running runs finish, history stays (`SCHEDULING_NOTFOUND_001`).
+    pub async fn unschedule(&self, names: &[JobName]) -> Vec<Result<(), SchedulingError>> {
+        let results = self.shared.store.unschedule(names).await;
+        for (name, result) in names.iter().zip(&results) {
+            if result.is_ok() {
+                self.job_event(Topic::JobUnscheduled, name).await;
+            }
+        }
+        self.wake();
+        results
+    }
+
+    /// Pauses jobs (`SCHEDULING_NOTFOUND_001`).
+    pub async fn pause(&self, names: &[JobName]) -> Vec<Result<(), SchedulingError>> {
+        self.set_paused(names, true).await
+    }
+
+    /// Resumes jobs; missed fires follow their misfire policy (`SCHEDULING_NOTFOUND_001`).
+    pub async fn resume(&self, names: &[JobName]) -> Vec<Result<(), SchedulingError>> {
+        self.set_paused(names, false).await
+    }
+
+    async fn set_paused(&self, names: &[JobName], paused: bool) -> Vec<Result<(), SchedulingError>> {
+        let results = self.shared.store.set_jobs_paused(names, paused).await;
+        let topic = if paused { Topic::JobPaused } else { Topic::JobResumed };
+        for (name, result) in names.iter().zip(&results) {
+            if result.is_ok() {
+                self.job_event(topic, name).await;
+            }
+        }
+        self.wake();
+        results
+    }
+
+    /// Pauses single triggers (`SCHEDULING_NOTFOUND_003`).
+    pub async fn pause_triggers(&self, keys: &[TriggerKey]) -> Vec<Result<(), SchedulingError>> {
+        let results = self.shared.store.set_triggers_paused(keys, true).await;
+        self.wake();
+        results
+    }
+
+    /// Resumes single triggers (`SCHEDULING_NOTFOUND_003`).
+    pub async fn resume_triggers(&self, keys: &[TriggerKey]) -> Vec<Result<(), SchedulingError>> {
+        let results = self.shared.store.set_triggers_paused(keys, false).await;
+        self.wake();
+        results
+    }
+
+    /// Runs jobs now on this node, ignoring pause and leadership, and waits for each first
+    /// attempt's outcome (a failure still retries per policy). Refused with
+    /// `SCHEDULING_UNAVAILABLE_001` unless the node is serving; `SCHEDULING_NOTFOUND_001`,
+    /// `SCHEDULING_CONFLICT_001` for a running non-concurrent job.
+    pub async fn trigger(&self, requests: Vec<JobTriggerRequest>) -> Vec<Result<RunOutcome, SchedulingError>> {
+        let mut waiting = Vec::with_capacity(requests.len());
+        for request in requests {
+            if self.lifecycle() != Lifecycle::Serving {
+                waiting.push(Err(not_running(&format!("node is {:?}", self.lifecycle()))));
+                continue;
+            }
+            let started = self.call_poller(|reply| PollerMsg::Trigger(request.name, request.data, reply)).await;
+            waiting.push(started.and_then(|r| r));
+        }
+        let mut results = Vec::with_capacity(waiting.len());
+        for started in waiting {
+            results.push(match started {
+                Ok(receiver) => receiver.await.map_err(|_| not_running("the run ended without an outcome")),
+                Err(e) => Err(e),
+            });
+        }
+        results
+    }
+
+    /// [`JobScheduler::trigger`] for one job.
+    ///
+    /// # Errors
+    /// As `trigger`.
+    pub async fn trigger_one(&self, request: impl Into<JobTriggerRequest>) -> Result<RunOutcome, SchedulingError> {
+        self.trigger(vec![request.into()]).await.remove(0)
+    }
+
+    /// Inserts one-shot `manual-…` triggers due now, run by any node; no waiting. Always
+    /// allowed, even while draining (`SCHEDULING_NOTFOUND_001`).
+    pub async fn enqueue(&self, requests: Vec<JobTriggerRequest>) -> Vec<Result<TriggerName, SchedulingError>> {
+        let pairs: Vec<(JobName, JsonObject)> = requests.into_iter().map(|r| (r.name, r.data)).collect();
+        let results = self.shared.store.enqueue(&pairs, self.shared.clock.now()).await;
+        self.wake();
+        results
+    }
+
+    /// Cancels runs: at once when they run here, at the running node's next cycle
+    /// otherwise (`SCHEDULING_NOTFOUND_004` when unknown or finished).
+    pub async fn cancel_runs(&self, ids: &[Uuid]) -> Vec<Result<(), SchedulingError>> {
+        let local = self
+            .call_poller(|reply| PollerMsg::CancelLocal(ids.to_vec(), CancelReason::Requested, reply))
+            .await
+            .unwrap_or_default();
+        let remote: Vec<Uuid> = ids.iter().copied().filter(|id| !local.contains(id)).collect();
+        let mut remote_results = self.shared.store.request_cancel(&remote).await.into_iter();
+        ids.iter()
+            .map(|id| if local.contains(id) { Ok(()) } else { remote_results.next().map_or(Ok(()), |r| r.map(|_| ())) })
+            .collect()
+    }
+
+    /// A job's status, or `None`.
+    ///
+    /// # Errors
+    /// `SCHEDULING_UNAVAILABLE_003` when the store fails.
+    pub async fn status(&self, job: &JobName) -> Result<Option<JobStatus>, SchedulingError> {
+        self.shared.store.status(job).await.map_err(SchedulingError::from)
+    }
+
+    /// Every job's status.
+    ///
+    /// # Errors
+    /// `SCHEDULING_UNAVAILABLE_003` when the store fails.
+    pub async fn statuses(&self) -> Result<Vec<JobStatus>, SchedulingError> {
+        self.shared.store.statuses().await.map_err(SchedulingError::from)
+    }
+
+    /// Run history, newest first.
+    ///
+    /// # Errors
+    /// `SCHEDULING_VALIDATION_002` for paging out of range; `SCHEDULING_UNAVAILABLE_003`.
+    pub async fn runs(&self, query: &JobRunQuery) -> Result<Vec<JobRunInfo>, SchedulingError> {
+        self.shared.store.runs(query).await.map_err(SchedulingError::from)
+    }
+
+    /// How many runs match (paging ignored).
+    ///
+    /// # Errors
+    /// `SCHEDULING_UNAVAILABLE_003` when the store fails.
+    pub async fn count_runs(&self, query: &JobRunQuery) -> Result<u64, SchedulingError> {
+        self.shared.store.count_runs(query).await.map_err(SchedulingError::from)
+    }
+
+    /// Puts code jobs back to their code definitions (`SCHEDULING_NOTFOUND_005` for a job
+    /// without one on this node).
+    pub async fn restore(&self, names: &[JobName]) -> Vec<Result<(), SchedulingError>> {
+        let mut results = Vec::with_capacity(names.len());
+        for name in names {
+            let result = match self.shared.registry.code_job(name) {
+                None => Err(SchedulingError::NoCodeDefinition { job: name.to_string() }),
+                Some(def) => {
+                    self.shared.store.restore(def, self.shared.clock.now()).await.map_err(SchedulingError::from)
+                }
+            };
+            results.push(result);
+        }
+        self.wake();
+        results
+    }
+
+    /// Stops the node (SPEC §10): no new runs; running ones get until `deadline` to finish,
+    /// then are canceled and given a short grace; the node deregisters and its actors stop.
+    pub async fn stop(&self, deadline: Duration) -> StopReport {
+        if self.lifecycle() == Lifecycle::Stopped {
+            return StopReport { canceled: 0, abandoned: 0 };
+        }
+        self.shared.set_lifecycle(Lifecycle::Draining);
+        let running = |this: &Self| {
+            let this = this.clone();
+            async move { this.call_poller(PollerMsg::RunningCount).await.unwrap_or(0) }
+        };
+        let canceled = wait_until_idle(deadline, || running(self)).await;
+        if canceled > 0 {
+            let _ = self.call_poller(|reply| PollerMsg::CancelAll(CancelReason::NodeStopping, reply)).await;
+        }
+        let abandoned = if canceled > 0 { wait_until_idle(STOP_GRACE, || running(self)).await } else { 0 };
+        if self.shared.shared_store {
+            if let Err(error) = self.shared.store.deregister_node(&self.shared.node_id).await {
+                tracing::warn!(%error, "could not deregister the node");
+            }
+        }
+        self.shared.set_lifecycle(Lifecycle::Stopped);
+        self.node.stop(None);
+        StopReport { canceled, abandoned }
+    }
+}
+
+/// Polls `count` until it is zero or `limit` passes; returns the last count.
+async fn wait_until_idle<F, Fut>(limit: Duration, count: F) -> usize
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = usize>,
+{
+    let step = Duration::from_millis(20);
+    let mut waited = Duration::ZERO;
+    loop {
+        let n = count().await;
+        if n == 0 || waited >= limit {
+            return n;
+        }
+        tokio::time::sleep(step.min(limit - waited)).await;
+        waited += step;
+    }
+}
