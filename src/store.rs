@@ -270,6 +270,16 @@ impl<T: KvTransaction> Tx<'_, T> {
     }
 }
 
+impl records::RunRecord {
+    /// The public run this record describes.
+    ///
+    /// # Errors
+    /// [`StoreError::Corrupt`] when a stored field does not decode.
+    pub fn job_run(&self) -> Result<JobRun, StoreError> {
+        job_run_of(self)
+    }
+}
+
 /// Rebuilds the public run from its record.
 pub(crate) fn job_run_of(record: &RunRecord) -> Result<JobRun, StoreError> {
     let corrupt = |what: &str| StoreError::Corrupt(format!("run {}: bad {what}", record.id));
@@ -349,6 +359,11 @@ pub trait JobStore: Clone + Send + Sync + 'static {
         &self,
         request: &AcquireRequest<'_>,
     ) -> impl std::future::Future<Output = Result<Vec<AcquiredRun>, StoreError>> + Send;
+    /// Forwards to [`KvJobStore::run_record`], which states the contract.
+    fn run_record(
+        &self,
+        id: Uuid,
+    ) -> impl std::future::Future<Output = Result<Option<records::RunRecord>, StoreError>> + Send;
     /// Forwards to [`KvJobStore::job_record`], which states the contract.
     fn job_record(
         &self,
@@ -430,6 +445,12 @@ pub trait JobStore: Clone + Send + Sync + 'static {
 }
 
 impl<K: Kv> JobStore for KvJobStore<K> {
+    fn run_record(
+        &self,
+        id: Uuid,
+    ) -> impl std::future::Future<Output = Result<Option<records::RunRecord>, StoreError>> + Send {
+        KvJobStore::run_record(self, id)
+    }
     fn job_record(
         &self,
         job: &str,

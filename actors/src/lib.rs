@@ -21,7 +21,9 @@ pub mod events;
 pub mod execute;
 #[cfg(feature = "fdb")]
 pub mod fdb;
+mod housekeeper;
 pub mod job;
+pub mod lease;
 pub mod node;
 mod poller;
 pub mod registry;

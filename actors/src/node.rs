@@ -3,8 +3,8 @@
 //! Lifecycle: `Starting` → `Serving` (the host says so) → `Draining` (stop began) →
 //! `Stopped`. The poller only acquires while `Serving`; `trigger` is refused outside it.
 //!
-//! Supervision (written down as the style guide asks): the supervisor owns the poller,
-//! which owns the run actors. If the poller fails (a bug: store errors are handled inside
+//! Supervision (written down as the style guide asks): the supervisor owns the poller
+//! (which owns the run actors), the lease actor and the housekeeper. If the poller fails (a bug: store errors are handled inside
 //! the cycle) the supervisor restarts it at once with a fresh state; runs it had started
 //! keep going, their completions are still recorded by their own actors, and the new
 //! poller adopts nothing (it starts with no runs counted, so briefly more than
@@ -13,8 +13,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr, SupervisionEvent};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr, SupervisionEvent};
 use sundial::entropy::{Entropy, RunIdGenerator};
+use sundial::leader::{Fence, LocalLeaderElection};
 use sundial::options::SchedulerOptions;
 use sundial::store::JobStore;
 use sundial::time::Clock;
@@ -23,6 +24,8 @@ use uuid::Uuid;
 
 use crate::events::{EventPublisher, NoPublisher};
 use crate::execute::RunMiddleware;
+use crate::housekeeper::{HousekeeperActor, HousekeeperMsg};
+use crate::lease::{DynLeaderElection, LeaseActor, LeaseMsg};
 use crate::poller::{PollerActor, PollerMsg};
 use crate::registry::JobRegistry;
 use crate::scheduler::JobScheduler;
@@ -51,7 +54,9 @@ pub struct NodeShared<S: JobStore> {
     pub(crate) middleware: Vec<Arc<dyn RunMiddleware>>,
     pub(crate) shared_store: bool,
     pub(crate) name_prefix: String,
+    pub(crate) election: Arc<dyn DynLeaderElection>,
     lifecycle: watch::Sender<Lifecycle>,
+    leader: watch::Sender<Option<Fence>>,
     ids: Mutex<(RunIdGenerator, Entropy)>,
 }
 
@@ -62,6 +67,15 @@ impl<S: JobStore> NodeShared<S> {
 
     pub(crate) fn set_lifecycle(&self, next: Lifecycle) {
         self.lifecycle.send_replace(next);
+    }
+
+    /// This node's leadership: the fence of its current term, if it leads.
+    pub(crate) fn leader(&self) -> Option<Fence> {
+        self.leader.borrow().clone()
+    }
+
+    pub(crate) fn set_leader(&self, fence: Option<Fence>) {
+        self.leader.send_replace(fence);
     }
 
     /// A fresh run id: UUID v7 from the injected clock and seeded entropy.
@@ -105,6 +119,9 @@ pub struct NodeConfig<S: JobStore> {
     pub shared_store: bool,
     /// The first part of actor names (`"{prefix}/{node}/{role}"`).
     pub name_prefix: String,
+    /// The leader election; `None` uses the in-process one (right for a single node with
+    /// an embedded store). Nodes sharing a store share a [`sundial::leader::KvLeaderElection`].
+    pub election: Option<Arc<dyn DynLeaderElection>>,
 }
 
 impl<S: JobStore> NodeConfig<S> {
@@ -128,6 +145,7 @@ impl<S: JobStore> NodeConfig<S> {
             middleware: Vec::new(),
             shared_store: false,
             name_prefix: "sundial".into(),
+            election: None,
         }
     }
 }
@@ -138,6 +156,9 @@ pub enum NodeMsg {
     /// Forward to the current poller.
     #[doc(hidden)]
     Poller(PollerMsgBox),
+    /// Release the leader lease now (stop sequence); replies when done.
+    #[doc(hidden)]
+    ReleaseLease(RpcReplyPort<()>),
 }
 
 /// An opaque poller message (the poller's messages are internal).
@@ -151,6 +172,8 @@ pub struct NodeSupervisor<S: JobStore>(std::marker::PhantomData<S>);
 pub struct SupervisorState<S: JobStore> {
     shared: Arc<NodeShared<S>>,
     poller: ActorRef<PollerMsg>,
+    lease: ActorRef<LeaseMsg>,
+    housekeeper: ActorRef<HousekeeperMsg>,
 }
 
 impl<S: JobStore> Actor for NodeSupervisor<S> {
@@ -164,7 +187,17 @@ impl<S: JobStore> Actor for NodeSupervisor<S> {
         shared: Arc<NodeShared<S>>,
     ) -> Result<Self::State, ActorProcessingErr> {
         let poller = spawn_poller(&myself, &shared).await?;
-        Ok(SupervisorState { shared, poller })
+        let (lease, _) =
+            Actor::spawn_linked(Some(shared.actor_name("lease")), LeaseActor::new(), shared.clone(), myself.get_cell())
+                .await?;
+        let (housekeeper, _) = Actor::spawn_linked(
+            Some(shared.actor_name("housekeeper")),
+            HousekeeperActor::new(),
+            shared.clone(),
+            myself.get_cell(),
+        )
+        .await?;
+        Ok(SupervisorState { shared, poller, lease, housekeeper })
     }
 
     async fn handle(
@@ -176,6 +209,10 @@ impl<S: JobStore> Actor for NodeSupervisor<S> {
         match message {
             NodeMsg::Poller(PollerMsgBox(message)) => {
                 let _ = state.poller.send_message(message);
+            }
+            NodeMsg::ReleaseLease(reply) => {
+                let _ = state.lease.call(LeaseMsg::Release, Some(std::time::Duration::from_secs(30))).await;
+                let _ = reply.send(());
             }
         }
         Ok(())
@@ -204,6 +241,11 @@ impl<S: JobStore> Actor for NodeSupervisor<S> {
 
     async fn post_stop(&self, _myself: ActorRef<NodeMsg>, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
         state.shared.set_lifecycle(Lifecycle::Stopped);
+        // Children stop in sorted order of their names (housekeeper, lease, poller), so a
+        // simulation's trace does not depend on ractor's internal ordering.
+        state.housekeeper.stop(None);
+        state.lease.stop(None);
+        state.poller.stop(None);
         Ok(())
     }
 }
@@ -235,7 +277,14 @@ impl Node {
         supervisor: Option<ActorCell>,
     ) -> Result<JobScheduler<S>, SpawnErr> {
         let (lifecycle, _) = watch::channel(Lifecycle::Starting);
+        let (leader, _) = watch::channel(None);
         let mut entropy = config.entropy;
+        let election = match config.election {
+            Some(election) => election,
+            None => {
+                Arc::new(LocalLeaderElection::new(config.clock.clone(), entropy.fork())) as Arc<dyn DynLeaderElection>
+            }
+        };
         let ids = (RunIdGenerator::new(entropy.fork()), entropy.fork());
         let shared = Arc::new(NodeShared {
             store: config.store,
@@ -247,7 +296,9 @@ impl Node {
             middleware: config.middleware,
             shared_store: config.shared_store,
             name_prefix: config.name_prefix,
+            election,
             lifecycle,
+            leader,
             ids: Mutex::new(ids),
         });
         let name = shared.actor_name("supervisor");

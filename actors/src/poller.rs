@@ -27,6 +27,8 @@ use crate::run::{RunActor, RunArgs, RunMsg};
 
 /// How late a fire in another node's shard must be before this node takes it.
 const STEAL_GRACE: Duration = Duration::from_secs(2);
+/// The shortest sleep after a cycle that left a due fire untaken, so a node never spins.
+const MIN_RETRY_WAIT: Duration = Duration::from_millis(10);
 
 /// Messages to the poller.
 #[derive(Debug)]
@@ -133,6 +135,15 @@ impl<S: JobStore> Actor for PollerActor<S> {
         Ok(())
     }
 
+    async fn post_stop(&self, _myself: ActorRef<PollerMsg>, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
+        // Runs stop in run-id order (deterministic); they were canceled and waited for by
+        // the stop sequence, so only abandoned ones remain.
+        for run in state.running.values() {
+            run.stop(None);
+        }
+        Ok(())
+    }
+
     async fn handle_supervisor_evt(
         &self,
         _myself: ActorRef<PollerMsg>,
@@ -213,14 +224,19 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
             Err(error) => tracing::warn!(%error, "acquisition failed"),
         }
     }
-    // Sleep until the next known due time, at most one poll interval.
-    match shared.store.next_due().await {
+    // Sleep until the next known due time, at most one poll interval. A fire already due
+    // that this cycle did not take belongs to another node's shard (or its job is busy):
+    // wake when it becomes ours to steal rather than spin on it.
+    let now = shared.clock.now();
+    let wait = match shared.store.next_due().await {
+        Ok(Some(due)) if due > now => (due - now).to_std().unwrap_or(Duration::ZERO),
         Ok(Some(due)) => {
-            let until = (due - shared.clock.now()).to_std().unwrap_or(Duration::ZERO);
-            until.min(poll_interval)
+            let stealable = sundial::time::add_duration(due, STEAL_GRACE);
+            (stealable - now).to_std().unwrap_or(poll_interval).max(MIN_RETRY_WAIT)
         }
         _ => poll_interval,
-    }
+    };
+    wait.min(poll_interval)
 }
 
 /// Writes every code job; true when all were written.

@@ -329,6 +329,8 @@ impl<S: JobStore> JobScheduler<S> {
             let _ = self.call_poller(|reply| PollerMsg::CancelAll(CancelReason::NodeStopping, reply)).await;
         }
         let abandoned = if canceled > 0 { wait_until_idle(STOP_GRACE, || running(self)).await } else { 0 };
+        // Release the lease now rather than at its expiry.
+        let _ = self.node.call(NodeMsg::ReleaseLease, Some(CALL_TIMEOUT)).await;
         if self.shared.shared_store {
             if let Err(error) = self.shared.store.deregister_node(&self.shared.node_id).await {
                 tracing::warn!(%error, "could not deregister the node");

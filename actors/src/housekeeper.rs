@@ -1,0 +1,159 @@
+//! `HousekeeperActor`: the leader's maintenance (SPEC §10 step 5).
+//!
+//! While this node leads, it watches every node's heartbeat sequence on its own monotonic
+//! clock (DESIGN.md decision 3) and reaps a node whose sequence stayed unchanged for
+//! `node_timeout`: its runs become `Lost`, and those of jobs that request recovery are
+//! re-enqueued once. Each `housekeeping_interval` it deletes history that ended more than
+//! `history_retention` ago. Every store write it makes is fenced by its leader term, so a
+//! deposed leader's late housekeeping cannot commit. A new leader observes for a full
+//! `node_timeout` before reaping anything.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use sundial::store::JobStore;
+use sundial::time::{Clock, MonotonicInstant};
+
+use crate::events::{publish_logged, CloudEvent, RunFacts, Topic};
+use crate::node::NodeShared;
+
+/// Runs reaped per transaction.
+const REAP_CHUNK: usize = 100;
+
+/// Messages to the housekeeper.
+#[derive(Debug)]
+pub(crate) enum HousekeeperMsg {
+    /// Observe nodes; reap and expire history when due.
+    Tick,
+}
+
+pub(crate) struct HousekeeperState<S: JobStore> {
+    shared: Arc<NodeShared<S>>,
+    /// node → (heartbeat sequence, when this leader first saw it).
+    observations: BTreeMap<String, (u64, MonotonicInstant)>,
+    last_retention: Option<MonotonicInstant>,
+    leading_term: Option<u64>,
+}
+
+/// The housekeeper.
+pub(crate) struct HousekeeperActor<S: JobStore>(std::marker::PhantomData<S>);
+
+impl<S: JobStore> HousekeeperActor<S> {
+    pub(crate) fn new() -> Self {
+        Self(std::marker::PhantomData)
+    }
+}
+
+impl<S: JobStore> Actor for HousekeeperActor<S> {
+    type Msg = HousekeeperMsg;
+    type State = HousekeeperState<S>;
+    type Arguments = Arc<NodeShared<S>>;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<HousekeeperMsg>,
+        shared: Arc<NodeShared<S>>,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let _ = myself.send_message(HousekeeperMsg::Tick);
+        Ok(HousekeeperState { shared, observations: BTreeMap::new(), last_retention: None, leading_term: None })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<HousekeeperMsg>,
+        _message: HousekeeperMsg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        tick(state).await;
+        let options = &state.shared.options;
+        // Observe often enough to notice a lost node within about a third of the timeout.
+        let period = options.housekeeping_interval.min(options.node_timeout / 3).max(Duration::from_millis(100));
+        myself.send_after(period, || HousekeeperMsg::Tick);
+        Ok(())
+    }
+}
+
+async fn tick<S: JobStore>(state: &mut HousekeeperState<S>) {
+    let shared = state.shared.clone();
+    let Some(fence) = shared.leader() else {
+        state.observations.clear();
+        state.leading_term = None;
+        state.last_retention = None;
+        return;
+    };
+    if state.leading_term != Some(fence.term) {
+        // A new term: observations from before do not count.
+        state.observations.clear();
+        state.leading_term = Some(fence.term);
+    }
+    let now_mono = shared.clock.monotonic();
+    let now = shared.clock.now();
+    if shared.shared_store {
+        match shared.store.nodes().await {
+            Ok(nodes) => {
+                for node in nodes.into_iter().filter(|n| n.alive && n.node != shared.node_id) {
+                    let seen = state.observations.entry(node.node.clone()).or_insert((node.heartbeat_seq, now_mono));
+                    if seen.0 != node.heartbeat_seq {
+                        *seen = (node.heartbeat_seq, now_mono);
+                        continue;
+                    }
+                    if now_mono.saturating_duration_since(seen.1) < shared.options.node_timeout {
+                        continue;
+                    }
+                    tracing::warn!(node = %node.node, "node lost: no heartbeat for node_timeout");
+                    reap(&shared, &node.node, node.heartbeat_seq, &fence).await;
+                    state.observations.remove(&node.node);
+                }
+            }
+            Err(error) => tracing::warn!(%error, "could not read nodes"),
+        }
+    }
+    let retention_due = state
+        .last_retention
+        .is_none_or(|last| now_mono.saturating_duration_since(last) >= shared.options.housekeeping_interval);
+    if retention_due {
+        match shared.store.apply_retention(now, shared.options.history_retention(), Some(&fence)).await {
+            Ok(deleted) if deleted > 0 => tracing::info!(deleted, "expired history"),
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "history retention failed"),
+        }
+        state.last_retention = Some(now_mono);
+    }
+}
+
+async fn reap<S: JobStore>(shared: &NodeShared<S>, node: &str, seq: u64, fence: &sundial::leader::Fence) {
+    loop {
+        match shared.store.reap_node(node, seq, shared.clock.now(), REAP_CHUNK, Some(fence)).await {
+            Ok(step) => {
+                for run in &step.lost_runs {
+                    tracing::warn!(%node, run_id = %run, "run lost with its node");
+                    publish_lost(shared, *run).await;
+                }
+                if !step.more {
+                    return;
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%node, %error, "reaping failed; retrying at the next tick");
+                return;
+            }
+        }
+    }
+}
+
+async fn publish_lost<S: JobStore>(shared: &NodeShared<S>, id: uuid::Uuid) {
+    let Ok(Some(record)) = shared.store.run_record(id).await else { return };
+    let Ok(run) = record.job_run() else { return };
+    let facts = RunFacts {
+        state: Some(record.state),
+        started_at: sundial::time::from_micros(record.started_us),
+        finished_at: record.finished_us.and_then(sundial::time::from_micros),
+        error_code: record.error_code.clone(),
+        error_message: record.error_message.clone(),
+    };
+    let event =
+        CloudEvent::for_run(Topic::RunLost, shared.event_id(), shared.clock.now(), &run, facts, &shared.node_id);
+    publish_logged(shared.publisher.as_ref(), &event).await;
+}

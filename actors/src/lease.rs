@@ -1,0 +1,180 @@
+//! `LeaseActor`: holds the node's leader lease (SPEC §10 step 4, §11).
+//!
+//! Every third of the TTL while serving it renews the lease, or tries to acquire it. When
+//! the node is not serving (starting, draining) it releases the lease at once, so another
+//! serving node takes over at its next attempt instead of waiting for expiry. The current
+//! leadership, as a [`Fence`] for protected transactions, is published on the node.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use sundial::error::SchedulingError;
+use sundial::kv::BoxFuture;
+use sundial::leader::{Fence, LeaderElection, LeaderLease};
+use sundial::name::ResourceName;
+use sundial::store::JobStore;
+
+use crate::node::{Lifecycle, NodeShared};
+
+/// An object-safe [`LeaderElection`], so a node holds any election behind one type.
+pub trait DynLeaderElection: Send + Sync + 'static {
+    /// [`LeaderElection::try_acquire`], boxed.
+    fn try_acquire_boxed<'a>(
+        &'a self,
+        resource: &'a ResourceName,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Box<dyn DynLeaderLease>, SchedulingError>>;
+}
+
+/// An object-safe [`LeaderLease`].
+pub trait DynLeaderLease: Send + Sync + 'static {
+    /// [`LeaderLease::term`].
+    fn term(&self) -> u64;
+    /// [`LeaderLease::is_held`].
+    fn is_held(&self) -> bool;
+    /// [`LeaderLease::renew`], boxed.
+    fn renew_boxed(&mut self) -> BoxFuture<'_, Result<(), SchedulingError>>;
+    /// [`LeaderLease::release`], boxed.
+    fn release_boxed(&mut self) -> BoxFuture<'_, Result<(), SchedulingError>>;
+}
+
+impl<E> DynLeaderElection for E
+where
+    E: LeaderElection + 'static,
+    E::Lease: 'static,
+{
+    fn try_acquire_boxed<'a>(
+        &'a self,
+        resource: &'a ResourceName,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Box<dyn DynLeaderLease>, SchedulingError>> {
+        Box::pin(async move {
+            self.try_acquire(resource, ttl).await.map(|lease| Box::new(lease) as Box<dyn DynLeaderLease>)
+        })
+    }
+}
+
+impl<L: LeaderLease + 'static> DynLeaderLease for L {
+    fn term(&self) -> u64 {
+        LeaderLease::term(self)
+    }
+    fn is_held(&self) -> bool {
+        LeaderLease::is_held(self)
+    }
+    fn renew_boxed(&mut self) -> BoxFuture<'_, Result<(), SchedulingError>> {
+        Box::pin(self.renew())
+    }
+    fn release_boxed(&mut self) -> BoxFuture<'_, Result<(), SchedulingError>> {
+        Box::pin(self.release())
+    }
+}
+
+/// Messages to the lease actor.
+#[derive(Debug)]
+pub(crate) enum LeaseMsg {
+    /// Renew, acquire or release, as the lifecycle says.
+    Tick,
+    /// Release now (stop sequence); replies when done.
+    Release(RpcReplyPort<()>),
+}
+
+pub(crate) struct LeaseState<S: JobStore> {
+    shared: Arc<NodeShared<S>>,
+    lease: Option<Box<dyn DynLeaderLease>>,
+}
+
+/// The lease actor.
+pub(crate) struct LeaseActor<S: JobStore>(std::marker::PhantomData<S>);
+
+impl<S: JobStore> LeaseActor<S> {
+    pub(crate) fn new() -> Self {
+        Self(std::marker::PhantomData)
+    }
+}
+
+impl<S: JobStore> Actor for LeaseActor<S> {
+    type Msg = LeaseMsg;
+    type State = LeaseState<S>;
+    type Arguments = Arc<NodeShared<S>>;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<LeaseMsg>,
+        shared: Arc<NodeShared<S>>,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let _ = myself.send_message(LeaseMsg::Tick);
+        Ok(LeaseState { shared, lease: None })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<LeaseMsg>,
+        message: LeaseMsg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            LeaseMsg::Tick => {
+                tick(state).await;
+                let period = (state.shared.options.lease_ttl / 3).max(Duration::from_millis(10));
+                myself.send_after(period, || LeaseMsg::Tick);
+            }
+            LeaseMsg::Release(reply) => {
+                release(state).await;
+                let _ = reply.send(());
+            }
+        }
+        Ok(())
+    }
+
+    async fn post_stop(&self, _myself: ActorRef<LeaseMsg>, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
+        release(state).await;
+        Ok(())
+    }
+}
+
+async fn tick<S: JobStore>(state: &mut LeaseState<S>) {
+    let shared = state.shared.clone();
+    if shared.lifecycle() != Lifecycle::Serving {
+        release(state).await;
+        return;
+    }
+    if let Some(lease) = state.lease.as_mut() {
+        match lease.renew_boxed().await {
+            Ok(()) => return,
+            Err(error) if error.code() == "SCHEDULING_UNAVAILABLE_002" => {
+                // Still ours as far as we know; if we cannot renew in time it expires.
+                tracing::warn!(%error, "could not renew the leader lease");
+                if !lease.is_held() {
+                    state.lease = None;
+                    shared.set_leader(None);
+                }
+                return;
+            }
+            Err(_) => {
+                tracing::info!(node = %shared.node_id, "lost the leader lease");
+                state.lease = None;
+                shared.set_leader(None);
+            }
+        }
+    }
+    let resource = &shared.options.lease_resource;
+    match shared.election.try_acquire_boxed(resource, shared.options.lease_ttl).await {
+        Ok(lease) => {
+            tracing::info!(node = %shared.node_id, term = lease.term(), "became leader");
+            shared.set_leader(Some(Fence { resource: resource.to_string(), term: lease.term() }));
+            state.lease = Some(lease);
+        }
+        Err(error) if error.code() == "SCHEDULING_CONFLICT_002" => {}
+        Err(error) => tracing::warn!(%error, "could not try the leader lease"),
+    }
+}
+
+async fn release<S: JobStore>(state: &mut LeaseState<S>) {
+    if let Some(mut lease) = state.lease.take() {
+        state.shared.set_leader(None);
+        if let Err(error) = lease.release_boxed().await {
+            tracing::warn!(%error, "could not release the leader lease; it will expire");
+        }
+    }
+}

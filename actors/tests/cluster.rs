@@ -1,0 +1,134 @@
+//! Goal: several nodes sharing one store behave as one scheduler: each fire runs exactly
+//! once, and a node cut off from the store is declared lost by the leader, its run marked
+//! `Lost` and recovered once elsewhere.
+//!
+//! Method: two nodes on one `MemoryKv` (shared mode: heartbeats, Kv-backed leader
+//! election), tokio's paused clock; a partition of one node's store client stands in for a
+//! crash.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sundial::entropy::Entropy;
+use sundial::job::{JobDefinition, JobRunQuery, JobTypeKey, RunCause, RunState};
+use sundial::kv::memory::{MemoryKv, MemoryKvOptions};
+use sundial::leader::KvLeaderElection;
+use sundial::name::JobName;
+use sundial::options::SchedulerOptions;
+use sundial::store::keys::Keyspace;
+use sundial::store::{KvJobStore, StoreOptions};
+use sundial_actors::clock::{TokioClock, TokioSleeper};
+use sundial_actors::job::{FnJob, RunContext};
+use sundial_actors::node::{Node, NodeConfig};
+use sundial_actors::registry::JobRegistry;
+use sundial_actors::scheduler::JobScheduler;
+
+type Store = KvJobStore<MemoryKv>;
+
+fn t0() -> DateTime<Utc> {
+    DateTime::from_timestamp_micros(1_800_000_000_500_000).unwrap()
+}
+
+fn registry() -> JobRegistry {
+    JobRegistry::builder()
+        .add_job("every-second", "cron * * * * * *".parse().unwrap(), || FnJob::new(|_| async { Ok(()) }))
+        .add_job_type_as("long", || {
+            FnJob::new(|ctx: RunContext| async move {
+                tokio::select! {
+                    () = ctx.cancel.cancelled() => Ok(()),
+                    () = tokio::time::sleep(Duration::from_secs(600)) => Ok(()),
+                }
+            })
+        })
+        .build()
+        .unwrap()
+}
+
+async fn node(kv: &MemoryKv, clock: &Arc<TokioClock>, id: &str, seed: u64) -> (JobScheduler<Store>, Store) {
+    let client = kv.client(id);
+    let registry = registry();
+    let store = KvJobStore::new(
+        client.clone(),
+        registry.calendars().clone(),
+        Entropy::from_seed(seed),
+        StoreOptions::default(),
+    );
+    let options = SchedulerOptions {
+        poll_interval: Duration::from_millis(200),
+        lease_ttl: Duration::from_secs(2),
+        node_timeout: Duration::from_secs(3),
+        housekeeping_interval: Duration::from_secs(1),
+        ..SchedulerOptions::default()
+    };
+    let election =
+        KvLeaderElection::new(client, Keyspace::default_root(), clock.clone(), id, Entropy::from_seed(seed + 100));
+    let mut config =
+        NodeConfig::new(store.clone(), registry, options, id, clock.clone(), Entropy::from_seed(seed + 200));
+    config.shared_store = true;
+    config.election = Some(Arc::new(election));
+    config.name_prefix = "cluster-test".into();
+    let scheduler = Node::start(config, None).await.unwrap();
+    scheduler.serve();
+    (scheduler, store)
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_nodes_run_each_fire_once_and_recover_a_lost_node() {
+    let clock = Arc::new(TokioClock::new(t0()));
+    let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
+    let (a, _) = node(&kv, &clock, "node-a", 1).await;
+    let (b, _) = node(&kv, &clock, "node-b", 2).await;
+    // Queries go through a client of their own, unaffected by the partition below.
+    let store = KvJobStore::new(
+        kv.client("observer"),
+        registry().calendars().clone(),
+        Entropy::from_seed(9),
+        StoreOptions::default(),
+    );
+    tokio::time::sleep(Duration::from_secs(10)).await;
+
+    let every = JobRunQuery { job: Some(JobName::new("every-second").unwrap()), limit: 1000, ..JobRunQuery::default() };
+    let runs = store.runs(&every).await.unwrap();
+    assert!(runs.len() >= 9, "{} runs", runs.len());
+    let mut per_second: BTreeMap<DateTime<Utc>, usize> = BTreeMap::new();
+    for run in &runs {
+        *per_second.entry(run.run.scheduled_at).or_default() += 1;
+    }
+    assert!(per_second.values().all(|n| *n == 1), "a fire ran twice: {per_second:?}");
+    let nodes: std::collections::BTreeSet<_> = runs.iter().map(|r| r.node.clone()).collect();
+    assert!(!nodes.is_empty());
+
+    // A long recoverable run on one node; then that node is cut off from the store.
+    let mut long = JobDefinition::new(JobName::new("long-work").unwrap(), JobTypeKey::new("long").unwrap());
+    long.requests_recovery = true;
+    a.schedule_one(long).await.unwrap();
+    a.enqueue(vec![JobName::new("long-work").unwrap().into()]).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let query = JobRunQuery { job: Some(JobName::new("long-work").unwrap()), ..JobRunQuery::default() };
+    let first = store.runs(&query).await.unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].state, RunState::Running);
+    let victim = first[0].node.clone();
+    kv.set_partitioned(&victim, true);
+    // Lease expiry (2 s) + node timeout (3 s) + housekeeping ticks.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let after = store.runs(&query).await.unwrap();
+    let lost: Vec<_> = after.iter().filter(|r| r.run.id == first[0].run.id).collect();
+    assert_eq!(lost[0].state, RunState::Lost, "{after:#?}");
+    let recoveries: Vec<_> = after.iter().filter(|r| r.run.cause == RunCause::Recovery).collect();
+    assert_eq!(recoveries.len(), 1, "recovered exactly once: {after:#?}");
+    assert_ne!(recoveries[0].node, victim, "recovered elsewhere");
+    assert_eq!(recoveries[0].state, RunState::Running);
+
+    // Healed: the old node learns it was declared lost and stops its stale run.
+    kv.set_partitioned(&victim, false);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let healed = store.runs(&query).await.unwrap();
+    assert_eq!(healed.iter().find(|r| r.run.id == first[0].run.id).unwrap().state, RunState::Lost, "history kept");
+    assert_eq!(healed.iter().filter(|r| r.run.cause == RunCause::Recovery).count(), 1, "no second recovery");
+
+    b.stop(Duration::from_secs(1)).await;
+    a.stop(Duration::from_secs(1)).await;
+}
