@@ -49,6 +49,7 @@ pub mod error;
 pub mod job;
 pub mod kv;
 pub mod leader;
+pub mod local;
 pub mod name;
 pub mod options;
 pub mod rules;

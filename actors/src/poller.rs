@@ -21,6 +21,8 @@ use sundial::time::Clock;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
+use sundial::local::LocalTriggers;
+
 use crate::execute::CancelReason;
 use crate::node::{Lifecycle, NodeShared};
 use crate::run::{RunActor, RunArgs, RunMsg};
@@ -37,8 +39,8 @@ pub(crate) enum PollerMsg {
     Tick(u64),
     /// Something changed locally: cycle now.
     Wake,
-    /// A run of this node ended.
-    RunFinished(Uuid),
+    /// A run of this node ended; for a local job's run, the run and whether it failed.
+    RunFinished(Uuid, Option<(sundial::job::JobRun, bool)>),
     /// Run `job` now on this node (SPEC §9 `trigger`); replies with a receiver of the first
     /// attempt's outcome.
     Trigger(JobName, JsonObject, RpcReplyPort<Result<oneshot::Receiver<RunOutcome>, SchedulingError>>),
@@ -56,7 +58,16 @@ pub(crate) struct PollerState<S: JobStore> {
     synced: bool,
     known_times_declared_lost: Option<u64>,
     tick: u64,
+    /// This node's local triggers and in-process retries.
+    local: LocalTriggers,
+    /// Cycles since local jobs were last read from the store.
+    cycles_since_refresh: u32,
+    /// Re-read local jobs at the next cycle (a local change was made).
+    refresh_local: bool,
 }
+
+/// Local jobs are re-read from the store every this many cycles (SPEC §7).
+const LOCAL_REFRESH_CYCLES: u32 = 10;
 
 /// The poller.
 pub(crate) struct PollerActor<S: JobStore>(std::marker::PhantomData<S>);
@@ -78,7 +89,16 @@ impl<S: JobStore> Actor for PollerActor<S> {
         shared: Arc<NodeShared<S>>,
     ) -> Result<Self::State, ActorProcessingErr> {
         let _ = myself.send_message(PollerMsg::Tick(0));
-        Ok(PollerState { shared, running: BTreeMap::new(), synced: false, known_times_declared_lost: None, tick: 0 })
+        Ok(PollerState {
+            shared,
+            running: BTreeMap::new(),
+            synced: false,
+            known_times_declared_lost: None,
+            tick: 0,
+            local: LocalTriggers::new(),
+            cycles_since_refresh: 0,
+            refresh_local: true,
+        })
     }
 
     async fn handle(
@@ -96,12 +116,25 @@ impl<S: JobStore> Actor for PollerActor<S> {
             }
             PollerMsg::Tick(_) => {}
             PollerMsg::Wake => {
+                state.refresh_local = true;
                 state.tick += 1;
                 let _ = myself.send_message(PollerMsg::Tick(state.tick));
             }
-            PollerMsg::RunFinished(id) => {
+            PollerMsg::RunFinished(id, local) => {
                 let was_full = state.running.len() >= state.shared.options.max_concurrent_runs as usize;
                 state.running.remove(&id);
+                if let Some((run, failed)) = local {
+                    let shared = state.shared.clone();
+                    let now = shared.clock.now();
+                    let retry = state
+                        .local
+                        .handle_run_finished(&run, now, failed, shared.registry.calendars(), || shared.run_id());
+                    if retry.is_some() || state.local.poll_timeout().is_some() {
+                        // The next local fire may now be sooner than the current sleep.
+                        state.tick += 1;
+                        let _ = myself.send_message(PollerMsg::Tick(state.tick));
+                    }
+                }
                 if was_full {
                     // A slot freed up: fill it now rather than at the next tick.
                     state.tick += 1;
@@ -165,12 +198,15 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
     let shared = state.shared.clone();
     let poll_interval = shared.options.poll_interval;
     if shared.lifecycle() != Lifecycle::Serving {
+        // Pending local retries are dropped when the node stops (SPEC §8).
+        state.local.drop_retries();
         return poll_interval;
     }
     let now = shared.clock.now();
     if !state.synced {
         state.synced = sync_code_jobs(&shared, now).await;
     }
+    run_local(myself, state, now).await;
     if shared.shared_store {
         match shared.store.heartbeat(&shared.node_id, now, state.known_times_declared_lost).await {
             Ok(beat) => {
@@ -214,7 +250,7 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
             Ok(runs) => {
                 let full = runs.len() == slots;
                 for run in runs {
-                    start_run(myself, state, run, None).await;
+                    start_run(myself, state, run, None, false).await;
                 }
                 if full {
                     // There may be more due right now.
@@ -228,6 +264,7 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
     // that this cycle did not take belongs to another node's shard (or its job is busy):
     // wake when it becomes ours to steal rather than spin on it.
     let now = shared.clock.now();
+    let local_wait = state.local.poll_timeout().map(|due| (due - now).to_std().unwrap_or(Duration::ZERO));
     let wait = match shared.store.next_due().await {
         Ok(Some(due)) if due > now => (due - now).to_std().unwrap_or(Duration::ZERO),
         Ok(Some(due)) => {
@@ -236,7 +273,38 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
         }
         _ => poll_interval,
     };
-    wait.min(poll_interval)
+    local_wait.map_or(wait, |local| local.min(wait)).min(poll_interval)
+}
+
+/// Refreshes local jobs when due, and starts this node's due local fires and retries.
+async fn run_local<S: JobStore>(
+    myself: &ActorRef<PollerMsg>,
+    state: &mut PollerState<S>,
+    now: chrono::DateTime<chrono::Utc>,
+) {
+    let shared = state.shared.clone();
+    state.cycles_since_refresh += 1;
+    if state.refresh_local || state.cycles_since_refresh >= LOCAL_REFRESH_CYCLES {
+        match shared.store.local_jobs().await {
+            Ok(jobs) => {
+                let jobs: Vec<_> =
+                    jobs.into_iter().filter(|j| shared.registry.has_type(j.definition.job_type.as_str())).collect();
+                state.local.refresh(jobs, now, shared.registry.calendars());
+                state.refresh_local = false;
+                state.cycles_since_refresh = 0;
+            }
+            Err(error) => tracing::warn!(%error, "reading local jobs failed"),
+        }
+    }
+    let fires =
+        state.local.poll_due(now, shared.options.misfire_threshold, shared.registry.calendars(), || shared.run_id());
+    for fire in fires {
+        if let Err(error) = shared.store.begin_local_run(&fire.run, &shared.node_id, now).await {
+            tracing::warn!(run_id = %fire.run.id, %error, "could not record a local run; running it anyway");
+        }
+        let acquired = AcquiredRun { run: fire.run, job_type: fire.job_type, timeout: fire.timeout, exclusive: false };
+        start_run(myself, state, acquired, None, true).await;
+    }
 }
 
 /// Writes every code job; true when all were written.
@@ -262,11 +330,12 @@ async fn start_run<S: JobStore>(
     state: &mut PollerState<S>,
     acquired: AcquiredRun,
     reply: Option<oneshot::Sender<RunOutcome>>,
+    local: bool,
 ) {
     let shared = state.shared.clone();
     let id = acquired.run.id;
     let name = shared.actor_name(&format!("run/{id}"));
-    let args = RunArgs { shared, acquired, poller: myself.clone(), reply };
+    let args = RunArgs { shared, acquired, poller: myself.clone(), reply, local };
     match Actor::spawn_linked(Some(name), RunActor::new(), args, myself.get_cell()).await {
         Ok((run, _)) => {
             state.running.insert(id, run);
@@ -299,6 +368,6 @@ async fn trigger<S: JobStore>(
         .await
         .map_err(|e: StoreError| SchedulingError::from(e))?;
     let (sender, receiver) = oneshot::channel();
-    start_run(myself, state, acquired, Some(sender)).await;
+    start_run(myself, state, acquired, Some(sender), false).await;
     Ok(receiver)
 }

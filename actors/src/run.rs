@@ -37,6 +37,8 @@ pub(crate) struct RunArgs<S: JobStore> {
     pub(crate) poller: ActorRef<PollerMsg>,
     /// A `trigger` caller waiting for this (first) attempt's outcome.
     pub(crate) reply: Option<oneshot::Sender<RunOutcome>>,
+    /// A local job's run: its retries happen in process, so the poller needs its end.
+    pub(crate) local: bool,
 }
 
 pub(crate) struct RunState_<S: JobStore> {
@@ -132,7 +134,8 @@ impl<S: JobStore> Actor for RunActor<S> {
                 if let Some(reply) = state.args.reply.take() {
                     let _ = reply.send(outcome);
                 }
-                let _ = state.args.poller.send_message(PollerMsg::RunFinished(run.id));
+                let local = state.args.local.then(|| (run.clone(), stored_state == RunState::Failed));
+                let _ = state.args.poller.send_message(PollerMsg::RunFinished(run.id, local));
                 myself.stop(None);
             }
         }

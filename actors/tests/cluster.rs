@@ -32,8 +32,16 @@ fn t0() -> DateTime<Utc> {
 }
 
 fn registry() -> JobRegistry {
+    let mut local = JobDefinition::new(JobName::new("local-tick").unwrap(), JobTypeKey::new("noop").unwrap())
+        .with_trigger(sundial::job::JobTriggerDefinition::new(
+            sundial::name::TriggerName::new("t").unwrap(),
+            "cron * * * * * *".parse().unwrap(),
+        ));
+    local.run_on_every_instance = true;
     JobRegistry::builder()
         .add_job("every-second", "cron * * * * * *".parse().unwrap(), || FnJob::new(|_| async { Ok(()) }))
+        .add_job_type_as("noop", || FnJob::new(|_| async { Ok(()) }))
+        .add_job_definition(local)
         .add_job_type_as("long", || {
             FnJob::new(|ctx: RunContext| async move {
                 tokio::select! {
@@ -131,4 +139,29 @@ async fn two_nodes_run_each_fire_once_and_recover_a_lost_node() {
 
     b.stop(Duration::from_secs(1)).await;
     a.stop(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn local_jobs_run_on_every_node() {
+    let clock = Arc::new(TokioClock::new(t0()));
+    let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
+    let (a, _) = node(&kv, &clock, "local-a", 11).await;
+    let (b, _) = node(&kv, &clock, "local-b", 12).await;
+    let store = KvJobStore::new(
+        kv.client("observer"),
+        registry().calendars().clone(),
+        Entropy::from_seed(19),
+        StoreOptions::default(),
+    );
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let query = JobRunQuery { job: Some(JobName::new("local-tick").unwrap()), limit: 1000, ..JobRunQuery::default() };
+    let runs = store.runs(&query).await.unwrap();
+    let mut per_node: BTreeMap<String, usize> = BTreeMap::new();
+    for run in &runs {
+        *per_node.entry(run.node.clone()).or_default() += 1;
+    }
+    assert_eq!(per_node.len(), 2, "both nodes ran it: {per_node:?}");
+    assert!(per_node.values().all(|n| *n >= 4), "about once a second on each: {per_node:?}");
+    a.stop(Duration::from_secs(1)).await;
+    b.stop(Duration::from_secs(1)).await;
 }

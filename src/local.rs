@@ -1,0 +1,365 @@
+//! Local jobs (SPEC §7 `run_on_every_instance`): every node computes and runs them on its
+//! own clock, without store acquisition; their runs still go to history.
+//!
+//! [`LocalTriggers`] is the pure state of one node's local triggers and in-process retries:
+//! the poller feeds it the stored local jobs ([`LocalTriggers::refresh`]), asks it what is
+//! due ([`LocalTriggers::poll_due`]), reports ends of runs
+//! ([`LocalTriggers::handle_run_finished`]) and sleeps until
+//! [`LocalTriggers::poll_timeout`]. "Not concurrent" is judged on this node only; a fire
+//! skipped because the job is still running here computes its next fire from now.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::calendar::Calendars;
+use crate::job::{merge_data, JobDefinition, JobRun, RunCause};
+use crate::name::{JobName, TriggerName};
+use crate::rules::{on_due, plan_retry};
+use crate::schedule::{JobSchedule, PreviousFire, ScheduleKind};
+use crate::store::LocalJob;
+
+/// A local run to start now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalFire {
+    /// The run (id from the caller's generator).
+    pub run: JobRun,
+    /// The job type to build.
+    pub job_type: String,
+    /// The job's timeout.
+    pub timeout: Option<Duration>,
+}
+
+#[derive(Debug, Clone)]
+struct Trigger {
+    schedule: JobSchedule,
+    schedule_text: String,
+    data: crate::job::JsonObject,
+    misfire: crate::job::MisfirePolicy,
+    paused: bool,
+    next_fire: Option<DateTime<Utc>>,
+    fire_count: u32,
+    /// An `Every` trigger whose run is still going: its next fire waits for the end.
+    waiting_for_run: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Job {
+    definition: JobDefinition,
+    paused: bool,
+    revision: u64,
+    triggers: BTreeMap<TriggerName, Trigger>,
+    running: usize,
+}
+
+#[derive(Debug, Clone)]
+struct Retry {
+    run: JobRun,
+    job_type: String,
+    timeout: Option<Duration>,
+}
+
+/// One node's local triggers and pending local retries.
+#[derive(Debug, Clone, Default)]
+pub struct LocalTriggers {
+    jobs: BTreeMap<JobName, Job>,
+    /// Pending retries by (due, run id).
+    retries: BTreeMap<(DateTime<Utc>, Uuid), Retry>,
+}
+
+impl LocalTriggers {
+    /// No local jobs.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Replaces the set of local jobs with `jobs` as stored. A trigger whose job revision
+    /// and schedule are unchanged keeps its progress; a new or changed one gets its first
+    /// fire from `now`.
+    pub fn refresh(&mut self, jobs: Vec<LocalJob>, now: DateTime<Utc>, calendars: &Calendars) {
+        let mut next = BTreeMap::new();
+        for local in jobs {
+            let name = local.definition.name.clone();
+            let old = self.jobs.remove(&name);
+            let mut triggers = BTreeMap::new();
+            for def in &local.definition.triggers {
+                let text = def.schedule.to_string();
+                let kept =
+                    old.as_ref().and_then(|j| j.triggers.get(&def.name)).filter(|t| t.schedule_text == text).cloned();
+                let paused = local.paused_triggers.contains(&def.name);
+                let trigger = match kept {
+                    Some(mut t) => {
+                        t.paused = paused;
+                        t.data = def.data.clone();
+                        t.misfire = def.misfire;
+                        t
+                    }
+                    None => {
+                        let calendar = def.schedule.calendar.as_ref().and_then(|c| calendars.get(c));
+                        Trigger {
+                            schedule: def.schedule.clone(),
+                            schedule_text: text,
+                            data: def.data.clone(),
+                            misfire: def.misfire,
+                            paused,
+                            next_fire: def.schedule.first_fire(now, calendar),
+                            fire_count: 0,
+                            waiting_for_run: false,
+                        }
+                    }
+                };
+                triggers.insert(def.name.clone(), trigger);
+            }
+            let running = old.as_ref().map_or(0, |j| j.running);
+            next.insert(
+                name,
+                Job { definition: local.definition, paused: local.paused, revision: local.revision, triggers, running },
+            );
+        }
+        self.jobs = next;
+    }
+
+    /// The fires due at `now`, with run ids from `new_id`. Paused jobs and triggers do not
+    /// fire (their due time is kept, so the misfire policy applies after resume).
+    pub fn poll_due(
+        &mut self,
+        now: DateTime<Utc>,
+        misfire_threshold: Duration,
+        calendars: &Calendars,
+        mut new_id: impl FnMut() -> Uuid,
+    ) -> Vec<LocalFire> {
+        let mut fires = Vec::new();
+        for (name, job) in &mut self.jobs {
+            for (trigger_name, trigger) in &mut job.triggers {
+                let Some(due) = trigger.next_fire.filter(|due| *due <= now) else { continue };
+                if job.paused || trigger.paused || trigger.waiting_for_run {
+                    continue;
+                }
+                let calendar = trigger.schedule.calendar.as_ref().and_then(|c| calendars.get(c));
+                let decision = on_due(trigger.misfire, due, now, misfire_threshold);
+                let is_interval = matches!(trigger.schedule.kind, ScheduleKind::Every { .. });
+                let busy = !job.definition.allow_concurrent && job.running > 0;
+                let (run_at, basis) = match decision.run_scheduled_at {
+                    Some(_) if busy => (None, now),
+                    Some(at) => (Some(at), decision.next_basis),
+                    None => (None, decision.next_basis),
+                };
+                match run_at {
+                    Some(scheduled_at) => {
+                        trigger.fire_count += 1;
+                        if is_interval {
+                            trigger.waiting_for_run = true;
+                            trigger.next_fire = None;
+                        } else {
+                            let previous =
+                                PreviousFire { scheduled_at: basis, completed_at: now, fire_count: trigger.fire_count };
+                            trigger.next_fire = trigger.schedule.next_fire(&previous, calendar);
+                        }
+                        job.running += 1;
+                        fires.push(LocalFire {
+                            run: JobRun {
+                                id: new_id(),
+                                job: name.clone(),
+                                trigger: Some(trigger_name.clone()),
+                                scheduled_at,
+                                cause: RunCause::Schedule,
+                                attempt: 1,
+                                retry_of: None,
+                                data: merge_data([&job.definition.data, &trigger.data]),
+                            },
+                            job_type: job.definition.job_type.to_string(),
+                            timeout: job.definition.timeout,
+                        });
+                    }
+                    None => {
+                        // Skipped (misfire policy, or still running here): next from now.
+                        let previous =
+                            PreviousFire { scheduled_at: basis, completed_at: now, fire_count: trigger.fire_count };
+                        trigger.next_fire = trigger.schedule.next_fire(&previous, calendar);
+                    }
+                }
+            }
+        }
+        let due_retries: Vec<(DateTime<Utc>, Uuid)> =
+            self.retries.range(..=(now, Uuid::max())).map(|(k, _)| *k).collect();
+        for key in due_retries {
+            if let Some(retry) = self.retries.remove(&key) {
+                if let Some(job) = self.jobs.get_mut(&retry.run.job) {
+                    job.running += 1;
+                }
+                fires.push(LocalFire { run: retry.run, job_type: retry.job_type, timeout: retry.timeout });
+            }
+        }
+        fires
+    }
+
+    /// A local run ended at `finished_at`; `failed` when it failed (not canceled). Frees
+    /// the job's slot on this node, re-arms an interval trigger from the end time, and
+    /// schedules a retry in process per the job's policy (run id from `new_id`). Returns
+    /// the retry's due time, if any.
+    pub fn handle_run_finished(
+        &mut self,
+        run: &JobRun,
+        finished_at: DateTime<Utc>,
+        failed: bool,
+        calendars: &Calendars,
+        new_id: impl FnOnce() -> Uuid,
+    ) -> Option<DateTime<Utc>> {
+        let job = self.jobs.get_mut(&run.job)?;
+        job.running = job.running.saturating_sub(1);
+        if let Some(trigger) = run.trigger.as_ref().and_then(|t| job.triggers.get_mut(t)) {
+            if trigger.waiting_for_run && run.cause == RunCause::Schedule {
+                trigger.waiting_for_run = false;
+                let calendar = trigger.schedule.calendar.as_ref().and_then(|c| calendars.get(c));
+                let previous = PreviousFire {
+                    scheduled_at: run.scheduled_at,
+                    completed_at: finished_at,
+                    fire_count: trigger.fire_count,
+                };
+                trigger.next_fire = trigger.schedule.next_fire(&previous, calendar);
+            }
+        }
+        if !failed {
+            return None;
+        }
+        let plan = plan_retry(job.definition.retry.as_ref(), run.attempt, finished_at)?;
+        let retry = JobRun {
+            id: new_id(),
+            job: run.job.clone(),
+            trigger: run.trigger.clone(),
+            scheduled_at: plan.due,
+            cause: RunCause::Retry,
+            attempt: plan.attempt,
+            retry_of: Some(run.retry_of.unwrap_or(run.id)),
+            data: run.data.clone(),
+        };
+        let key = (plan.due, retry.id);
+        self.retries.insert(
+            key,
+            Retry { run: retry, job_type: job.definition.job_type.to_string(), timeout: job.definition.timeout },
+        );
+        Some(plan.due)
+    }
+
+    /// When something is next due (a trigger of an unpaused job, or a retry).
+    pub fn poll_timeout(&self) -> Option<DateTime<Utc>> {
+        let triggers = self
+            .jobs
+            .values()
+            .filter(|j| !j.paused)
+            .flat_map(|j| j.triggers.values())
+            .filter(|t| !t.paused && !t.waiting_for_run)
+            .filter_map(|t| t.next_fire);
+        let retries = self.retries.keys().map(|(due, _)| *due);
+        triggers.chain(retries).min()
+    }
+
+    /// Drops pending retries (the node is stopping: SPEC §8).
+    pub fn drop_retries(&mut self) -> usize {
+        let n = self.retries.len();
+        self.retries.clear();
+        n
+    }
+
+    /// The revisions of the known jobs (to tell whether a refresh changed anything).
+    pub fn revisions(&self) -> BTreeMap<&JobName, u64> {
+        self.jobs.iter().map(|(name, job)| (name, job.revision)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::{JobTriggerDefinition, JobTypeKey, RetryPolicy};
+    use chrono::TimeDelta;
+
+    fn t(s: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap()
+    }
+
+    fn local(name: &str, schedule: &str, allow_concurrent: bool) -> LocalJob {
+        let mut def = JobDefinition::new(JobName::new(name).unwrap(), JobTypeKey::new("t").unwrap())
+            .with_trigger(JobTriggerDefinition::new(TriggerName::new("t").unwrap(), schedule.parse().unwrap()));
+        def.allow_concurrent = allow_concurrent;
+        def.run_on_every_instance = true;
+        LocalJob { definition: def, paused: false, paused_triggers: Vec::new(), revision: 1 }
+    }
+
+    fn ids() -> impl FnMut() -> Uuid {
+        let mut n = 0u128;
+        move || {
+            n += 1;
+            Uuid::from_u128(n)
+        }
+    }
+
+    #[test]
+    fn cron_fires_on_this_nodes_clock_and_skips_while_running() {
+        let cal = Calendars::new();
+        let mut local = LocalTriggers::new();
+        local.refresh(vec![local_job("a")], t(0), &cal);
+        assert_eq!(local.poll_timeout(), Some(t(1)));
+        let mut id = ids();
+        assert!(local.poll_due(t(0), Duration::from_secs(60), &cal, &mut id).is_empty());
+        let fires = local.poll_due(t(1), Duration::from_secs(60), &cal, &mut id);
+        assert_eq!(fires.len(), 1);
+        assert_eq!(fires[0].run.scheduled_at, t(1));
+        // Still running at 2 s: not concurrent on this node, skipped, next from now.
+        assert!(local.poll_due(t(2), Duration::from_secs(60), &cal, &mut id).is_empty());
+        assert_eq!(local.poll_timeout(), Some(t(3)));
+        local.handle_run_finished(&fires[0].run, t(2), false, &cal, &mut id);
+        assert_eq!(local.poll_due(t(3), Duration::from_secs(60), &cal, &mut id).len(), 1);
+    }
+
+    fn local_job(name: &str) -> LocalJob {
+        local(name, "cron * * * * * *", false)
+    }
+
+    #[test]
+    fn interval_triggers_wait_for_their_run_and_failures_retry_in_process() {
+        let cal = Calendars::new();
+        let mut job = local("i", "every 00:00:10", true);
+        job.definition.retry = Some(RetryPolicy::fixed(1, Duration::from_secs(5)).unwrap());
+        let mut local = LocalTriggers::new();
+        local.refresh(vec![job], t(0), &cal);
+        let mut id = ids();
+        let fire = local.poll_due(t(10), Duration::from_secs(60), &cal, &mut id).remove(0);
+        assert!(local.poll_due(t(30), Duration::from_secs(60), &cal, &mut id).is_empty(), "waits for its run");
+        let retry_due = local.handle_run_finished(&fire.run, t(12), true, &cal, &mut id);
+        assert_eq!(retry_due, Some(t(17)));
+        assert_eq!(local.poll_timeout(), Some(t(17)));
+        let retries = local.poll_due(t(17), Duration::from_secs(60), &cal, &mut id);
+        assert_eq!(retries.len(), 1);
+        assert_eq!(
+            (retries[0].run.cause, retries[0].run.attempt, retries[0].run.retry_of),
+            (RunCause::Retry, 2, Some(fire.run.id))
+        );
+        assert_eq!(local.handle_run_finished(&retries[0].run, t(18), true, &cal, &mut id), None, "policy used up");
+        assert_eq!(local.poll_timeout(), Some(t(22)), "next interval from the first run's end");
+    }
+
+    #[test]
+    fn refresh_keeps_progress_and_pause_holds_fires() {
+        let cal = Calendars::new();
+        let mut local = LocalTriggers::new();
+        local.refresh(vec![local_job("a")], t(0), &cal);
+        let mut id = ids();
+        let fire = local.poll_due(t(1), Duration::from_secs(60), &cal, &mut id).remove(0);
+        local.handle_run_finished(&fire.run, t(1) + TimeDelta::milliseconds(10), false, &cal, &mut id);
+        let mut paused = local_job("a");
+        paused.paused = true;
+        local.refresh(vec![paused], t(1), &cal);
+        assert_eq!(local.poll_timeout(), None, "paused");
+        assert!(local.poll_due(t(5), Duration::from_secs(60), &cal, &mut id).is_empty());
+        local.refresh(vec![local_job("a")], t(5), &cal);
+        // Resumed: the missed fire (due 2 s) is a misfire at 100 s; RunOnce runs once now.
+        let fires = local.poll_due(t(100), Duration::from_secs(60), &cal, &mut id);
+        assert_eq!(fires.len(), 1);
+        assert_eq!(fires[0].run.scheduled_at, t(100));
+        local.refresh(Vec::new(), t(100), &cal);
+        assert_eq!(local.poll_timeout(), None, "a deleted local job is forgotten");
+        assert_eq!(local.drop_retries(), 0);
+    }
+}
