@@ -165,3 +165,37 @@ async fn local_jobs_run_on_every_node() {
     a.stop(Duration::from_secs(1)).await;
     b.stop(Duration::from_secs(1)).await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_draining_node_releases_the_lease_at_once() {
+    let clock = Arc::new(TokioClock::new(t0()));
+    let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
+    let (a, _) = node(&kv, &clock, "lease-a", 21).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (b, _) = node(&kv, &clock, "lease-b", 22).await;
+    let election = KvLeaderElection::new(
+        kv.client("probe"),
+        Keyspace::default_root(),
+        clock.clone(),
+        "probe",
+        Entropy::from_seed(5),
+    );
+    let resource = sundial::name::ResourceName::new("scheduling.jobs").unwrap();
+    use sundial::leader::LeaderElection;
+    assert!(election.try_acquire(&resource, Duration::from_secs(2)).await.is_err(), "a leads");
+    a.stop(Duration::from_secs(1)).await;
+    // Released on stop: b takes over at its next attempt, well before a 2 s expiry.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let holder = sundial::store::codec::decode::<sundial::store::records::LeaseRecord>(
+        &sundial::kv::run(&kv, sundial::kv::RetryOptions::default(), |txn, _| async move {
+            sundial::kv::KvTransaction::get(&txn, &Keyspace::default_root().lease("scheduling.jobs"), true).await
+        })
+        .await
+        .unwrap()
+        .unwrap(),
+        "lease",
+    )
+    .unwrap();
+    assert!(holder.holder.starts_with("lease-b:"), "{holder:?}");
+    b.stop(Duration::from_secs(1)).await;
+}

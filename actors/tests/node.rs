@@ -197,3 +197,150 @@ async fn enqueue_cancel_and_the_stop_sequence() {
     let coop = history(&store, "coop").await;
     assert_eq!(coop.last().unwrap().state, RunState::Canceled);
 }
+
+#[tokio::test(start_paused = true)]
+async fn events_are_published_for_runs_and_jobs() {
+    use sundial_actors::events::BroadcastPublisher;
+    let clock = Arc::new(TokioClock::new(t0()));
+    let registry = JobRegistry::builder().add_job_type_as("noop", || FnJob::new(|_| async { Ok(()) })).build().unwrap();
+    let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
+    let store = KvJobStore::new(kv, registry.calendars().clone(), Entropy::from_seed(1), StoreOptions::default());
+    let publisher = Arc::new(BroadcastPublisher::new(64));
+    let mut events = publisher.subscribe();
+    let mut config =
+        NodeConfig::new(store, registry, SchedulerOptions::default(), "events-node", clock, Entropy::from_seed(3));
+    config.publisher = publisher;
+    let scheduler = Node::start(config, None).await.unwrap();
+    scheduler.serve();
+    scheduler.schedule_one(JobDefinition::new(name("e"), JobTypeKey::new("noop").unwrap())).await.unwrap();
+    scheduler.trigger_one(name("e")).await.unwrap();
+    scheduler.pause(&[name("e")]).await;
+    let mut topics = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        topics.push(event.event_type);
+    }
+    assert_eq!(
+        topics,
+        vec!["scheduling.job.scheduled", "scheduling.run.started", "scheduling.run.succeeded", "scheduling.job.paused"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_blocked_cron_job_runs_after_its_previous_run_ends() {
+    let clock = Arc::new(TokioClock::new(t0()));
+    let log: Log = Arc::default();
+    let (c, l) = (clock.clone(), log.clone());
+    let registry = JobRegistry::builder()
+        .add_job_type_as("slow", move || {
+            let (c, l) = (c.clone(), l.clone());
+            FnJob::new(move |ctx: RunContext| {
+                let (c, l) = (c.clone(), l.clone());
+                async move {
+                    l.lock().unwrap().push((ctx.run.scheduled_at, c.now()));
+                    tokio::time::sleep(Duration::from_millis(2_500)).await;
+                    Ok(())
+                }
+            })
+        })
+        .build()
+        .unwrap();
+    let (scheduler, store) = start("blocking-node", registry, clock.clone()).await;
+    scheduler.serve();
+    let def = JobDefinition::new(name("serial"), JobTypeKey::new("slow").unwrap()).with_trigger(
+        sundial::job::JobTriggerDefinition::new(
+            sundial::name::TriggerName::new("t").unwrap(),
+            "cron * * * * * *".parse().unwrap(),
+        ),
+    );
+    scheduler.schedule_one(def).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let starts = log.lock().unwrap().clone();
+    // Never two at once: each start is at least the run length after the previous one.
+    for pair in starts.windows(2) {
+        assert!((pair[1].1 - pair[0].1).to_std().unwrap() >= Duration::from_millis(2_500), "{starts:?}");
+    }
+    assert!(starts.len() >= 3, "blocked fires still run when the slot frees: {starts:?}");
+    let runs = history(&store, "serial").await;
+    assert!(runs.iter().filter(|r| r.state == RunState::Running).count() <= 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn pause_and_resume_through_the_handle_follow_the_misfire_policy() {
+    let clock = Arc::new(TokioClock::new(t0()));
+    let log: Log = Arc::default();
+    let (c, l) = (clock.clone(), log.clone());
+    let registry = JobRegistry::builder()
+        .add_job("paused.job", "cron * * * * * *".parse().unwrap(), move || Recorder {
+            clock: c.clone(),
+            log: l.clone(),
+        })
+        .build()
+        .unwrap();
+    let (scheduler, _) = start("pause-node", registry, clock.clone()).await;
+    scheduler.serve();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(scheduler.pause(&[name("paused.job")]).await[0].is_ok());
+    let before = log.lock().unwrap().len();
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert_eq!(log.lock().unwrap().len(), before, "nothing runs while paused");
+    scheduler.resume(&[name("paused.job")]).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let runs = log.lock().unwrap().clone();
+    assert_eq!(runs.len(), before + 1, "RunOnce: one catch-up run");
+    let (scheduled, started) = runs[before];
+    assert!((started - scheduled).to_std().unwrap() < Duration::from_millis(10), "recorded as scheduled now");
+    assert_eq!(scheduler.pause(&[name("nope")]).await[0].as_ref().unwrap_err().code(), "SCHEDULING_NOTFOUND_001");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_code_job_override_survives_a_restart_until_the_code_changes() {
+    let clock = Arc::new(TokioClock::new(t0()));
+    let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
+    let code = |schedule: &str| {
+        JobRegistry::builder()
+            .add_job("report", schedule.parse().unwrap(), || FnJob::new(|_| async { Ok(()) }))
+            .build()
+            .unwrap()
+    };
+    let boot = |registry: JobRegistry, id: &'static str| {
+        let (kv, clock) = (kv.clone(), clock.clone());
+        async move {
+            let store =
+                KvJobStore::new(kv, registry.calendars().clone(), Entropy::from_seed(1), StoreOptions::default());
+            let config =
+                NodeConfig::new(store.clone(), registry, SchedulerOptions::default(), id, clock, Entropy::from_seed(2));
+            let scheduler = Node::start(config, None).await.unwrap();
+            scheduler.serve();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            (scheduler, store)
+        }
+    };
+    let schedule_of =
+        |status: Option<sundial::store::JobStatus>| status.unwrap().definition.triggers[0].schedule.to_string();
+    let (first, store) = boot(code("cron 0 0 3 * * *"), "restart-1").await;
+    let mut changed = first.registry().code_job(&name("report")).unwrap().clone();
+    changed.triggers[0].schedule = "cron 0 30 4 * * *".parse().unwrap();
+    first.schedule_one(changed).await.unwrap();
+    first.stop(Duration::from_secs(1)).await;
+    // Same code: the runtime change is kept.
+    let (second, _) = boot(code("cron 0 0 3 * * *"), "restart-2").await;
+    assert_eq!(schedule_of(store.status(&name("report")).await.unwrap()), "cron 0 30 4 * * *");
+    assert_eq!(store.status(&name("report")).await.unwrap().unwrap().origin, sundial::job::JobOrigin::Overridden);
+    // Restore puts the code definition back.
+    assert!(second.restore(&[name("report")]).await[0].is_ok());
+    assert_eq!(schedule_of(store.status(&name("report")).await.unwrap()), "cron 0 0 3 * * *");
+    assert_eq!(
+        second.restore(&[name("runtime-only")]).await[0].as_ref().unwrap_err().code(),
+        "SCHEDULING_NOTFOUND_005"
+    );
+    second
+        .schedule_one(second.registry().code_job(&name("report")).unwrap().clone().with_timeout(Duration::from_secs(9)))
+        .await
+        .unwrap();
+    second.stop(Duration::from_secs(1)).await;
+    // Changed code: the code wins.
+    let (third, _) = boot(code("cron 0 0 5 * * *"), "restart-3").await;
+    assert_eq!(schedule_of(store.status(&name("report")).await.unwrap()), "cron 0 0 5 * * *");
+    assert_eq!(store.status(&name("report")).await.unwrap().unwrap().origin, sundial::job::JobOrigin::Code);
+    third.stop(Duration::from_secs(1)).await;
+}
