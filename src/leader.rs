@@ -68,6 +68,12 @@ pub trait LeaderLease: Send + Sync {
     /// # Errors
     /// `SCHEDULING_UNAVAILABLE_002` when the store cannot be reached (state unchanged).
     fn release(&mut self) -> impl Future<Output = Result<(), SchedulingError>> + Send;
+
+    /// The fence protected store transactions check for this lease, when the lease lives
+    /// in the store; `None` for elections outside it (nothing in the store to check).
+    fn fence(&self) -> Option<Fence> {
+        None
+    }
 }
 
 /// A term to check inside a protected transaction.
@@ -277,11 +283,6 @@ impl<K: Kv> std::fmt::Debug for KvLease<K> {
 }
 
 impl<K: Kv> KvLease<K> {
-    /// The fence protected transactions check for this lease.
-    pub fn fence(&self) -> Fence {
-        Fence { resource: self.resource.clone(), term: self.term }
-    }
-
     fn expired(&self) -> bool {
         self.election.inner.clock.monotonic() >= self.expires
     }
@@ -302,6 +303,10 @@ impl<K: Kv> LeaderLease for KvLease<K> {
 
     fn is_held(&self) -> bool {
         !self.released && !self.expired()
+    }
+
+    fn fence(&self) -> Option<Fence> {
+        Some(Fence { resource: self.resource.clone(), term: self.term })
     }
 
     async fn renew(&mut self) -> Result<(), SchedulingError> {

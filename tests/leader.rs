@@ -118,7 +118,7 @@ async fn store_trouble_is_unavailable_and_keeps_state() {
 async fn protected_transactions_are_fenced_by_term() {
     let (kv, clock, a, b) = setup();
     let old = a.try_acquire(&resource(), TTL).await.unwrap();
-    let fence = old.fence();
+    let fence = old.fence().unwrap();
     let keys = Keyspace::default_root();
     let protected = |fence: sundial::leader::Fence| {
         let kv = kv.clone();
@@ -141,7 +141,7 @@ async fn protected_transactions_are_fenced_by_term() {
     let new = b.try_acquire(&resource(), TTL).await.unwrap();
     let refused = protected(fence).await.unwrap_err();
     assert_eq!(sundial::SchedulingError::from(refused).code(), "SCHEDULING_CONFLICT_002");
-    protected(new.fence()).await.unwrap();
+    protected(new.fence().unwrap()).await.unwrap();
 }
 
 #[tokio::test]

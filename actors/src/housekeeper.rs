@@ -77,17 +77,18 @@ impl<S: JobStore> Actor for HousekeeperActor<S> {
 
 async fn tick<S: JobStore>(state: &mut HousekeeperState<S>) {
     let shared = state.shared.clone();
-    let Some(fence) = shared.leader() else {
+    let Some(leadership) = shared.leader() else {
         state.observations.clear();
         state.leading_term = None;
         state.last_retention = None;
         return;
     };
-    if state.leading_term != Some(fence.term) {
+    if state.leading_term != Some(leadership.term) {
         // A new term: observations from before do not count.
         state.observations.clear();
-        state.leading_term = Some(fence.term);
+        state.leading_term = Some(leadership.term);
     }
+    let fence = leadership.fence.as_ref();
     let now_mono = shared.clock.monotonic();
     let now = shared.clock.now();
     if shared.shared_store {
@@ -103,7 +104,7 @@ async fn tick<S: JobStore>(state: &mut HousekeeperState<S>) {
                         continue;
                     }
                     tracing::warn!(node = %node.node, "node lost: no heartbeat for node_timeout");
-                    reap(&shared, &node.node, node.heartbeat_seq, &fence).await;
+                    reap(&shared, &node.node, node.heartbeat_seq, fence).await;
                     state.observations.remove(&node.node);
                 }
             }
@@ -114,7 +115,7 @@ async fn tick<S: JobStore>(state: &mut HousekeeperState<S>) {
         .last_retention
         .is_none_or(|last| now_mono.saturating_duration_since(last) >= shared.options.housekeeping_interval);
     if retention_due {
-        match shared.store.apply_retention(now, shared.options.history_retention(), Some(&fence)).await {
+        match shared.store.apply_retention(now, shared.options.history_retention(), fence).await {
             Ok(deleted) if deleted > 0 => tracing::info!(deleted, "expired history"),
             Ok(_) => {}
             Err(error) => tracing::warn!(%error, "history retention failed"),
@@ -123,9 +124,9 @@ async fn tick<S: JobStore>(state: &mut HousekeeperState<S>) {
     }
 }
 
-async fn reap<S: JobStore>(shared: &NodeShared<S>, node: &str, seq: u64, fence: &sundial::leader::Fence) {
+async fn reap<S: JobStore>(shared: &NodeShared<S>, node: &str, seq: u64, fence: Option<&sundial::leader::Fence>) {
     loop {
-        match shared.store.reap_node(node, seq, shared.clock.now(), REAP_CHUNK, Some(fence)).await {
+        match shared.store.reap_node(node, seq, shared.clock.now(), REAP_CHUNK, fence).await {
             Ok(step) => {
                 for run in &step.lost_runs {
                     tracing::warn!(%node, run_id = %run, "run lost with its node");

@@ -3,7 +3,8 @@
 //! Every third of the TTL while serving it renews the lease, or tries to acquire it. When
 //! the node is not serving (starting, draining) it releases the lease at once, so another
 //! serving node takes over at its next attempt instead of waiting for expiry. The current
-//! leadership, as a [`Fence`] for protected transactions, is published on the node.
+//! leadership (its term, and a [`Fence`] for protected transactions when the lease lives in
+//! the store) is published on the node.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +16,7 @@ use sundial::leader::{Fence, LeaderElection, LeaderLease};
 use sundial::name::ResourceName;
 use sundial::store::JobStore;
 
-use crate::node::{Lifecycle, NodeShared};
+use crate::node::{Leadership, Lifecycle, NodeShared};
 
 /// An object-safe [`LeaderElection`], so a node holds any election behind one type.
 pub trait DynLeaderElection: Send + Sync + 'static {
@@ -37,6 +38,8 @@ pub trait DynLeaderLease: Send + Sync + 'static {
     fn renew_boxed(&mut self) -> BoxFuture<'_, Result<(), SchedulingError>>;
     /// [`LeaderLease::release`], boxed.
     fn release_boxed(&mut self) -> BoxFuture<'_, Result<(), SchedulingError>>;
+    /// [`LeaderLease::fence`].
+    fn fence(&self) -> Option<Fence>;
 }
 
 impl<E> DynLeaderElection for E
@@ -67,6 +70,9 @@ impl<L: LeaderLease + 'static> DynLeaderLease for L {
     }
     fn release_boxed(&mut self) -> BoxFuture<'_, Result<(), SchedulingError>> {
         Box::pin(self.release())
+    }
+    fn fence(&self) -> Option<Fence> {
+        LeaderLease::fence(self)
     }
 }
 
@@ -162,7 +168,7 @@ async fn tick<S: JobStore>(state: &mut LeaseState<S>) {
     match shared.election.try_acquire_boxed(resource, shared.options.lease_ttl).await {
         Ok(lease) => {
             tracing::info!(node = %shared.node_id, term = lease.term(), "became leader");
-            shared.set_leader(Some(Fence { resource: resource.to_string(), term: lease.term() }));
+            shared.set_leader(Some(Leadership { term: lease.term(), fence: lease.fence() }));
             state.lease = Some(lease);
         }
         Err(error) if error.code() == "SCHEDULING_CONFLICT_002" => {}

@@ -56,7 +56,7 @@ pub struct NodeShared<S: JobStore> {
     pub(crate) name_prefix: String,
     pub(crate) election: Arc<dyn DynLeaderElection>,
     lifecycle: watch::Sender<Lifecycle>,
-    leader: watch::Sender<Option<Fence>>,
+    leader: watch::Sender<Option<Leadership>>,
     ids: Mutex<(RunIdGenerator, Entropy)>,
 }
 
@@ -69,13 +69,13 @@ impl<S: JobStore> NodeShared<S> {
         self.lifecycle.send_replace(next);
     }
 
-    /// This node's leadership: the fence of its current term, if it leads.
-    pub(crate) fn leader(&self) -> Option<Fence> {
+    /// This node's leadership, if it leads.
+    pub(crate) fn leader(&self) -> Option<Leadership> {
         self.leader.borrow().clone()
     }
 
-    pub(crate) fn set_leader(&self, fence: Option<Fence>) {
-        self.leader.send_replace(fence);
+    pub(crate) fn set_leader(&self, leadership: Option<Leadership>) {
+        self.leader.send_replace(leadership);
     }
 
     /// A fresh run id: UUID v7 from the injected clock and seeded entropy.
@@ -94,6 +94,15 @@ impl<S: JobStore> NodeShared<S> {
     pub(crate) fn actor_name(&self, role: &str) -> String {
         format!("{}/{}/{role}", self.name_prefix, self.node_id)
     }
+}
+
+/// A node's current leadership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Leadership {
+    /// The lease term.
+    pub(crate) term: u64,
+    /// What protected store transactions check, when the lease lives in the store.
+    pub(crate) fence: Option<Fence>,
 }
 
 /// How to build a node.
