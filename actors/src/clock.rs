@@ -22,6 +22,7 @@ pub struct TokioClock {
 
 impl TokioClock {
     /// A clock reading `start_wall` now. Must be created inside a tokio runtime.
+    #[allow(clippy::disallowed_methods)] // The one reader of tokio's clock; paused in simulations.
     pub fn new(start_wall: DateTime<Utc>) -> Self {
         Self { start_wall, start: Instant::now() }
     }

@@ -14,6 +14,7 @@ use sundial::kv::BoxFuture;
 use sundial::name::{JobName, TriggerName};
 use sundial::schedule::JobSchedule;
 use sundial::store::RunOutcome;
+use sundial::time::Clock;
 use sundial_actors::events::{
     publish_logged, BroadcastPublisher, CloudEvent, EventPublisher, PublishError, RunFacts, Topic,
 };
@@ -138,9 +139,10 @@ async fn timeouts_fail_the_run_even_when_the_job_ignores_its_token() {
         ctx.cancel.cancelled().await;
         Ok(())
     });
-    let started = tokio::time::Instant::now();
+    let clock = sundial_actors::clock::TokioClock::new(t0());
+    let started = clock.monotonic();
     let outcome = outcome_of(cooperative, Some(Duration::from_secs(5)), RunCancel::new()).await;
-    assert_eq!(started.elapsed(), Duration::from_secs(5));
+    assert_eq!(clock.monotonic().saturating_duration_since(started), Duration::from_secs(5));
     assert!(
         matches!(outcome, RunOutcome::Failed { code: Some(ref c), .. } if c == "SCHEDULING_TIMEOUT_001"),
         "{outcome:?}"
@@ -151,9 +153,13 @@ async fn timeouts_fail_the_run_even_when_the_job_ignores_its_token() {
         tokio::time::sleep(Duration::from_secs(30)).await;
         Ok(())
     });
-    let started = tokio::time::Instant::now();
+    let started = clock.monotonic();
     let outcome = outcome_of(stubborn, Some(Duration::from_secs(5)), RunCancel::new()).await;
-    assert_eq!(started.elapsed(), Duration::from_secs(30), "waits for the job: it keeps its slot");
+    assert_eq!(
+        clock.monotonic().saturating_duration_since(started),
+        Duration::from_secs(30),
+        "waits for the job: it keeps its slot"
+    );
     assert!(matches!(outcome, RunOutcome::Failed { code: Some(ref c), .. } if c == "SCHEDULING_TIMEOUT_001"));
 }
 
