@@ -109,6 +109,7 @@ fn pollers_benchmark(fires: usize) {
                             max: 16,
                             misfire_threshold: Duration::from_secs(60),
                             steal_grace: Duration::from_secs(1),
+                            lookahead: Duration::ZERO,
                             known_types: None,
                             known_runs: &known,
                         };
@@ -175,6 +176,7 @@ async fn cycle_cost(registered: usize, cycles: usize) -> (Duration, f64) {
             max: 16,
             misfire_threshold: Duration::from_secs(60),
             steal_grace: Duration::from_secs(1),
+            lookahead: Duration::ZERO,
             known_types: None,
             known_runs: &known,
         };

@@ -3,8 +3,9 @@
 //! Each cycle, while the node is serving: write code jobs (first cycle, retried until it
 //! works), heartbeat (shared store), act on cancel requests for this node, and acquire due
 //! fires into free slots (`min(acquire_batch_size, max_concurrent_runs − running)`),
-//! starting a [`crate::run`] actor for each. Then it sleeps until the earlier of the next
-//! known due time and `poll_interval`; local changes (`Wake`) and freed slots cut the sleep
+//! starting a [`crate::run`] actor for each; fires due within a short lookahead are taken
+//! too and their runs wait for their exact time. Then it sleeps until the earlier of the next
+//! known due time (less the lookahead) and `poll_interval`; local changes (`Wake`) and freed slots cut the sleep
 //! short, so runs start within milliseconds of their due time.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -29,6 +30,9 @@ use crate::run::{RunActor, RunArgs, RunMsg};
 
 /// How late a fire in another node's shard must be before this node takes it.
 const STEAL_GRACE: Duration = Duration::from_secs(2);
+/// Fires due this soon are acquired ahead; their runs wait for their scheduled instant, so
+/// acquisition happens before the due time instead of after it.
+const LOOKAHEAD: Duration = Duration::from_millis(100);
 /// The shortest sleep after a cycle that left a due fire untaken, so a node never spins.
 const MIN_RETRY_WAIT: Duration = Duration::from_millis(10);
 
@@ -243,6 +247,7 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
             max: slots,
             misfire_threshold: shared.options.misfire_threshold,
             steal_grace: STEAL_GRACE,
+            lookahead: LOOKAHEAD,
             known_types: Some(&known_types),
             known_runs: &known_runs,
         };
@@ -265,8 +270,10 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
     // wake when it becomes ours to steal rather than spin on it.
     let now = shared.clock.now();
     let local_wait = state.local.poll_timeout().map(|due| (due - now).to_std().unwrap_or(Duration::ZERO));
+    let horizon = sundial::time::add_duration(now, LOOKAHEAD);
     let wait = match shared.store.next_due().await {
-        Ok(Some(due)) if due > now => (due - now).to_std().unwrap_or(Duration::ZERO),
+        // Wake when the next fire enters the lookahead window.
+        Ok(Some(due)) if due > horizon => (due - horizon).to_std().unwrap_or(Duration::ZERO),
         Ok(Some(due)) => {
             let stealable = sundial::time::add_duration(due, STEAL_GRACE);
             (stealable - now).to_std().unwrap_or(poll_interval).max(MIN_RETRY_WAIT)

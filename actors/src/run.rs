@@ -66,21 +66,30 @@ impl<S: JobStore> Actor for RunActor<S> {
         let cancel = RunCancel::new();
         let started_at = shared.clock.now();
         let run = args.acquired.run.clone();
-        let event = CloudEvent::for_run(
-            Topic::RunStarted,
-            shared.event_id(),
-            started_at,
-            &run,
-            RunFacts { state: Some(RunState::Running), started_at: Some(started_at), ..RunFacts::default() },
-            &shared.node_id,
-        );
-        publish_logged(shared.publisher.as_ref(), &event).await;
-        let ctx = RunContext { run, node: shared.node_id.clone(), cancel: cancel.token() };
+        let ctx = RunContext { run: run.clone(), node: shared.node_id.clone(), cancel: cancel.token() };
         let timeout = args.acquired.timeout;
         let job = shared.registry.make(&args.acquired.job_type);
         let middleware = shared.middleware.clone();
         let task_cancel = cancel.clone();
+        let task_shared = shared.clone();
         tokio::spawn(async move {
+            let shared = task_shared;
+            // Acquired ahead of time: start at the scheduled instant (or at once when
+            // canceled meanwhile; the job then sees its token canceled).
+            let early = (run.scheduled_at - shared.clock.now()).to_std().unwrap_or_default();
+            if !early.is_zero() {
+                let token = task_cancel.token();
+                tokio::select! {
+                    () = tokio::time::sleep(early) => {}
+                    () = token.cancelled() => {}
+                }
+            }
+            let started_at = shared.clock.now();
+            let facts =
+                RunFacts { state: Some(RunState::Running), started_at: Some(started_at), ..RunFacts::default() };
+            let event =
+                CloudEvent::for_run(Topic::RunStarted, shared.event_id(), started_at, &run, facts, &shared.node_id);
+            publish_logged(shared.publisher.as_ref(), &event).await;
             let outcome = match job {
                 Some(job) => execute(job, ctx, task_cancel, timeout, middleware).await,
                 // The store only hands out runs of registered types, but a type can vanish

@@ -48,6 +48,10 @@ pub struct AcquireRequest<'a> {
     pub misfire_threshold: Duration,
     /// How late a fire in another node's shard must be before this node takes it.
     pub steal_grace: Duration,
+    /// Also take fires of this node's shards due up to this far after `now`; their runs
+    /// start at their scheduled time (the caller waits), so acquisition is off the
+    /// critical path of lateness. Misfire decisions still use `now`.
+    pub lookahead: Duration,
     /// Job types this node can run; a fire of another type puts its trigger in `Error`.
     /// `None` accepts every type.
     pub known_types: Option<&'a BTreeSet<String>>,
@@ -216,10 +220,11 @@ impl<K: Kv> KvJobStore<K> {
         let now = micros(request.now);
         let grace =
             TimeDelta::from_std(request.steal_grace).map_or(i64::MAX, |g| g.num_microseconds().unwrap_or(i64::MAX));
+        let lookahead = TimeDelta::from_std(request.lookahead).map_or(0, |l| l.num_microseconds().unwrap_or(0));
         let mut candidates = Vec::new();
         for shard in 0..DUE_SHARDS {
             let home = home_of(shard, &nodes) == Some(request.node);
-            let until = if home { now } else { now.saturating_sub(grace) };
+            let until = if home { now.saturating_add(lookahead) } else { now.saturating_sub(grace) };
             let (begin, end) = self.keys.due_until(shard, until);
             let range = RangeRequest::new(begin, end).limit(request.max);
             for (key, value) in tx.txn.get_range(&range, true).await?.pairs {

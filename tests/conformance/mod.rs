@@ -39,6 +39,7 @@ macro_rules! for_each_scenario {
             status_shows_triggers_running_and_last_result,
             code_jobs_sync_with_the_fingerprint_rules_and_restore,
             local_jobs_stay_out_of_acquisition_but_their_runs_go_to_history,
+            lookahead_takes_fires_due_soon_with_their_own_time,
         );
     };
 }
@@ -81,6 +82,7 @@ pub(crate) fn request<'a>(
         max,
         misfire_threshold: Duration::from_secs(60),
         steal_grace: Duration::from_secs(1),
+        lookahead: Duration::ZERO,
         known_types: None,
         known_runs: known,
     }
@@ -579,4 +581,27 @@ pub(crate) async fn local_jobs_stay_out_of_acquisition_but_their_runs_go_to_hist
     let done = complete(store, job_run.id, "n1", failure, secs(6)).await;
     assert_eq!(done.retry_trigger, None, "local jobs retry in process, not in the store");
     assert_eq!(store.count_runs(&sundial::job::JobRunQuery::default()).await.unwrap(), 1);
+}
+
+/// A fire due within the lookahead is taken early with its own scheduled time (not a
+/// misfire); one due later is not.
+pub(crate) async fn lookahead_takes_fires_due_soon_with_their_own_time<K: Kv>(store: &KvJobStore<K>) {
+    let mut def = job("soon", &[("a", "cron 10 * * * * *"), ("b", "cron 40 * * * * *")]);
+    def.allow_concurrent = true;
+    store.schedule(&[def], t0()).await;
+    let known = BTreeSet::new();
+    let mut req = request("n1", secs(9), 16, &known);
+    req.lookahead = Duration::from_millis(1_500);
+    let runs = store.acquire_due(&req).await.unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].run.scheduled_at, secs(10), "its own time, ahead of now");
+    assert_eq!(runs[0].run.trigger.as_ref().unwrap().as_str(), "a");
+    // b is due at 40 s: beyond a 1.5 s lookahead from 37 s, nobody takes it yet.
+    let mut early = request("n1", secs(37), 16, &known);
+    early.lookahead = Duration::from_millis(1_500);
+    assert!(store.acquire_due(&early).await.unwrap().is_empty());
+    early.now = secs(38) + TimeDelta::milliseconds(600);
+    let b = store.acquire_due(&early).await.unwrap();
+    assert_eq!(b.len(), 1);
+    assert_eq!(b[0].run.scheduled_at, secs(40));
 }
