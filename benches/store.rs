@@ -80,6 +80,20 @@ async fn register(store: &KvJobStore<MemoryKv>, jobs: usize, per_job: usize, sch
     assert!(store.schedule(&batch, t0()).await.iter().all(Result::is_ok));
 }
 
+/// A request for up to 16 fires due by `now` on `node`.
+fn request<'a>(node: &'a str, now: DateTime<Utc>, known: &'a BTreeSet<uuid::Uuid>) -> AcquireRequest<'a> {
+    AcquireRequest {
+        node,
+        now,
+        max: 16,
+        misfire_threshold: Duration::from_secs(60),
+        steal_grace: Duration::from_secs(1),
+        lookahead: Duration::ZERO,
+        known_types: None,
+        known_runs: known,
+    }
+}
+
 fn pollers_benchmark(fires: usize) {
     println!("1. acquisitions with concurrent pollers ({fires} due fires, batch 16, each run completed)");
     println!("{:>8} {:>14} {:>12} {:>14}", "pollers", "acquired/s", "aborts", "abort rate");
@@ -103,16 +117,7 @@ fn pollers_benchmark(fires: usize) {
                     let known = BTreeSet::new();
                     let mut taken = 0usize;
                     loop {
-                        let request = AcquireRequest {
-                            node: &node,
-                            now: due,
-                            max: 16,
-                            misfire_threshold: Duration::from_secs(60),
-                            steal_grace: Duration::from_secs(1),
-                            lookahead: Duration::ZERO,
-                            known_types: None,
-                            known_runs: &known,
-                        };
+                        let request = request(&node, due, &known);
                         let runs = store.acquire_due(&request).await.unwrap();
                         if runs.is_empty() {
                             return taken;
@@ -170,16 +175,7 @@ async fn cycle_cost(registered: usize, cycles: usize) -> (Duration, f64) {
     for _ in 0..cycles {
         let requests: Vec<_> = (0..16).map(|_| (JobName::new("hot").unwrap(), JsonObject::new())).collect();
         store.enqueue(&requests, t0()).await;
-        let request = AcquireRequest {
-            node: "node-0",
-            now,
-            max: 16,
-            misfire_threshold: Duration::from_secs(60),
-            steal_grace: Duration::from_secs(1),
-            lookahead: Duration::ZERO,
-            known_types: None,
-            known_runs: &known,
-        };
+        let request = request("node-0", now, &known);
         let started = Instant::now();
         let runs = store.acquire_due(&request).await.unwrap();
         total += started.elapsed();

@@ -220,23 +220,11 @@ impl<K: Kv> KvJobStore<K> {
     /// # Errors
     /// `SCHEDULING_VALIDATION_001` for an invalid definition; store errors.
     pub async fn sync_code_job(&self, def: &JobDefinition, now: DateTime<Utc>) -> Result<SyncOutcome, StoreError> {
-        def.validate(Some(&self.calendars))?;
-        let fingerprint = def.fingerprint();
-        let uids: Vec<u64> = def.triggers.iter().map(|_| self.random_u64()).collect();
-        let (fingerprint, uids) = (&fingerprint, &uids);
-        run(&self.kv, self.options.retry, |txn, _| async move {
-            let tx = self.tx(txn);
-            let old = tx.job(def.name.as_str()).await?;
-            let same_code = old.as_ref().is_some_and(|j| j.code_fingerprint.as_deref() == Some(fingerprint.as_str()));
-            let outcome = match &old {
-                None => SyncOutcome::Created,
-                Some(job) if same_code && job.origin == JobOrigin::Overridden => return Ok(SyncOutcome::KeptOverride),
-                Some(job) if same_code && job.origin == JobOrigin::Code => return Ok(SyncOutcome::Unchanged),
-                Some(job) => SyncOutcome::Rewritten { overwrote_runtime_change: job.origin != JobOrigin::Code },
-            };
-            let provenance = Provenance { origin: JobOrigin::Code, code_fingerprint: Some(fingerprint.clone()) };
-            self.write_definition(&tx, def, old.as_ref(), provenance, uids, now).await?;
-            Ok::<_, StoreError>(outcome)
+        self.write_code(def, now, |old, same_code| match old {
+            None => Some(SyncOutcome::Created),
+            Some(job) if same_code && job.origin == JobOrigin::Overridden => None,
+            Some(job) if same_code && job.origin == JobOrigin::Code => None,
+            Some(job) => Some(SyncOutcome::Rewritten { overwrote_runtime_change: job.origin != JobOrigin::Code }),
         })
         .await
     }
@@ -249,15 +237,41 @@ impl<K: Kv> KvJobStore<K> {
     /// # Errors
     /// `SCHEDULING_VALIDATION_001` for an invalid definition; store errors.
     pub async fn restore(&self, def: &JobDefinition, now: DateTime<Utc>) -> Result<(), StoreError> {
+        self.write_code(def, now, |_, _| Some(SyncOutcome::Rewritten { overwrote_runtime_change: false }))
+            .await
+            .map(|_| ())
+    }
+
+    /// Writes `def` as a code job (origin `Code`, its fingerprint kept) when `decide`,
+    /// given the stored job and whether it stems from this very code, returns an outcome;
+    /// when it returns `None` the stored job stays as it is.
+    async fn write_code(
+        &self,
+        def: &JobDefinition,
+        now: DateTime<Utc>,
+        decide: impl Fn(Option<&JobRecord>, bool) -> Option<SyncOutcome>,
+    ) -> Result<SyncOutcome, StoreError> {
         def.validate(Some(&self.calendars))?;
         let fingerprint = def.fingerprint();
         let uids: Vec<u64> = def.triggers.iter().map(|_| self.random_u64()).collect();
-        let (fingerprint, uids) = (&fingerprint, &uids);
+        let (fingerprint, uids, decide) = (&fingerprint, &uids, &decide);
         run(&self.kv, self.options.retry, |txn, _| async move {
             let tx = self.tx(txn);
             let old = tx.job(def.name.as_str()).await?;
+            let same_code = old.as_ref().is_some_and(|j| j.code_fingerprint.as_deref() == Some(fingerprint.as_str()));
+            let Some(outcome) = decide(old.as_ref(), same_code) else {
+                let kept = old.as_ref().map_or(SyncOutcome::Unchanged, |j| {
+                    if j.origin == JobOrigin::Overridden {
+                        SyncOutcome::KeptOverride
+                    } else {
+                        SyncOutcome::Unchanged
+                    }
+                });
+                return Ok(kept);
+            };
             let provenance = Provenance { origin: JobOrigin::Code, code_fingerprint: Some(fingerprint.clone()) };
-            self.write_definition(&tx, def, old.as_ref(), provenance, uids, now).await
+            self.write_definition(&tx, def, old.as_ref(), provenance, uids, now).await?;
+            Ok::<_, StoreError>(outcome)
         })
         .await
     }
