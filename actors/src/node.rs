@@ -129,7 +129,9 @@ pub struct NodeConfig<S: JobStore> {
     /// The first part of actor names (`"{prefix}/{node}/{role}"`).
     pub name_prefix: String,
     /// The leader election; `None` uses the in-process one (right for a single node with
-    /// an embedded store). Nodes sharing a store share a [`sundial::leader::KvLeaderElection`].
+    /// an embedded store). Nodes sharing a store must share a
+    /// [`sundial::leader::KvLeaderElection`]: with in-process elections every node would lead
+    /// and housekeep (still safe, as reaping is a compare-and-set, but wasteful).
     pub election: Option<Arc<dyn DynLeaderElection>>,
 }
 
