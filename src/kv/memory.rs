@@ -158,7 +158,7 @@ struct State {
     /// Range writes (clear_range, explicit write-conflict ranges), in commit order.
     range_log: VecDeque<(Version, Vec<u8>, Vec<u8>)>,
     /// Keys written at a version, oldest first, so old versions can be dropped.
-    expiry: VecDeque<(Version, Vec<u8>)>,
+    expiry: VecDeque<(Version, StoredKey)>,
     /// Read versions of live transactions (and queued late commits), with counts.
     live_reads: BTreeMap<Version, usize>,
     entropy: Entropy,
@@ -178,6 +178,8 @@ struct LateCommit {
 /// Everything a commit needs, taken out of a transaction.
 struct Writes {
     read_version: Version,
+    /// Keys read by serializable point reads (each stands for `[key, key\0)`).
+    read_points: Vec<StoredKey>,
     read_conflicts: Vec<(Vec<u8>, Vec<u8>)>,
     write_conflicts: Vec<(Vec<u8>, Vec<u8>)>,
     cleared: Vec<(Vec<u8>, Vec<u8>)>,
@@ -293,13 +295,21 @@ impl State {
             self.stats.too_old += 1;
             return Err(KvError::new(KvError::TRANSACTION_TOO_OLD));
         }
-        if writes.read_conflicts.iter().any(|(b, e)| self.conflicts(writes.read_version, b, e)) {
+        let rv = writes.read_version;
+        let point_conflict = writes.read_points.iter().any(|key| {
+            self.write_log.get(key.as_slice()).is_some_and(|v| *v > rv)
+                || self
+                    .range_log
+                    .iter()
+                    .any(|(v, b, e)| *v > rv && b.as_slice() <= key.as_slice() && key.as_slice() < e.as_slice())
+        });
+        if point_conflict || writes.read_conflicts.iter().any(|(b, e)| self.conflicts(rv, b, e)) {
             self.stats.conflicts += 1;
             return Err(KvError::new(KvError::NOT_COMMITTED));
         }
         let mut stamp = [0u8; 10];
         stamp[..8].copy_from_slice(&version.to_be_bytes());
-        let mut touched: Vec<Vec<u8>> = Vec::new();
+        let mut touched: Vec<StoredKey> = Vec::new();
         for (begin, end) in &writes.cleared {
             let keys: Vec<Vec<u8>> = self
                 .data
@@ -309,7 +319,7 @@ impl State {
                 .collect();
             for key in keys {
                 self.write_version(&key, version, None);
-                touched.push(key);
+                touched.push(StoredKey::from_vec(key));
             }
         }
         for (key, point) in &writes.points {
@@ -323,12 +333,14 @@ impl State {
                 value = atomic::apply(*op, value.as_deref(), param);
             }
             self.write_version(key, version, value);
-            touched.push(key.clone());
+            // The point's write conflict, derived here rather than stored per write.
+            self.write_log.insert(StoredKey::from_slice(key), version);
+            touched.push(StoredKey::from_slice(key));
         }
         for (bytes, offset, value) in &writes.stamped_keys {
             let key = atomic::stamped(bytes, *offset, &stamp);
             self.write_version(&key, version, Some(value.clone()));
-            touched.push(key);
+            touched.push(StoredKey::from_vec(key));
         }
         for (begin, end) in &writes.write_conflicts {
             if is_point_range(begin, end) {
@@ -555,6 +567,7 @@ struct TxnData {
     cleared: Vec<(Vec<u8>, Vec<u8>)>,
     stamped_keys: Vec<(Vec<u8>, usize, Vec<u8>)>,
     unreadable: Vec<(Vec<u8>, Vec<u8>)>,
+    read_points: Vec<StoredKey>,
     read_conflicts: Vec<(Vec<u8>, Vec<u8>)>,
     write_conflicts: Vec<(Vec<u8>, Vec<u8>)>,
     size: usize,
@@ -616,6 +629,13 @@ impl TxnData {
     fn add_write_conflict(&mut self, begin: &[u8], end: &[u8]) {
         self.size += begin.len() + end.len();
         self.write_conflicts.push((begin.to_vec(), end.to_vec()));
+    }
+
+    /// A point write's conflict range `[key, key\0)`: not stored, since commit derives it
+    /// from the write set (every written key is in `points` or a cleared range); only its
+    /// size counts, as FDB counts it.
+    fn add_point_write_conflict(&mut self, key: &[u8]) {
+        self.size += 2 * key.len() + 1;
     }
 
     /// The value this transaction sees for `key`, given the stored value at its version.
@@ -718,7 +738,7 @@ impl KvTransaction for MemoryTransaction {
             let depends_on_store = data.points.get(key).map_or(!data.in_cleared(key), |point| !point.is_independent());
             if !snapshot && depends_on_store {
                 data.size += 2 * key.len() + 1;
-                data.read_conflicts.push((key.to_vec(), key_after(key)));
+                data.read_points.push(StoredKey::from_slice(key));
             }
             Ok(value)
         });
@@ -781,7 +801,7 @@ impl KvTransaction for MemoryTransaction {
             }
             data.size += key.len() + value.len();
             data.points.insert(key.to_vec(), Point { base: Base::Set(value.to_vec()), ops: Vec::new() });
-            data.add_write_conflict(key, &key_after(key));
+            data.add_point_write_conflict(key);
         });
     }
 
@@ -792,7 +812,7 @@ impl KvTransaction for MemoryTransaction {
             }
             data.size += key.len();
             data.points.insert(key.to_vec(), Point { base: Base::Cleared, ops: Vec::new() });
-            data.add_write_conflict(key, &key_after(key));
+            data.add_point_write_conflict(key);
         });
     }
 
@@ -850,7 +870,7 @@ impl KvTransaction for MemoryTransaction {
                 data.size += key.len() + bytes.len();
                 data.points
                     .insert(key.to_vec(), Point { base: Base::Stamped(bytes.to_vec(), offset), ops: Vec::new() });
-                data.add_write_conflict(key, &key_after(key));
+                data.add_point_write_conflict(key);
             }
             _ => {
                 if !data.check_key(key) || !data.check_value(param) {
@@ -873,7 +893,7 @@ impl KvTransaction for MemoryTransaction {
                     }
                     _ => point.ops.push((op, param.to_vec())),
                 }
-                data.add_write_conflict(key, &key_after(key));
+                data.add_point_write_conflict(key);
             }
         });
     }
@@ -949,6 +969,7 @@ impl MemoryTransaction {
         let writes = Writes {
             // A transaction that wrote without reading gets its read version now.
             read_version: data.read_version.unwrap_or(now_version),
+            read_points: std::mem::take(&mut data.read_points),
             read_conflicts: std::mem::take(&mut data.read_conflicts),
             write_conflicts: std::mem::take(&mut data.write_conflicts),
             cleared: std::mem::take(&mut data.cleared),
@@ -957,7 +978,8 @@ impl MemoryTransaction {
         };
         let faults = state.faults.clone();
         // FDB can only abort a transaction that has something to conflict on.
-        if !writes.read_conflicts.is_empty() && state.chance(faults.spurious_conflict) {
+        let has_reads = !writes.read_conflicts.is_empty() || !writes.read_points.is_empty();
+        if has_reads && state.chance(faults.spurious_conflict) {
             state.stats.spurious_conflicts += 1;
             return Err(KvError::new(KvError::NOT_COMMITTED));
         }
