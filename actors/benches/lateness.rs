@@ -25,7 +25,7 @@ use sundial::name::{JobName, TriggerName};
 use sundial::options::SchedulerOptions;
 use sundial::store::{KvJobStore, StoreOptions};
 use sundial::time::{Clock, SystemClock};
-use sundial_actors::clock::TokioSleeper;
+use sundial_actors::clock::{PreciseSleeper, TokioSleeper};
 use sundial_actors::job::{Job, JobResult, RunContext};
 use sundial_actors::node::{Node, NodeConfig};
 use sundial_actors::registry::JobRegistry;
@@ -95,7 +95,8 @@ async fn sundial_node(
         .unwrap();
     let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
     let store = KvJobStore::new(kv, registry.calendars().clone(), Entropy::from_seed(1), StoreOptions::default());
-    let config = NodeConfig::new(store, registry, options, node, clock.clone(), Entropy::from_seed(2));
+    let mut config = NodeConfig::new(store, registry, options, node, clock.clone(), Entropy::from_seed(2));
+    config.start_timer = Arc::new(PreciseSleeper::new());
     let scheduler = Node::start(config, None).await.unwrap();
     let schedule: sundial::JobSchedule = schedule.parse().unwrap();
     let per_job = 100.min(triggers);

@@ -3,7 +3,12 @@
 //! [`TokioClock`] reads time from tokio's clock: real time in production, and virtual,
 //! deterministic time under a paused runtime (`start_paused`), where the simulator and the
 //! actor tests drive it. Core code still only sees the [`Clock`] trait.
+//!
+//! [`PreciseSleeper`] is for production nodes on real time: tokio's timer rounds every
+//! deadline up to its 1 ms tick, which is most of a to-the-second fire's lateness.
 
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -11,6 +16,7 @@ use sundial::kv::memory::Sleeper;
 use sundial::kv::BoxFuture;
 use sundial::time::{add_duration, Clock, MonotonicInstant};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 /// A [`Clock`] on tokio's timer: wall time is `start_wall` plus the time elapsed on tokio's
 /// clock since creation; monotonic time is that elapsed time.
@@ -47,3 +53,63 @@ impl Sleeper for TokioSleeper {
         Box::pin(tokio::time::sleep(duration))
     }
 }
+
+/// A [`Sleeper`] on a dedicated real-time timer thread (`futures-timer`), precise to about
+/// [`PreciseSleeper::GRANULARITY`] rather than tokio's 1 ms tick. Runs use it to wait for
+/// their exact start time on production nodes.
+///
+/// Sleeps ending within the same granule share one timer: at a to-the-second boundary a
+/// thousand runs cost one wake from the timer thread, which then wakes the rest inside the
+/// runtime. A sleep never ends early; it may end up to one granule late.
+///
+/// It follows the real monotonic clock, not tokio's: never use it under a paused runtime
+/// (simulations, actor tests), where it would wait in real time while virtual time jumps.
+/// Must be used inside a tokio runtime (each granule's timer is a task).
+#[derive(Debug, Clone, Default)]
+pub struct PreciseSleeper {
+    gates: Arc<Mutex<BTreeMap<u64, CancellationToken>>>,
+}
+
+impl PreciseSleeper {
+    /// The width of the shared deadlines.
+    pub const GRANULARITY: Duration = Duration::from_micros(100);
+
+    /// A sleeper with no pending sleeps.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl Sleeper for PreciseSleeper {
+    #[allow(clippy::disallowed_methods)] // A real-time timer by definition (see the type's docs).
+    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
+        if duration.is_zero() {
+            return Box::pin(std::future::ready(()));
+        }
+        let origin = *PRECISE_ORIGIN.get_or_init(std::time::Instant::now);
+        let deadline = std::time::Instant::now() + duration;
+        let granule_us = PreciseSleeper::GRANULARITY.as_micros() as u64;
+        // Round up: the shared deadline is never before this sleep's own.
+        let granule = (deadline - origin).as_micros().div_ceil(granule_us as u128) as u64;
+        let mut gates = self.gates.lock().unwrap_or_else(PoisonError::into_inner);
+        let gate = match gates.get(&granule) {
+            Some(gate) => gate.clone(),
+            None => {
+                let gate = CancellationToken::new();
+                gates.insert(granule, gate.clone());
+                let wake_at = origin + Duration::from_micros(granule * granule_us);
+                let (fire, all) = (gate.clone(), self.gates.clone());
+                tokio::spawn(async move {
+                    futures_timer::Delay::new(wake_at.saturating_duration_since(std::time::Instant::now())).await;
+                    all.lock().unwrap_or_else(PoisonError::into_inner).remove(&granule);
+                    fire.cancel();
+                });
+                gate
+            }
+        };
+        Box::pin(gate.cancelled_owned())
+    }
+}
+
+/// The origin of [`PreciseSleeper`]'s granules (any fixed instant will do).
+static PRECISE_ORIGIN: OnceLock<std::time::Instant> = OnceLock::new();

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr, SupervisionEvent};
 use sundial::entropy::{Entropy, RunIdGenerator};
+use sundial::kv::memory::Sleeper;
 use sundial::leader::{Fence, LocalLeaderElection};
 use sundial::options::SchedulerOptions;
 use sundial::store::JobStore;
@@ -22,6 +23,7 @@ use sundial::time::Clock;
 use tokio::sync::watch;
 use uuid::Uuid;
 
+use crate::clock::TokioSleeper;
 use crate::events::{EventPublisher, NoPublisher};
 use crate::execute::RunMiddleware;
 use crate::housekeeper::{HousekeeperActor, HousekeeperMsg};
@@ -55,6 +57,7 @@ pub struct NodeShared<S: JobStore> {
     pub(crate) shared_store: bool,
     pub(crate) name_prefix: String,
     pub(crate) election: Arc<dyn DynLeaderElection>,
+    pub(crate) start_timer: Arc<dyn Sleeper>,
     lifecycle: watch::Sender<Lifecycle>,
     leader: watch::Sender<Option<Leadership>>,
     ids: Mutex<(RunIdGenerator, Entropy)>,
@@ -133,6 +136,11 @@ pub struct NodeConfig<S: JobStore> {
     /// [`sundial::leader::KvLeaderElection`]: with in-process elections every node would lead
     /// and housekeep (still safe, as reaping is a compare-and-set, but wasteful).
     pub election: Option<Arc<dyn DynLeaderElection>>,
+    /// How runs acquired ahead of time wait for their exact start time. The default,
+    /// [`TokioSleeper`], follows tokio's clock (deterministic under a paused runtime) with a
+    /// 1 ms tick; nodes on real time should use [`PreciseSleeper`](crate::clock::PreciseSleeper)
+    /// for sub-millisecond start times, as the `sundial` binary does.
+    pub start_timer: Arc<dyn Sleeper>,
 }
 
 impl<S: JobStore> NodeConfig<S> {
@@ -157,6 +165,7 @@ impl<S: JobStore> NodeConfig<S> {
             shared_store: false,
             name_prefix: "sundial".into(),
             election: None,
+            start_timer: Arc::new(TokioSleeper),
         }
     }
 }
@@ -303,6 +312,7 @@ impl Node {
             options: config.options,
             node_id: config.node_id,
             clock: config.clock,
+            start_timer: config.start_timer,
             publisher: config.publisher,
             middleware: config.middleware,
             shared_store: config.shared_store,

@@ -80,7 +80,7 @@ impl<S: JobStore> Actor for RunActor<S> {
             if !early.is_zero() {
                 let token = task_cancel.token();
                 tokio::select! {
-                    () = tokio::time::sleep(early) => {}
+                    () = shared.start_timer.sleep(early) => {}
                     () = token.cancelled() => {}
                 }
             }

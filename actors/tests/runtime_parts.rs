@@ -273,3 +273,32 @@ async fn cloud_events_for_every_topic() {
     // A failing publisher is logged, never propagated.
     publish_logged(&Failing, &event).await;
 }
+
+/// The precise sleeper on real time: sleeps sharing a granule all end, none ends before its
+/// own duration, and a later sleep on a fired granule still waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::disallowed_methods)] // Real time is what this sleeper follows.
+async fn precise_sleeper_never_ends_early_and_shares_granules() {
+    use sundial::kv::memory::Sleeper;
+    use sundial_actors::clock::PreciseSleeper;
+
+    let sleeper = PreciseSleeper::new();
+    let mut waits = Vec::new();
+    for i in 0..200u64 {
+        let duration = Duration::from_micros(3_000 + i * 7);
+        let started = std::time::Instant::now();
+        let sleep = sleeper.sleep(duration);
+        waits.push(tokio::spawn(async move {
+            sleep.await;
+            (started.elapsed(), duration)
+        }));
+    }
+    for wait in waits {
+        let (elapsed, duration) = wait.await.unwrap();
+        assert!(elapsed >= duration, "ended after {elapsed:?}, before its {duration:?}");
+    }
+    let started = std::time::Instant::now();
+    sleeper.sleep(Duration::from_millis(2)).await;
+    assert!(started.elapsed() >= Duration::from_millis(2));
+    sleeper.sleep(Duration::ZERO).await;
+}

@@ -20,7 +20,7 @@ use sundial::kv::memory::{MemoryKv, MemoryKvOptions};
 use sundial::options::SchedulerOptions;
 use sundial::store::{KvJobStore, StoreOptions};
 use sundial::time::{Clock, SystemClock};
-use sundial_actors::clock::TokioSleeper;
+use sundial_actors::clock::{PreciseSleeper, TokioSleeper};
 use sundial_actors::job::{Job, JobResult, RunContext};
 use sundial_actors::node::{Node, NodeConfig};
 use sundial_actors::registry::JobRegistry;
@@ -100,7 +100,8 @@ async fn main() -> ExitCode {
     let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
     let store_options = StoreOptions { max_runs: Some(10_000), ..StoreOptions::default() };
     let store = KvJobStore::new(kv, registry.calendars().clone(), entropy.fork(), store_options);
-    let config = NodeConfig::new(store, registry, options, node_id.clone(), clock, entropy.fork());
+    let mut config = NodeConfig::new(store, registry, options, node_id.clone(), clock, entropy.fork());
+    config.start_timer = Arc::new(PreciseSleeper::new());
     let scheduler = match Node::start(config, None).await {
         Ok(scheduler) => scheduler,
         Err(error) => {
