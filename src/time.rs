@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
+use crate::kv::BoxFuture;
+
 /// A point on a monotonic timeline with an arbitrary origin: only differences between
 /// two instants of the same clock mean anything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -155,6 +157,25 @@ pub fn to_micros(t: DateTime<Utc>) -> i64 {
 /// The instant `micros` microseconds after the Unix epoch; `None` outside chrono's range.
 pub fn from_micros(micros: i64) -> Option<DateTime<Utc>> {
     DateTime::from_timestamp_micros(micros)
+}
+
+/// Waits for a duration: how code that must not own a timer (the `MemoryKv` emulator, a
+/// node's run start) waits. The host supplies it: tokio's `sleep` in a node or a
+/// simulation, a precise real-time timer in production.
+pub trait Sleeper: Send + Sync + fmt::Debug {
+    /// A future that completes after `duration`.
+    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()>;
+}
+
+/// A [`Sleeper`] that does not wait: latency faults and backoff become no-ops. For tests
+/// without an async timer.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoSleep;
+
+impl Sleeper for NoSleep {
+    fn sleep(&self, _duration: Duration) -> BoxFuture<'static, ()> {
+        Box::pin(std::future::ready(()))
+    }
 }
 
 #[cfg(test)]

@@ -11,11 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sundial::entropy::Entropy;
-use sundial::kv::memory::{KvFaults, MemoryKv, MemoryKvOptions, NoSleep};
+use sundial::kv::memory::{KvFaults, MemoryKv, MemoryKvOptions};
 use sundial::kv::{
     key_after, run, AtomicOp, Kv, KvError, KvTransaction, MaybeCommitted, RangeRequest, RetryOptions,
     TRANSACTION_LIFE_VERSIONS_MAX,
 };
+use sundial::time::NoSleep;
 use sundial::time::{from_micros, ManualClock};
 
 fn clock() -> ManualClock {

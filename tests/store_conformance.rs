@@ -14,10 +14,11 @@ use std::time::Duration;
 
 use sundial::calendar::Calendars;
 use sundial::entropy::Entropy;
-use sundial::kv::memory::{KvFaults, MemoryKv, MemoryKvOptions, Sleeper};
+use sundial::kv::memory::{KvFaults, MemoryKv, MemoryKvOptions};
 use sundial::kv::{BoxFuture, RetryOptions};
 use sundial::store::{KvJobStore, StoreOptions};
 use sundial::time::ManualClock;
+use sundial::time::Sleeper;
 
 /// Latency on tokio's clock, so operations yield and interleave.
 #[derive(Debug)]

@@ -8,13 +8,12 @@
 //! deadline up to its 1 ms tick, which is most of a to-the-second fire's lateness.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sundial::kv::memory::Sleeper;
 use sundial::kv::BoxFuture;
-use sundial::time::{add_duration, Clock, MonotonicInstant};
+use sundial::time::{add_duration, Clock, MonotonicInstant, Sleeper};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -44,7 +43,8 @@ impl Clock for TokioClock {
     }
 }
 
-/// A [`Sleeper`] on tokio's timer (for `MemoryKv` latency and retry backoff).
+/// A [`Sleeper`] on tokio's timer: `MemoryKv` latency and retry backoff, and a node's
+/// default run-start timer (1 ms tick; deterministic under a paused runtime).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TokioSleeper;
 
@@ -65,8 +65,11 @@ impl Sleeper for TokioSleeper {
 /// It follows the real monotonic clock, not tokio's: never use it under a paused runtime
 /// (simulations, actor tests), where it would wait in real time while virtual time jumps.
 /// Must be used inside a tokio runtime (each granule's timer is a task).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct PreciseSleeper {
+    /// Where granule 0 starts (any fixed instant will do).
+    origin: std::time::Instant,
+    /// The pending granules, each canceled when its timer fires.
     gates: Arc<Mutex<BTreeMap<u64, CancellationToken>>>,
 }
 
@@ -75,8 +78,15 @@ impl PreciseSleeper {
     pub const GRANULARITY: Duration = Duration::from_micros(100);
 
     /// A sleeper with no pending sleeps.
+    #[allow(clippy::disallowed_methods)] // A real-time timer by definition (see the type's docs).
     pub fn new() -> Self {
-        Self::default()
+        Self { origin: std::time::Instant::now(), gates: Arc::default() }
+    }
+}
+
+impl Default for PreciseSleeper {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -86,30 +96,22 @@ impl Sleeper for PreciseSleeper {
         if duration.is_zero() {
             return Box::pin(std::future::ready(()));
         }
-        let origin = *PRECISE_ORIGIN.get_or_init(std::time::Instant::now);
+        let granule_us = Self::GRANULARITY.as_micros();
         let deadline = std::time::Instant::now() + duration;
-        let granule_us = PreciseSleeper::GRANULARITY.as_micros() as u64;
         // Round up: the shared deadline is never before this sleep's own.
-        let granule = (deadline - origin).as_micros().div_ceil(granule_us as u128) as u64;
+        let granule = (deadline - self.origin).as_micros().div_ceil(granule_us) as u64;
         let mut gates = self.gates.lock().unwrap_or_else(PoisonError::into_inner);
-        let gate = match gates.get(&granule) {
-            Some(gate) => gate.clone(),
-            None => {
-                let gate = CancellationToken::new();
-                gates.insert(granule, gate.clone());
-                let wake_at = origin + Duration::from_micros(granule * granule_us);
-                let (fire, all) = (gate.clone(), self.gates.clone());
-                tokio::spawn(async move {
-                    futures_timer::Delay::new(wake_at.saturating_duration_since(std::time::Instant::now())).await;
-                    all.lock().unwrap_or_else(PoisonError::into_inner).remove(&granule);
-                    fire.cancel();
-                });
-                gate
-            }
-        };
-        Box::pin(gate.cancelled_owned())
+        let gate = gates.entry(granule).or_insert_with(|| {
+            let gate = CancellationToken::new();
+            let wake_at = self.origin + Duration::from_micros(granule * granule_us as u64);
+            let (fire, all) = (gate.clone(), self.gates.clone());
+            tokio::spawn(async move {
+                futures_timer::Delay::new(wake_at.saturating_duration_since(std::time::Instant::now())).await;
+                all.lock().unwrap_or_else(PoisonError::into_inner).remove(&granule);
+                fire.cancel();
+            });
+            gate
+        });
+        Box::pin(gate.clone().cancelled_owned())
     }
 }
-
-/// The origin of [`PreciseSleeper`]'s granules (any fixed instant will do).
-static PRECISE_ORIGIN: OnceLock<std::time::Instant> = OnceLock::new();

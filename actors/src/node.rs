@@ -15,11 +15,10 @@ use std::sync::{Arc, Mutex};
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr, SupervisionEvent};
 use sundial::entropy::{Entropy, RunIdGenerator};
-use sundial::kv::memory::Sleeper;
 use sundial::leader::{Fence, LocalLeaderElection};
 use sundial::options::SchedulerOptions;
 use sundial::store::JobStore;
-use sundial::time::Clock;
+use sundial::time::{Clock, Sleeper};
 use tokio::sync::watch;
 use uuid::Uuid;
 

@@ -279,7 +279,7 @@ async fn cloud_events_for_every_topic() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[allow(clippy::disallowed_methods)] // Real time is what this sleeper follows.
 async fn precise_sleeper_never_ends_early_and_shares_granules() {
-    use sundial::kv::memory::Sleeper;
+    use sundial::time::Sleeper;
     use sundial_actors::clock::PreciseSleeper;
 
     let sleeper = PreciseSleeper::new();

@@ -35,29 +35,11 @@ use std::time::Duration;
 
 use super::atomic::{self, AtomicOp};
 use super::{
-    key_after, BoxFuture, CommitInfo, Kv, KvError, KvTransaction, RangeRequest, RangeResult, Version, KEY_SIZE_MAX,
+    key_after, CommitInfo, Kv, KvError, KvTransaction, RangeRequest, RangeResult, Version, KEY_SIZE_MAX,
     TRANSACTION_LIFE_VERSIONS_MAX, TRANSACTION_SIZE_MAX, VALUE_SIZE_MAX,
 };
 use crate::entropy::Entropy;
-use crate::time::{Clock, MonotonicInstant};
-
-/// Waits for a duration. The emulator never reads a clock or starts a timer itself: the
-/// host supplies this (tokio's `sleep` in a node or a simulation).
-pub trait Sleeper: Send + Sync + fmt::Debug {
-    /// A future that completes after `duration`.
-    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()>;
-}
-
-/// A [`Sleeper`] that does not wait: latency faults and backoff become no-ops. For tests
-/// without an async timer.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoSleep;
-
-impl Sleeper for NoSleep {
-    fn sleep(&self, _duration: Duration) -> BoxFuture<'static, ()> {
-        Box::pin(std::future::ready(()))
-    }
-}
+use crate::time::{Clock, MonotonicInstant, NoSleep, Sleeper};
 
 /// Fault rates, each the probability per commit (or the bound per operation).
 #[derive(Debug, Clone, Default, PartialEq)]
