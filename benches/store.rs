@@ -91,6 +91,7 @@ fn request<'a>(node: &'a str, now: DateTime<Utc>, known: &'a BTreeSet<uuid::Uuid
         lookahead: Duration::ZERO,
         known_types: None,
         known_runs: known,
+        scheduled: true,
     }
 }
 

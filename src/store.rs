@@ -208,7 +208,7 @@ impl<T: KvTransaction> Tx<'_, T> {
         match (new.state, new.next_fire_us) {
             (TriggerState::Waiting, Some(due)) if !local => {
                 let shard = shard_of(&new.job, &new.name);
-                self.txn.set(&self.keys.due(shard, due, &new.job, &new.name), &new.priority.to_le_bytes());
+                self.txn.set(&self.keys.due(shard, due, &new.job, &new.name), &due_value(new));
             }
             (TriggerState::Blocked, _) => self.txn.set(&self.keys.blocked(&new.job, &new.name), b""),
             _ => {}
@@ -296,6 +296,23 @@ pub(crate) fn job_run_of(record: &RunRecord) -> Result<JobRun, StoreError> {
 }
 
 /// JSON object text → object.
+/// The value of a due-index entry: the trigger's priority (i32 LE), then 1 for a one-shot
+/// trigger the engine made (enqueue, retry, recovery), 0 for a scheduled one. Acquisition
+/// orders and filters candidates from it without reading the triggers.
+fn due_value(trigger: &TriggerRecord) -> [u8; 5] {
+    let mut value = [0u8; 5];
+    value[..4].copy_from_slice(&trigger.priority.to_le_bytes());
+    value[4] = u8::from(trigger.kind.is_synthetic());
+    value
+}
+
+/// `(priority, one_shot)` of a due-index value (see [`due_value`]).
+pub(crate) fn due_value_parts(value: &[u8]) -> (i32, bool) {
+    let priority =
+        value.get(..4).and_then(|p| p.try_into().ok()).map_or(crate::job::PRIORITY_DEFAULT, i32::from_le_bytes);
+    (priority, value.get(4) == Some(&1))
+}
+
 pub(crate) fn parse_data(text: &str) -> Result<JsonObject, StoreError> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("bad data JSON: {e}")))
 }

@@ -2,7 +2,8 @@
 //!
 //! Each cycle, while the node is serving: write code jobs (first cycle, retried until it
 //! works), heartbeat (shared store), act on cancel requests for this node, and acquire due
-//! fires into free slots (`min(acquire_batch_size, max_concurrent_runs − running)`),
+//! fires into free slots (`min(acquire_batch_size, max_concurrent_runs − running)`) — with a
+//! store of its own and no leadership, only one-shot fires (enqueue, retry) —
 //! starting a [`crate::run`] actor for each; fires due within a short lookahead are taken
 //! too and their runs wait for their exact time. Then it sleeps until the earlier of the next
 //! known due time (less the lookahead) and `poll_interval`; local changes (`Wake`) and freed slots cut the sleep
@@ -250,6 +251,8 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
             lookahead: LOOKAHEAD,
             known_types: Some(&known_types),
             known_runs: &known_runs,
+            // With a store of its own, only the leader runs scheduled triggers (SPEC §10).
+            scheduled: shared.shared_store || shared.leader().is_some(),
         };
         match shared.store.acquire_due(&request).await {
             Ok(runs) => {

@@ -173,6 +173,14 @@ impl<S: JobStore> JobScheduler<S> {
         results
     }
 
+    /// [`JobScheduler::unschedule`] for one job.
+    ///
+    /// # Errors
+    /// As `unschedule`.
+    pub async fn unschedule_one(&self, name: &JobName) -> Result<(), SchedulingError> {
+        self.unschedule(std::slice::from_ref(name)).await.remove(0)
+    }
+
     /// Pauses jobs (`SCHEDULING_NOTFOUND_001`).
     pub async fn pause(&self, names: &[JobName]) -> Vec<Result<(), SchedulingError>> {
         self.set_paused(names, true).await
@@ -181,6 +189,22 @@ impl<S: JobStore> JobScheduler<S> {
     /// Resumes jobs; missed fires follow their misfire policy (`SCHEDULING_NOTFOUND_001`).
     pub async fn resume(&self, names: &[JobName]) -> Vec<Result<(), SchedulingError>> {
         self.set_paused(names, false).await
+    }
+
+    /// [`JobScheduler::pause`] for one job.
+    ///
+    /// # Errors
+    /// As `pause`.
+    pub async fn pause_one(&self, name: &JobName) -> Result<(), SchedulingError> {
+        self.pause(std::slice::from_ref(name)).await.remove(0)
+    }
+
+    /// [`JobScheduler::resume`] for one job.
+    ///
+    /// # Errors
+    /// As `resume`.
+    pub async fn resume_one(&self, name: &JobName) -> Result<(), SchedulingError> {
+        self.resume(std::slice::from_ref(name)).await.remove(0)
     }
 
     async fn set_paused(&self, names: &[JobName], paused: bool) -> Vec<Result<(), SchedulingError>> {
@@ -207,6 +231,22 @@ impl<S: JobStore> JobScheduler<S> {
         let results = self.shared.store.set_triggers_paused(keys, false).await;
         self.wake();
         results
+    }
+
+    /// [`JobScheduler::pause_triggers`] for one trigger.
+    ///
+    /// # Errors
+    /// As `pause_triggers`.
+    pub async fn pause_trigger(&self, key: &TriggerKey) -> Result<(), SchedulingError> {
+        self.pause_triggers(std::slice::from_ref(key)).await.remove(0)
+    }
+
+    /// [`JobScheduler::resume_triggers`] for one trigger.
+    ///
+    /// # Errors
+    /// As `resume_triggers`.
+    pub async fn resume_trigger(&self, key: &TriggerKey) -> Result<(), SchedulingError> {
+        self.resume_triggers(std::slice::from_ref(key)).await.remove(0)
     }
 
     /// Runs jobs now on this node, ignoring pause and leadership, and waits for each first
@@ -250,6 +290,14 @@ impl<S: JobStore> JobScheduler<S> {
         results
     }
 
+    /// [`JobScheduler::enqueue`] for one job; returns the new trigger's name.
+    ///
+    /// # Errors
+    /// As `enqueue`.
+    pub async fn enqueue_one(&self, request: impl Into<JobTriggerRequest>) -> Result<TriggerName, SchedulingError> {
+        self.enqueue(vec![request.into()]).await.remove(0)
+    }
+
     /// Cancels runs: at once when they run here, at the running node's next cycle
     /// otherwise (`SCHEDULING_NOTFOUND_004` when unknown or finished).
     pub async fn cancel_runs(&self, ids: &[Uuid]) -> Vec<Result<(), SchedulingError>> {
@@ -262,6 +310,14 @@ impl<S: JobStore> JobScheduler<S> {
         ids.iter()
             .map(|id| if local.contains(id) { Ok(()) } else { remote_results.next().map_or(Ok(()), |r| r.map(|_| ())) })
             .collect()
+    }
+
+    /// [`JobScheduler::cancel_runs`] for one run.
+    ///
+    /// # Errors
+    /// As `cancel_runs`.
+    pub async fn cancel_run(&self, id: Uuid) -> Result<(), SchedulingError> {
+        self.cancel_runs(&[id]).await.remove(0)
     }
 
     /// A job's status, or `None`.
@@ -311,6 +367,14 @@ impl<S: JobStore> JobScheduler<S> {
         }
         self.wake();
         results
+    }
+
+    /// [`JobScheduler::restore`] for one job.
+    ///
+    /// # Errors
+    /// As `restore`.
+    pub async fn restore_one(&self, name: &JobName) -> Result<(), SchedulingError> {
+        self.restore(std::slice::from_ref(name)).await.remove(0)
     }
 
     /// Stops the node (SPEC §10): no new runs; running ones get until `deadline` to finish,

@@ -199,3 +199,52 @@ async fn a_draining_node_releases_the_lease_at_once() {
     assert!(holder.holder.starts_with("lease-b:"), "{holder:?}");
     b.stop(Duration::from_secs(1)).await;
 }
+
+/// A node with a store of its own (`shared_store: false`) in an election shared with
+/// another such node: only the leader runs scheduled triggers; the other takes only its
+/// one-shot triggers (enqueue) and starts the scheduled ones once it leads.
+#[tokio::test(start_paused = true)]
+async fn with_stores_of_their_own_only_the_leader_runs_scheduled_triggers() {
+    let clock = Arc::new(TokioClock::new(t0()));
+    let election = Arc::new(sundial::leader::LocalLeaderElection::new(clock.clone(), Entropy::from_seed(3)));
+    let mut nodes = Vec::new();
+    for (id, seed) in [("own-a", 31), ("own-b", 32)] {
+        let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
+        let registry = registry();
+        let store =
+            KvJobStore::new(kv, registry.calendars().clone(), Entropy::from_seed(seed), StoreOptions::default());
+        let options = SchedulerOptions {
+            poll_interval: Duration::from_millis(200),
+            lease_ttl: Duration::from_secs(2),
+            ..SchedulerOptions::default()
+        };
+        let mut config =
+            NodeConfig::new(store.clone(), registry, options, id, clock.clone(), Entropy::from_seed(seed + 200));
+        config.election = Some(election.clone());
+        config.name_prefix = "own-store-test".into();
+        let scheduler = Node::start(config, None).await.unwrap();
+        scheduler.serve();
+        nodes.push((scheduler, store));
+        // The first node leads before the second starts.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let every = JobRunQuery { job: Some(JobName::new("every-second").unwrap()), limit: 1000, ..JobRunQuery::default() };
+    let noop = JobName::new("adhoc").unwrap();
+    let adhoc = JobDefinition::new(noop.clone(), JobTypeKey::new("noop").unwrap());
+    nodes[1].0.schedule_one(adhoc).await.unwrap();
+    nodes[1].0.enqueue_one(noop.clone()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (a_runs, b_runs) = (nodes[0].1.runs(&every).await.unwrap(), nodes[1].1.runs(&every).await.unwrap());
+    assert!(a_runs.len() >= 5, "the leader runs the cron job: {}", a_runs.len());
+    assert!(b_runs.is_empty(), "the follower does not: {}", b_runs.len());
+    let adhoc_runs = nodes[1].1.runs(&JobRunQuery { job: Some(noop), ..JobRunQuery::default() }).await.unwrap();
+    assert_eq!(adhoc_runs.len(), 1, "a one-shot trigger ignores leadership");
+    assert_eq!((adhoc_runs[0].run.cause, adhoc_runs[0].state), (RunCause::Manual, RunState::Succeeded));
+    // The leader stops and releases its lease; the other node leads and takes over.
+    let (a, _) = nodes.remove(0);
+    a.stop(Duration::from_secs(1)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let b_runs = nodes[0].1.runs(&every).await.unwrap();
+    assert!(b_runs.len() >= 2, "the new leader runs the cron job: {}", b_runs.len());
+    nodes[0].0.stop(Duration::from_secs(1)).await;
+}

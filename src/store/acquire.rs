@@ -58,6 +58,11 @@ pub struct AcquireRequest<'a> {
     /// Runs this node already knows it is running (to recognise runs an ambiguous
     /// commit started).
     pub known_runs: &'a BTreeSet<Uuid>,
+    /// Take fires of scheduled triggers (cron, interval, once). A non-leader on a
+    /// non-shared store sets this to false (SPEC §10): it takes only one-shot triggers
+    /// (enqueue, retry, recovery) and leaves the scheduled ones waiting, to misfire or run
+    /// when this node leads.
+    pub scheduled: bool,
 }
 
 /// A run the node must now execute.
@@ -226,10 +231,16 @@ impl<K: Kv> KvJobStore<K> {
             let home = home_of(shard, &nodes) == Some(request.node);
             let until = if home { now.saturating_add(lookahead) } else { now.saturating_sub(grace) };
             let (begin, end) = self.keys.due_until(shard, until);
-            let range = RangeRequest::new(begin, end).limit(request.max);
+            // Without scheduled fires, the waiting scheduled entries are skipped: read past
+            // them so they cannot hide one-shot fires behind them.
+            let range = RangeRequest::new(begin, end);
+            let range = if request.scheduled { range.limit(request.max) } else { range };
             for (key, value) in tx.txn.get_range(&range, true).await?.pairs {
+                let (priority, one_shot) = super::due_value_parts(&value);
+                if !request.scheduled && !one_shot {
+                    continue;
+                }
                 let (due, job, trigger) = self.keys.due_parts(&key)?;
-                let priority = value.try_into().map(i32::from_le_bytes).unwrap_or(crate::job::PRIORITY_DEFAULT);
                 let spread = if home { 0 } else { fnv(&[request.node.as_bytes(), job.as_bytes(), trigger.as_bytes()]) };
                 candidates.push(Candidate { home, spread, priority, due, job, trigger, key });
             }

@@ -7,9 +7,10 @@
 //! (0)                                           u8             keyspace layout version
 //! (1, job)                                      JobRecord      job definition, origin, paused
 //! (2, job, trigger)                             TriggerRecord  trigger definition and progress
-//! (3, shard, due_us, job, trigger)              ''             due index: present iff the trigger
+//! (3, shard, due_us, job, trigger)              i32 LE, u8     due index: present iff the trigger
 //!                                                              is Waiting; due_us == next fire;
-//!                                                              shard = hash(job, trigger) % 64
+//!                                                              shard = hash(job, trigger) % 64;
+//!                                                              value = priority, one-shot flag
 //! (4, job)                                      SlotRecord     the active-run slot of a
 //!                                                              non-concurrent job
 //! (5, job, trigger)                             ''             Blocked triggers of a job

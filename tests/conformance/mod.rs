@@ -40,6 +40,7 @@ macro_rules! for_each_scenario {
             code_jobs_sync_with_the_fingerprint_rules_and_restore,
             local_jobs_stay_out_of_acquisition_but_their_runs_go_to_history,
             lookahead_takes_fires_due_soon_with_their_own_time,
+            without_scheduled_fires_only_one_shot_triggers_are_taken,
         );
     };
 }
@@ -85,6 +86,7 @@ pub(crate) fn request<'a>(
         lookahead: Duration::ZERO,
         known_types: None,
         known_runs: known,
+        scheduled: true,
     }
 }
 
@@ -604,4 +606,34 @@ pub(crate) async fn lookahead_takes_fires_due_soon_with_their_own_time<K: Kv>(st
     let b = store.acquire_due(&early).await.unwrap();
     assert_eq!(b.len(), 1);
     assert_eq!(b[0].run.scheduled_at, secs(40));
+}
+
+/// A non-leader on a store of its own (`scheduled: false`) takes enqueued one-shot fires
+/// even behind many due scheduled ones, and leaves the scheduled ones waiting at their due
+/// time; a later request with `scheduled: true` (the node leads) takes them.
+pub(crate) async fn without_scheduled_fires_only_one_shot_triggers_are_taken<K: Kv>(store: &KvJobStore<K>) {
+    let crons: Vec<JobDefinition> = (0..40)
+        .map(|i| {
+            let mut def = job(&format!("cron{i:02}"), &[("t", "cron * * * * * *")]);
+            def.allow_concurrent = true;
+            def
+        })
+        .collect();
+    store.schedule(&crons, t0()).await;
+    store.schedule(&[job("adhoc", &[])], t0()).await;
+    let names = store.enqueue(&[(name("adhoc"), JsonObject::new())], secs(5)).await;
+    let manual = names[0].as_ref().unwrap().clone();
+    let known = BTreeSet::new();
+    let mut follower = request("n1", secs(5), 2, &known);
+    follower.scheduled = false;
+    let runs = store.acquire_due(&follower).await.unwrap();
+    assert_eq!(runs.len(), 1, "only the one-shot fire");
+    assert_eq!((runs[0].run.cause, runs[0].run.trigger.as_ref()), (RunCause::Manual, Some(&manual)));
+    assert!(store.acquire_due(&follower).await.unwrap().is_empty());
+    assert_eq!(trigger_state(store, "cron07", "t").await, (TriggerState::Waiting, Some(us(secs(1)))));
+    // Leading now; 4 s late is within the misfire threshold, so each runs at its due time.
+    let leader = request("n1", secs(5), 100, &known);
+    let runs = store.acquire_due(&leader).await.unwrap();
+    assert_eq!(runs.len(), 40);
+    assert!(runs.iter().all(|r| r.run.cause == RunCause::Schedule && r.run.scheduled_at == secs(1)));
 }
