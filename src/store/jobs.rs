@@ -29,7 +29,9 @@ fn pausable(state: TriggerState) -> bool {
 /// is paused; back to `Waiting` (keeping its due time, so the misfire policy applies at the
 /// next acquisition) when neither is.
 pub(crate) fn settle(trigger: &mut TriggerRecord, job_paused: bool) {
-    if !pausable(trigger.state) {
+    // One-shot triggers the engine made (enqueue, retry, recovery) ignore pause: nothing
+    // would ever resume them.
+    if !pausable(trigger.state) || trigger.kind.is_synthetic() {
         return;
     }
     let paused = job_paused || trigger.paused;

@@ -41,6 +41,7 @@ macro_rules! for_each_scenario {
             local_jobs_stay_out_of_acquisition_but_their_runs_go_to_history,
             lookahead_takes_fires_due_soon_with_their_own_time,
             without_scheduled_fires_only_one_shot_triggers_are_taken,
+            a_one_shot_trigger_unblocked_while_its_job_is_paused_still_runs,
         );
     };
 }
@@ -636,4 +637,24 @@ pub(crate) async fn without_scheduled_fires_only_one_shot_triggers_are_taken<K: 
     let runs = store.acquire_due(&leader).await.unwrap();
     assert_eq!(runs.len(), 40);
     assert!(runs.iter().all(|r| r.run.cause == RunCause::Schedule && r.run.scheduled_at == secs(1)));
+}
+
+/// Found by simulation seed 2: a one-shot trigger (here an enqueued run) blocked behind a
+/// non-concurrent job's running run, unblocked while the job was paused, became `Paused` —
+/// and resuming the job never touches one-shot triggers, so it never ran. One-shot
+/// triggers ignore pause.
+pub(crate) async fn a_one_shot_trigger_unblocked_while_its_job_is_paused_still_runs<K: Kv>(store: &KvJobStore<K>) {
+    store.schedule(&[job("serial", &[("a", "cron 0 * * * * *")])], t0()).await;
+    let first = acquire(store, "n1", secs(60), 16).await;
+    assert_eq!(first.len(), 1);
+    let names = store.enqueue(&[(name("serial"), JsonObject::new())], secs(61)).await;
+    let manual = names[0].as_ref().unwrap().clone();
+    assert!(acquire(store, "n1", secs(62), 16).await.is_empty());
+    assert_eq!(trigger_state(store, "serial", manual.as_str()).await.0, TriggerState::Blocked);
+    assert!(store.set_jobs_paused(&[name("serial")], true).await[0].is_ok());
+    complete(store, first[0].run.id, "n1", RunOutcome::Succeeded, secs(63)).await;
+    assert_eq!(trigger_state(store, "serial", manual.as_str()).await.0, TriggerState::Waiting);
+    let runs = acquire(store, "n1", secs(64), 16).await;
+    assert_eq!(runs.len(), 1, "the enqueued run goes ahead while the job is paused");
+    assert_eq!(runs[0].run.trigger.as_ref(), Some(&manual));
 }
