@@ -185,6 +185,13 @@ impl LocalTriggers {
         let due_retries: Vec<(DateTime<Utc>, Uuid)> =
             self.retries.range(..=(now, Uuid::max())).map(|(k, _)| *k).collect();
         for key in due_retries {
+            // A non-concurrent job's retry waits while the job runs here (SPEC §8: retries
+            // of non-concurrent jobs stay exclusive); it goes when the run ends.
+            let busy =
+                |job: &JobName| self.jobs.get(job).is_some_and(|j| !j.definition.allow_concurrent && j.running > 0);
+            if self.retries.get(&key).is_some_and(|r| busy(&r.run.job)) {
+                continue;
+            }
             if let Some(retry) = self.retries.remove(&key) {
                 if let Some(job) = self.jobs.get_mut(&retry.run.job) {
                     job.running += 1;
@@ -252,7 +259,15 @@ impl LocalTriggers {
             .flat_map(|j| j.triggers.values())
             .filter(|t| !t.paused && !t.waiting_for_run)
             .filter_map(|t| t.next_fire);
-        let retries = self.retries.keys().map(|(due, _)| *due);
+        // A non-concurrent job's retry waits for its run here to end, which wakes the
+        // poller anyway.
+        let retries = self
+            .retries
+            .iter()
+            .filter(|(_, r)| {
+                !self.jobs.get(&r.run.job).is_some_and(|j| !j.definition.allow_concurrent && j.running > 0)
+            })
+            .map(|((due, _), _)| *due);
         triggers.chain(retries).min()
     }
 
@@ -338,6 +353,27 @@ mod tests {
         );
         assert_eq!(local.handle_run_finished(&retries[0].run, t(18), true, &cal, &mut id), None, "policy used up");
         assert_eq!(local.poll_timeout(), Some(t(22)), "next interval from the first run's end");
+    }
+
+    /// Found by simulation seed 6: a non-concurrent local job's retry ran beside the job's
+    /// next scheduled run on the same node.
+    #[test]
+    fn a_non_concurrent_jobs_retry_waits_for_its_running_run() {
+        let cal = Calendars::new();
+        let mut job = local("n", "cron */10 * * * * *", false);
+        job.definition.retry = Some(RetryPolicy::fixed(1, Duration::from_secs(10)).unwrap());
+        let mut local = LocalTriggers::new();
+        local.refresh(vec![job], t(0), &cal);
+        let mut id = ids();
+        let first = local.poll_due(t(10), Duration::from_secs(60), &cal, &mut id).remove(0);
+        assert_eq!(local.handle_run_finished(&first.run, t(11), true, &cal, &mut id), Some(t(21)));
+        let second = local.poll_due(t(20), Duration::from_secs(60), &cal, &mut id);
+        assert_eq!(second.len(), 1, "the scheduled fire");
+        assert!(local.poll_due(t(21), Duration::from_secs(60), &cal, &mut id).is_empty(), "the retry waits");
+        assert_eq!(local.poll_timeout(), Some(t(30)), "and does not wake the poller meanwhile");
+        local.handle_run_finished(&second[0].run, t(25), false, &cal, &mut id);
+        let retry = local.poll_due(t(25), Duration::from_secs(60), &cal, &mut id);
+        assert_eq!((retry.len(), retry[0].run.cause), (1, RunCause::Retry));
     }
 
     #[test]
