@@ -97,12 +97,30 @@ pub struct StoreOptions {
     pub max_runs: Option<u64>,
     /// Blocked triggers returned to `Waiting` per completion transaction.
     pub unblock_batch: usize,
+    /// A deliberate bug, to show that the simulation's checkers catch it.
+    #[cfg(feature = "test-hooks")]
+    pub broken: Option<BrokenStore>,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        Self { retry: RetryOptions::default(), max_runs: None, unblock_batch: 64 }
+        Self {
+            retry: RetryOptions::default(),
+            max_runs: None,
+            unblock_batch: 64,
+            #[cfg(feature = "test-hooks")]
+            broken: None,
+        }
     }
+}
+
+/// Deliberate store bugs (feature `test-hooks`), for testing the simulation's checkers.
+#[cfg(feature = "test-hooks")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BrokenStore {
+    /// Acquisition reads the trigger and the fire's run at snapshot isolation: no conflict
+    /// check, so two nodes can take the same fire.
+    AcquireWithoutConflictCheck,
 }
 
 /// The job store over a [`Kv`]. Cheap to clone.
@@ -431,6 +449,14 @@ pub trait JobStore: Clone + Send + Sync + 'static {
         chunk: usize,
         fence: Option<&crate::leader::Fence>,
     ) -> impl std::future::Future<Output = Result<ReapResult, StoreError>> + Send;
+    /// Forwards to [`KvJobStore::reclaim_previous_runs`], which states the contract.
+    fn reclaim_previous_runs(
+        &self,
+        node: &str,
+        known: &std::collections::BTreeSet<Uuid>,
+        now: DateTime<Utc>,
+        chunk: usize,
+    ) -> impl std::future::Future<Output = Result<ReapResult, StoreError>> + Send;
     /// Forwards to [`KvJobStore::request_cancel`], which states the contract.
     fn request_cancel(
         &self,
@@ -581,6 +607,15 @@ impl<K: Kv> JobStore for KvJobStore<K> {
         fence: Option<&crate::leader::Fence>,
     ) -> impl std::future::Future<Output = Result<ReapResult, StoreError>> + Send {
         KvJobStore::reap_node(self, node, observed_seq, now, chunk, fence)
+    }
+    fn reclaim_previous_runs(
+        &self,
+        node: &str,
+        known: &std::collections::BTreeSet<Uuid>,
+        now: DateTime<Utc>,
+        chunk: usize,
+    ) -> impl std::future::Future<Output = Result<ReapResult, StoreError>> + Send {
+        KvJobStore::reclaim_previous_runs(self, node, known, now, chunk)
     }
     fn request_cancel(
         &self,

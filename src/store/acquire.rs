@@ -191,7 +191,11 @@ impl<K: Kv> KvJobStore<K> {
             }
             let Some(bytes) = tx.txn.get(&self.keys.run(id), true).await? else { continue };
             let record: RunRecord = codec::decode(&bytes, "run record")?;
+            // Only runs the earlier attempt of this very call started (same `now`); older
+            // ones belong to an earlier process with this node id (see
+            // `reclaim_previous_runs`).
             if record.state != RunState::Running
+                || record.started_us != micros(request.now)
                 || record.local
                 || record.cause == RunCause::Manual && record.trigger.is_none()
             {
@@ -265,7 +269,10 @@ impl<K: Kv> KvJobStore<K> {
         request: &AcquireRequest<'_>,
         candidate: &Candidate,
     ) -> Result<Option<AcquiredRun>, StoreError> {
-        let Some(trigger) = tx.trigger(&candidate.job, &candidate.trigger).await? else {
+        let snapshot = self.broken_acquisition();
+        let trigger_bytes = tx.txn.get(&self.keys.trigger(&candidate.job, &candidate.trigger), snapshot).await?;
+        let trigger: Option<TriggerRecord> = trigger_bytes.map(|b| codec::decode(&b, "trigger record")).transpose()?;
+        let Some(trigger) = trigger else {
             // An index entry without its trigger: never written by this store; repair.
             tx.txn.clear(&candidate.key);
             return Ok(None);
@@ -346,7 +353,7 @@ impl<K: Kv> KvJobStore<K> {
             exclusive,
             local: false,
         };
-        if tx.run(run_id).await?.is_some() {
+        if tx.txn.get(&self.keys.run(run_id), snapshot).await?.is_some() {
             // The fire already ran: a second guard behind the trigger's state.
             return Ok(None);
         }
@@ -374,6 +381,18 @@ impl<K: Kv> KvJobStore<K> {
             timeout: job.timeout_us.map(Duration::from_micros),
             exclusive,
         }))
+    }
+
+    /// Whether acquisition skips its conflict checks (a deliberate bug, feature `test-hooks`).
+    fn broken_acquisition(&self) -> bool {
+        #[cfg(feature = "test-hooks")]
+        {
+            self.options.broken == Some(super::BrokenStore::AcquireWithoutConflictCheck)
+        }
+        #[cfg(not(feature = "test-hooks"))]
+        {
+            false
+        }
     }
 
     /// The trigger after a fire whose next is computed from `basis` (the scheduled time,

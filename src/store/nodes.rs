@@ -7,6 +7,8 @@
 //! only if the sequence is still that one: a heartbeat racing the declaration conflicts
 //! on the node record, and exactly one of them wins.
 
+use std::collections::BTreeSet;
+
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
@@ -154,30 +156,8 @@ impl<K: Kv> KvJobStore<K> {
             // completion racing this conflicts on the run, and one state wins.
             let listing = tx.txn.get_range(&RangeRequest::new(begin, end).limit(chunk), true).await?;
             for ((key, _), uid) in listing.pairs.iter().zip(uids) {
-                let id = self.keys.node_run_of(key)?;
-                let Some(stored) = tx.run(id).await? else {
-                    tx.txn.clear(key);
-                    continue;
-                };
-                if stored.state != RunState::Running || stored.node != node {
-                    tx.txn.clear(key);
-                    continue;
-                }
-                let mut lost = stored.clone();
-                lost.state = RunState::Lost;
-                lost.finished_us = Some(micros(now));
-                lost.error_message = Some(format!("node '{node}' was lost while the run was running"));
-                tx.put_run(Some(&stored), &lost);
-                tx.txn.clear(&self.keys.cancel(node, id));
-                let job = tx.job(&stored.job).await?;
-                if self.release(&tx, &stored, job.as_ref()).await? {
-                    unblock.push(stored.job.clone());
-                }
-                self.finish_interval_trigger(&tx, &stored, job.as_ref(), now).await?;
-                if job.as_ref().is_some_and(|j| j.requests_recovery) && !stored.local {
-                    result.recovery_triggers.push(self.write_recovery(&tx, &stored, *uid, now)?);
-                }
-                result.lost_runs.push(id);
+                let why = format!("node '{node}' was lost while the run was running");
+                self.lose_run(&tx, key, node, now, *uid, &why, &mut result, &mut unblock).await?;
             }
             result.more = listing.more;
             Ok((result, unblock))
@@ -187,6 +167,92 @@ impl<K: Kv> KvJobStore<K> {
             self.unblock_all(&job).await?;
         }
         Ok(result)
+    }
+
+    /// Marks `Lost` the runs of `node` that the calling process does not know (`known`):
+    /// left `Running` by an earlier process with the same node id, which died. Each is
+    /// handled as when a lost node is reaped: its slot freed, its interval trigger re-armed,
+    /// and a `recovery-…` trigger when its job requests recovery. A node calls this when its
+    /// process starts (its heartbeat sequence goes on, so the leader would never declare
+    /// those runs lost). Call again while [`ReapResult::more`].
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn reclaim_previous_runs(
+        &self,
+        node: &str,
+        known: &BTreeSet<Uuid>,
+        now: DateTime<Utc>,
+        chunk: usize,
+    ) -> Result<ReapResult, StoreError> {
+        let uids: Vec<u64> = (0..chunk).map(|_| self.random_u64()).collect();
+        let uids = &uids;
+        let (result, unblock) = run(&self.kv, self.options.retry, |txn, _| async move {
+            let tx = self.tx(txn);
+            let mut result = ReapResult::default();
+            let mut unblock = Vec::new();
+            let (begin, end) = self.keys.running_on(node);
+            let listing = tx.txn.get_range(&RangeRequest::new(begin, end), true).await?;
+            let mut uids = uids.iter();
+            for (key, _) in &listing.pairs {
+                if known.contains(&self.keys.node_run_of(key)?) {
+                    continue;
+                }
+                let Some(uid) = uids.next() else {
+                    result.more = true;
+                    break;
+                };
+                let why = format!("the process of node '{node}' ended while the run was running");
+                self.lose_run(&tx, key, node, now, *uid, &why, &mut result, &mut unblock).await?;
+            }
+            Ok::<_, StoreError>((result, unblock))
+        })
+        .await?;
+        for job in unblock {
+            self.unblock_all(&job).await?;
+        }
+        Ok(result)
+    }
+
+    /// Marks the run behind running-index entry `key` `Lost` (if it still runs on `node`),
+    /// frees its slot, re-arms its interval trigger and writes its recovery trigger.
+    #[allow(clippy::too_many_arguments)]
+    async fn lose_run(
+        &self,
+        tx: &super::Tx<'_, K::Transaction>,
+        key: &[u8],
+        node: &str,
+        now: DateTime<Utc>,
+        uid: u64,
+        why: &str,
+        result: &mut ReapResult,
+        unblock: &mut Vec<String>,
+    ) -> Result<(), StoreError> {
+        let id = self.keys.node_run_of(key)?;
+        let Some(stored) = tx.run(id).await? else {
+            tx.txn.clear(key);
+            return Ok(());
+        };
+        if stored.state != RunState::Running || stored.node != node {
+            tx.txn.clear(key);
+            return Ok(());
+        }
+        let mut lost = stored.clone();
+        lost.state = RunState::Lost;
+        lost.finished_us = Some(micros(now));
+        lost.error_message = Some(why.to_owned());
+        tx.put_run(Some(&stored), &lost);
+        tx.txn.clear(&self.keys.cancel(node, id));
+        let job = tx.job(&stored.job).await?;
+        if self.release(tx, &stored, job.as_ref()).await? {
+            unblock.push(stored.job.clone());
+        }
+        self.finish_interval_trigger(tx, &stored, job.as_ref(), now).await?;
+        if job.as_ref().is_some_and(|j| j.requests_recovery) && !stored.local {
+            result.recovery_triggers.push(self.write_recovery(tx, &stored, uid, now)?);
+        }
+        result.lost_runs.push(id);
+        Ok(())
     }
 
     fn write_recovery(

@@ -42,6 +42,7 @@ macro_rules! for_each_scenario {
             lookahead_takes_fires_due_soon_with_their_own_time,
             without_scheduled_fires_only_one_shot_triggers_are_taken,
             a_one_shot_trigger_unblocked_while_its_job_is_paused_still_runs,
+            a_restarted_process_reclaims_the_runs_its_predecessor_left,
         );
     };
 }
@@ -657,4 +658,43 @@ pub(crate) async fn a_one_shot_trigger_unblocked_while_its_job_is_paused_still_r
     let runs = acquire(store, "n1", secs(64), 16).await;
     assert_eq!(runs.len(), 1, "the enqueued run goes ahead while the job is paused");
     assert_eq!(runs[0].run.trigger.as_ref(), Some(&manual));
+}
+
+/// Found by simulation seed 1: a node that crashed and restarted under the same id kept
+/// heartbeating, so the leader never declared its old runs lost; they stayed `Running`
+/// (and an ambiguous acquisition of the new process adopted and re-ran them). The new
+/// process reclaims them: `Lost`, slot freed, recovered once when the job asks.
+pub(crate) async fn a_restarted_process_reclaims_the_runs_its_predecessor_left<K: Kv>(store: &KvJobStore<K>) {
+    let mut recovering = job("again", &[("t", "cron 0 * * * * *")]);
+    recovering.requests_recovery = true;
+    store.schedule(&[recovering, job("other", &[("t", "cron 0 * * * * *")])], t0()).await;
+    store.heartbeat("phoenix", secs(59), None).await.unwrap();
+    let old = acquire(store, "phoenix", secs(60), 16).await;
+    assert_eq!(old.len(), 2);
+    // The new process already runs one run of its own when it reclaims.
+    store.enqueue(&[(name("other"), JsonObject::new())], secs(65)).await;
+    complete(
+        store,
+        old.iter().find(|r| r.run.job.as_str() == "other").unwrap().run.id,
+        "phoenix",
+        RunOutcome::Succeeded,
+        secs(64),
+    )
+    .await;
+    let own = acquire(store, "phoenix", secs(65), 16).await;
+    assert_eq!(own.len(), 1);
+    let known: BTreeSet<Uuid> = own.iter().map(|r| r.run.id).collect();
+    let mut step = store.reclaim_previous_runs("phoenix", &known, secs(66), 64).await.unwrap();
+    while step.more {
+        step = store.reclaim_previous_runs("phoenix", &known, secs(66), 64).await.unwrap();
+    }
+    let left = old.iter().find(|r| r.run.job.as_str() == "again").unwrap();
+    assert_eq!(store.run_record(left.run.id).await.unwrap().unwrap().state, RunState::Lost);
+    assert_eq!(store.run_record(own[0].run.id).await.unwrap().unwrap().state, RunState::Running, "its own run stays");
+    // Once: a second call finds nothing; the recovery runs, and the slot is free for it.
+    let again = store.reclaim_previous_runs("phoenix", &known, secs(67), 64).await.unwrap();
+    assert!(again.lost_runs.is_empty());
+    let recovered = acquire(store, "elsewhere", secs(67), 16).await;
+    assert_eq!(recovered.len(), 1);
+    assert_eq!((recovered[0].run.cause, recovered[0].run.job.as_str()), (RunCause::Recovery, "again"));
 }
