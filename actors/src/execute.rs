@@ -28,6 +28,9 @@ pub enum CancelReason {
     Timeout,
     /// The node is stopping and its deadline passed.
     NodeStopping,
+    /// The node could not heartbeat for most of `node_timeout` and fenced itself: its runs
+    /// may be declared lost and run again elsewhere.
+    Fenced,
 }
 
 /// A run's cancellation: its token, and the first reason it was canceled for.
@@ -85,7 +88,7 @@ pub async fn execute(
         cause = ?run.cause,
         attempt = run.attempt,
     );
-    let task = tokio::spawn(
+    let mut task = AbortOnDrop(tokio::spawn(
         async move {
             let mut next: BoxFuture<'_, JobResult> = job.run_boxed(&ctx);
             for layer in middleware.iter().rev() {
@@ -94,21 +97,31 @@ pub async fn execute(
             next.await
         }
         .instrument(span),
-    );
-    tokio::pin!(task);
+    ));
     let joined = match timeout {
-        None => task.await,
+        None => (&mut task.0).await,
         Some(timeout) => {
             tokio::select! {
-                joined = &mut task => joined,
+                biased;
+                joined = &mut task.0 => joined,
                 () = tokio::time::sleep(timeout) => {
                     cancel.cancel(CancelReason::Timeout);
-                    task.await
+                    (&mut task.0).await
                 }
             }
         }
     };
     decide(joined, cancel.reason(), timeout)
+}
+
+/// A task that is aborted when its handle is dropped: a run whose actor dies (killed with
+/// its node) takes its job with it instead of leaving it running unowned.
+pub(crate) struct AbortOnDrop<T>(pub(crate) tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 fn decide(
@@ -127,6 +140,9 @@ fn decide(
         Some(CancelReason::Requested) => return RunOutcome::Canceled { message: "canceled by request".into() },
         Some(CancelReason::NodeStopping) => {
             return RunOutcome::Canceled { message: "canceled: the node is stopping".into() }
+        }
+        Some(CancelReason::Fenced) => {
+            return RunOutcome::Canceled { message: "canceled: the node lost contact with the store".into() }
         }
         None => {}
     }

@@ -21,6 +21,7 @@ pub mod events;
 pub mod execute;
 #[cfg(feature = "fdb")]
 pub mod fdb;
+mod fence;
 mod housekeeper;
 pub mod job;
 pub mod lease;

@@ -11,20 +11,21 @@
 //! `max_concurrent_runs` may run). The supervisor itself fails only if it cannot spawn a
 //! poller, which its own supervisor (the host's, when embedded) then sees.
 
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr, SupervisionEvent};
 use sundial::entropy::{Entropy, RunIdGenerator};
 use sundial::leader::{Fence, LocalLeaderElection};
 use sundial::options::SchedulerOptions;
 use sundial::store::JobStore;
-use sundial::time::{Clock, Sleeper};
+use sundial::time::{Clock, MonotonicInstant, Sleeper};
 use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::clock::TokioSleeper;
 use crate::events::{EventPublisher, NoPublisher};
-use crate::execute::RunMiddleware;
+use crate::execute::{AbortOnDrop, CancelReason, RunCancel, RunMiddleware};
 use crate::housekeeper::{HousekeeperActor, HousekeeperMsg};
 use crate::lease::{DynLeaderElection, LeaseActor, LeaseMsg};
 use crate::poller::{PollerActor, PollerMsg};
@@ -59,6 +60,11 @@ pub struct NodeShared<S: JobStore> {
     pub(crate) start_timer: Arc<dyn Sleeper>,
     lifecycle: watch::Sender<Lifecycle>,
     leader: watch::Sender<Option<Leadership>>,
+    /// The cancellation of every run on this node, so the fence can reach them while the
+    /// poller is busy.
+    runs: Mutex<BTreeMap<Uuid, RunCancel>>,
+    /// When this node's last heartbeat committed (monotonic).
+    last_heartbeat: Mutex<Option<MonotonicInstant>>,
     ids: Mutex<(RunIdGenerator, Entropy)>,
 }
 
@@ -80,6 +86,32 @@ impl<S: JobStore> NodeShared<S> {
         self.leader.send_replace(leadership);
     }
 
+    pub(crate) fn register_run(&self, id: Uuid, cancel: RunCancel) {
+        lock(&self.runs).insert(id, cancel);
+    }
+
+    pub(crate) fn unregister_run(&self, id: Uuid) {
+        lock(&self.runs).remove(&id);
+    }
+
+    /// Cancels every run here (in run-id order); returns how many were not canceled yet.
+    pub(crate) fn cancel_all_runs(&self, reason: CancelReason) -> usize {
+        let runs = lock(&self.runs);
+        let fresh = runs.values().filter(|c| c.reason().is_none()).count();
+        for cancel in runs.values() {
+            cancel.cancel(reason);
+        }
+        fresh
+    }
+
+    pub(crate) fn heartbeat_committed(&self) {
+        *lock(&self.last_heartbeat) = Some(self.clock.monotonic());
+    }
+
+    pub(crate) fn last_heartbeat(&self) -> Option<MonotonicInstant> {
+        *lock(&self.last_heartbeat)
+    }
+
     /// A fresh run id: UUID v7 from the injected clock and seeded entropy.
     pub(crate) fn run_id(&self) -> Uuid {
         let now = self.clock.now();
@@ -96,6 +128,10 @@ impl<S: JobStore> NodeShared<S> {
     pub(crate) fn actor_name(&self, role: &str) -> String {
         format!("{}/{}/{role}", self.name_prefix, self.node_id)
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A node's current leadership.
@@ -193,6 +229,8 @@ pub struct SupervisorState<S: JobStore> {
     poller: ActorRef<PollerMsg>,
     lease: ActorRef<LeaseMsg>,
     housekeeper: ActorRef<HousekeeperMsg>,
+    /// The self-fencing watchdog (shared store only); aborted with this state.
+    _watchdog: Option<AbortOnDrop<()>>,
 }
 
 impl<S: JobStore> Actor for NodeSupervisor<S> {
@@ -216,7 +254,8 @@ impl<S: JobStore> Actor for NodeSupervisor<S> {
             myself.get_cell(),
         )
         .await?;
-        Ok(SupervisorState { shared, poller, lease, housekeeper })
+        let watchdog = shared.shared_store.then(|| crate::fence::spawn_watchdog(shared.clone()));
+        Ok(SupervisorState { shared, poller, lease, housekeeper, _watchdog: watchdog })
     }
 
     async fn handle(
@@ -320,6 +359,8 @@ impl Node {
             lifecycle,
             leader,
             ids: Mutex::new(ids),
+            runs: Mutex::new(BTreeMap::new()),
+            last_heartbeat: Mutex::new(None),
         });
         let name = shared.actor_name("supervisor");
         let (node, _) = match supervisor {

@@ -61,6 +61,8 @@ pub(crate) struct PollerState<S: JobStore> {
     shared: Arc<NodeShared<S>>,
     running: BTreeMap<Uuid, ActorRef<RunMsg>>,
     synced: bool,
+    /// Runs an earlier process with this node id left `Running` were marked lost.
+    reclaimed: bool,
     known_times_declared_lost: Option<u64>,
     tick: u64,
     /// This node's local triggers and in-process retries.
@@ -98,6 +100,7 @@ impl<S: JobStore> Actor for PollerActor<S> {
             shared,
             running: BTreeMap::new(),
             synced: false,
+            reclaimed: false,
             known_times_declared_lost: None,
             tick: 0,
             local: LocalTriggers::new(),
@@ -212,9 +215,13 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
         state.synced = sync_code_jobs(&shared, now).await;
     }
     run_local(myself, state, now).await;
+    let mut alive = true;
     if shared.shared_store {
-        match shared.store.heartbeat(&shared.node_id, now, state.known_times_declared_lost).await {
+        let beat = shared.store.heartbeat(&shared.node_id, now, state.known_times_declared_lost).await;
+        alive = beat.is_ok();
+        match beat {
             Ok(beat) => {
+                shared.heartbeat_committed();
                 if beat.was_declared_lost {
                     // Our runs are Lost already and will run again elsewhere: stop them.
                     tracing::warn!(node = %shared.node_id, "this node was declared lost; canceling its runs");
@@ -225,6 +232,9 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
                 state.known_times_declared_lost = Some(beat.times_declared_lost);
             }
             Err(error) => tracing::warn!(%error, "heartbeat failed"),
+        }
+        if !state.reclaimed {
+            state.reclaimed = reclaim_previous_runs(state, now).await;
         }
         match shared.store.cancel_requests(&shared.node_id).await {
             Ok(ids) => {
@@ -237,8 +247,13 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
             Err(error) => tracing::warn!(%error, "reading cancel requests failed"),
         }
     }
-    let slots =
-        acquire_slots(shared.options.acquire_batch_size, shared.options.max_concurrent_runs, state.running.len());
+    // Without a heartbeat this cycle, take no new work: this node may be about to be
+    // declared lost, and runs of a node the cluster never heard from would never be reaped.
+    let slots = if shared.shared_store && !alive {
+        0
+    } else {
+        acquire_slots(shared.options.acquire_batch_size, shared.options.max_concurrent_runs, state.running.len())
+    };
     if slots > 0 {
         let known_types: BTreeSet<String> = shared.registry.type_keys().map(str::to_owned).collect();
         let known_runs: BTreeSet<Uuid> = state.running.keys().copied().collect();
@@ -314,6 +329,34 @@ async fn run_local<S: JobStore>(
         }
         let acquired = AcquiredRun { run: fire.run, job_type: fire.job_type, timeout: fire.timeout, exclusive: false };
         start_run(myself, state, acquired, None, true).await;
+    }
+}
+
+/// Marks lost the runs an earlier process with this node id left `Running` (it crashed
+/// and this one restarted under the same id, so the leader never saw the node go
+/// silent); true when none are left.
+async fn reclaim_previous_runs<S: JobStore>(state: &PollerState<S>, now: chrono::DateTime<chrono::Utc>) -> bool {
+    let shared = &state.shared;
+    let known: BTreeSet<Uuid> = state.running.keys().copied().collect();
+    loop {
+        match shared.store.reclaim_previous_runs(&shared.node_id, &known, now, 64).await {
+            Ok(result) => {
+                if !result.lost_runs.is_empty() {
+                    tracing::warn!(
+                        node = %shared.node_id,
+                        runs = result.lost_runs.len(),
+                        "an earlier process of this node left runs behind; marked them lost"
+                    );
+                }
+                if !result.more {
+                    return true;
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "reclaiming an earlier process's runs failed; retrying next cycle");
+                return false;
+            }
+        }
     }
 }
 

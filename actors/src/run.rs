@@ -13,7 +13,7 @@ use sundial::time::Clock;
 use tokio::sync::oneshot;
 
 use crate::events::{publish_logged, CloudEvent, RunFacts, Topic};
-use crate::execute::{execute, CancelReason, RunCancel};
+use crate::execute::{execute, AbortOnDrop, CancelReason, RunCancel};
 use crate::job::RunContext;
 use crate::node::NodeShared;
 use crate::poller::PollerMsg;
@@ -45,6 +45,8 @@ pub(crate) struct RunState_<S: JobStore> {
     args: RunArgs<S>,
     cancel: RunCancel,
     started_at: chrono::DateTime<chrono::Utc>,
+    /// The job's task; dropped with this state, so a killed run actor aborts its job.
+    _task: AbortOnDrop<()>,
 }
 
 /// The run actor (stateless; everything is in its state).
@@ -64,6 +66,7 @@ impl<S: JobStore> Actor for RunActor<S> {
     async fn pre_start(&self, myself: ActorRef<RunMsg>, args: RunArgs<S>) -> Result<Self::State, ActorProcessingErr> {
         let shared = args.shared.clone();
         let cancel = RunCancel::new();
+        shared.register_run(args.acquired.run.id, cancel.clone());
         let started_at = shared.clock.now();
         let run = args.acquired.run.clone();
         let ctx = RunContext { run: run.clone(), node: shared.node_id.clone(), cancel: cancel.token() };
@@ -72,7 +75,7 @@ impl<S: JobStore> Actor for RunActor<S> {
         let middleware = shared.middleware.clone();
         let task_cancel = cancel.clone();
         let task_shared = shared.clone();
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let shared = task_shared;
             // Acquired ahead of time: start at the scheduled instant (or at once when
             // canceled meanwhile; the job then sees its token canceled).
@@ -80,6 +83,7 @@ impl<S: JobStore> Actor for RunActor<S> {
             if !early.is_zero() {
                 let token = task_cancel.token();
                 tokio::select! {
+                    biased;
                     () = shared.start_timer.sleep(early) => {}
                     () = token.cancelled() => {}
                 }
@@ -101,7 +105,7 @@ impl<S: JobStore> Actor for RunActor<S> {
             };
             let _ = myself.send_message(RunMsg::Finished(outcome));
         });
-        Ok(RunState_ { args, cancel, started_at })
+        Ok(RunState_ { args, cancel, started_at, _task: AbortOnDrop(task) })
     }
 
     async fn handle(
@@ -144,10 +148,17 @@ impl<S: JobStore> Actor for RunActor<S> {
                     let _ = reply.send(outcome);
                 }
                 let local = state.args.local.then(|| (run.clone(), stored_state == RunState::Failed));
+                shared.unregister_run(run.id);
                 let _ = state.args.poller.send_message(PollerMsg::RunFinished(run.id, local));
                 myself.stop(None);
             }
         }
+        Ok(())
+    }
+
+    async fn post_stop(&self, _myself: ActorRef<RunMsg>, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
+        // Also when stopped before its job ended (an abandoned run at node stop).
+        state.args.shared.unregister_run(state.args.acquired.run.id);
         Ok(())
     }
 }

@@ -44,7 +44,8 @@ impl From<JobName> for JobTriggerRequest {
 pub struct StopReport {
     /// Runs still running at the deadline, which were canceled.
     pub canceled: usize,
-    /// Runs that ignored cancellation and still ran when the stop gave up on them.
+    /// Runs that ignored cancellation and still ran when the stop gave up on them; their
+    /// tasks are aborted as the node's actors stop.
     pub abandoned: usize,
 }
 
