@@ -26,6 +26,9 @@ use sundial::name::{JobName, TriggerName};
 use sundial::store::{AcquireRequest, Completion, KvJobStore, RunOutcome, StoreOptions};
 use sundial::time::{from_micros, ManualClock};
 
+/// No busy local jobs.
+static NO_JOBS: BTreeSet<String> = BTreeSet::new();
+
 /// Counts live heap bytes.
 struct Counting;
 
@@ -92,6 +95,7 @@ fn request<'a>(node: &'a str, now: DateTime<Utc>, known: &'a BTreeSet<uuid::Uuid
         known_types: None,
         known_runs: known,
         scheduled: true,
+        busy_jobs: &NO_JOBS,
     }
 }
 

@@ -8,7 +8,7 @@
 //! [`LocalTriggers::poll_timeout`]. "Not concurrent" is judged on this node only; a fire
 //! skipped because the job is still running here computes its next fire from now.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -271,6 +271,31 @@ impl LocalTriggers {
         triggers.chain(retries).min()
     }
 
+    /// Whether `job` is a local, non-concurrent job with a run on this node now.
+    pub fn is_busy(&self, job: &JobName) -> bool {
+        self.jobs.get(job).is_some_and(|j| !j.definition.allow_concurrent && j.running > 0)
+    }
+
+    /// The local non-concurrent jobs running on this node now: the node must not start
+    /// another run of them from the store (enqueued, manual, recovery) meanwhile.
+    pub fn busy_jobs(&self) -> BTreeSet<String> {
+        self.jobs.iter().filter(|(name, _)| self.is_busy(name)).map(|(name, _)| name.to_string()).collect()
+    }
+
+    /// A run of local job `job` started on this node outside the local triggers (taken from
+    /// the store: enqueued, manual, recovery); "not concurrent" counts it too. Returns
+    /// whether `job` is a local job here (then call [`Self::note_ended`] when it ends).
+    pub fn note_started(&mut self, job: &JobName) -> bool {
+        self.jobs.get_mut(job).map(|j| j.running += 1).is_some()
+    }
+
+    /// A run noted by [`Self::note_started`] ended.
+    pub fn note_ended(&mut self, job: &JobName) {
+        if let Some(j) = self.jobs.get_mut(job) {
+            j.running = j.running.saturating_sub(1);
+        }
+    }
+
     /// Drops pending retries (the node is stopping: SPEC §8).
     pub fn drop_retries(&mut self) -> usize {
         let n = self.retries.len();
@@ -374,6 +399,28 @@ mod tests {
         local.handle_run_finished(&second[0].run, t(25), false, &cal, &mut id);
         let retry = local.poll_due(t(25), Duration::from_secs(60), &cal, &mut id);
         assert_eq!((retry.len(), retry[0].run.cause), (1, RunCause::Retry));
+    }
+
+    /// Found by simulation seed 7: an enqueued run of a local non-concurrent job (taken from
+    /// the store) ran beside the job's local fire on the same node.
+    #[test]
+    fn runs_from_the_store_count_towards_a_local_jobs_exclusivity() {
+        let cal = Calendars::new();
+        let jobs = vec![local_job("a"), local("c", "cron * * * * * *", true)];
+        let mut local = LocalTriggers::new();
+        local.refresh(jobs, t(0), &cal);
+        let mut id = ids();
+        let a = JobName::new("a").unwrap();
+        assert!(local.busy_jobs().is_empty());
+        assert!(local.note_started(&a), "a is a local job");
+        assert!(!local.note_started(&JobName::new("elsewhere").unwrap()), "not a local job");
+        assert!(local.note_started(&JobName::new("c").unwrap()));
+        assert_eq!(local.busy_jobs(), BTreeSet::from(["a".to_owned()]), "c runs concurrently");
+        let fires = local.poll_due(t(1), Duration::from_secs(60), &cal, &mut id);
+        assert_eq!(fires.len(), 1, "only c fires while a's store run runs here");
+        local.note_ended(&a);
+        assert!(!local.is_busy(&a));
+        assert_eq!(local.poll_due(t(2), Duration::from_secs(60), &cal, &mut id).len(), 2);
     }
 
     #[test]

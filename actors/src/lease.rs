@@ -79,8 +79,11 @@ impl<L: LeaderLease + 'static> DynLeaderLease for L {
 /// Messages to the lease actor.
 #[derive(Debug)]
 pub(crate) enum LeaseMsg {
-    /// Renew, acquire or release, as the lifecycle says.
+    /// Renew, acquire or release, as the lifecycle says; then again after a third of the
+    /// lease's TTL.
     Tick,
+    /// Renew, acquire or release now (the node just began serving), keeping the schedule.
+    TickNow,
     /// Release now (stop sequence); replies when done.
     Release(RpcReplyPort<()>),
 }
@@ -125,6 +128,7 @@ impl<S: JobStore> Actor for LeaseActor<S> {
                 let period = (state.shared.options.lease_ttl / 3).max(Duration::from_millis(10));
                 myself.send_after(period, || LeaseMsg::Tick);
             }
+            LeaseMsg::TickNow => tick(state).await,
             LeaseMsg::Release(reply) => {
                 release(state).await;
                 let _ = reply.send(());

@@ -214,6 +214,9 @@ pub enum NodeMsg {
     /// Release the leader lease now (stop sequence); replies when done.
     #[doc(hidden)]
     ReleaseLease(RpcReplyPort<()>),
+    /// The node began serving: try for the lease now rather than at the next tick.
+    #[doc(hidden)]
+    Serving,
 }
 
 /// An opaque poller message (the poller's messages are internal).
@@ -267,6 +270,9 @@ impl<S: JobStore> Actor for NodeSupervisor<S> {
         match message {
             NodeMsg::Poller(PollerMsgBox(message)) => {
                 let _ = state.poller.send_message(message);
+            }
+            NodeMsg::Serving => {
+                let _ = state.lease.send_message(LeaseMsg::TickNow);
             }
             NodeMsg::ReleaseLease(reply) => {
                 let _ = state.lease.call(LeaseMsg::Release, Some(std::time::Duration::from_secs(30))).await;

@@ -67,6 +67,9 @@ pub(crate) struct PollerState<S: JobStore> {
     tick: u64,
     /// This node's local triggers and in-process retries.
     local: LocalTriggers,
+    /// Runs of local jobs here that came from the store (enqueued, manual, recovery):
+    /// they count towards the job's "not concurrent" on this node.
+    store_runs_of_local_jobs: BTreeMap<Uuid, JobName>,
     /// Cycles since local jobs were last read from the store.
     cycles_since_refresh: u32,
     /// Re-read local jobs at the next cycle (a local change was made).
@@ -104,6 +107,7 @@ impl<S: JobStore> Actor for PollerActor<S> {
             known_times_declared_lost: None,
             tick: 0,
             local: LocalTriggers::new(),
+            store_runs_of_local_jobs: BTreeMap::new(),
             cycles_since_refresh: 0,
             refresh_local: true,
         })
@@ -131,6 +135,13 @@ impl<S: JobStore> Actor for PollerActor<S> {
             PollerMsg::RunFinished(id, local) => {
                 let was_full = state.running.len() >= state.shared.options.max_concurrent_runs as usize;
                 state.running.remove(&id);
+                if let Some(job) = state.store_runs_of_local_jobs.remove(&id) {
+                    state.local.note_ended(&job);
+                    if state.local.poll_timeout().is_some() {
+                        state.tick += 1;
+                        let _ = myself.send_message(PollerMsg::Tick(state.tick));
+                    }
+                }
                 if let Some((run, failed)) = local {
                     let shared = state.shared.clone();
                     let now = shared.clock.now();
@@ -195,6 +206,13 @@ impl<S: JobStore> Actor for PollerActor<S> {
         // stored run stays Running until the node is declared lost or restarts.
         if let SupervisionEvent::ActorFailed(cell, error) = event {
             state.running.retain(|_, run| run.get_id() != cell.get_id());
+            let gone: Vec<Uuid> =
+                state.store_runs_of_local_jobs.keys().filter(|id| !state.running.contains_key(id)).copied().collect();
+            for id in gone {
+                if let Some(job) = state.store_runs_of_local_jobs.remove(&id) {
+                    state.local.note_ended(&job);
+                }
+            }
             tracing::error!(%error, "a run actor failed");
         }
         Ok(())
@@ -257,6 +275,7 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
     if slots > 0 {
         let known_types: BTreeSet<String> = shared.registry.type_keys().map(str::to_owned).collect();
         let known_runs: BTreeSet<Uuid> = state.running.keys().copied().collect();
+        let busy_jobs = state.local.busy_jobs();
         let request = AcquireRequest {
             node: &shared.node_id,
             now,
@@ -268,6 +287,7 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
             known_runs: &known_runs,
             // With a store of its own, only the leader runs scheduled triggers (SPEC §10).
             scheduled: shared.shared_store || shared.leader().is_some(),
+            busy_jobs: &busy_jobs,
         };
         match shared.store.acquire_due(&request).await {
             Ok(runs) => {
@@ -387,6 +407,9 @@ async fn start_run<S: JobStore>(
 ) {
     let shared = state.shared.clone();
     let id = acquired.run.id;
+    if !local && state.local.note_started(&acquired.run.job) {
+        state.store_runs_of_local_jobs.insert(id, acquired.run.job.clone());
+    }
     let name = shared.actor_name(&format!("run/{id}"));
     let args = RunArgs { shared, acquired, poller: myself.clone(), reply, local };
     match Actor::spawn_linked(Some(name), RunActor::new(), args, myself.get_cell()).await {
@@ -412,6 +435,10 @@ async fn trigger<S: JobStore>(
     let record = record.ok_or_else(|| SchedulingError::JobNotFound { job: job.to_string() })?;
     if !shared.registry.has_type(&record.job_type) {
         return Err(SchedulingError::JobTypeNotFound { job_type: record.job_type });
+    }
+    if state.local.is_busy(job) {
+        // A local non-concurrent job already runs here (its slot is per node).
+        return Err(SchedulingError::JobRunning { job: job.to_string() });
     }
     let run_id = shared.run_id();
     let now = shared.clock.now();

@@ -100,6 +100,7 @@ impl<S: JobStore> JobScheduler<S> {
     pub fn serve(&self) {
         if self.lifecycle() == Lifecycle::Starting {
             self.shared.set_lifecycle(Lifecycle::Serving);
+            let _ = self.node.send_message(NodeMsg::Serving);
             self.wake();
         }
     }

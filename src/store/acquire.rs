@@ -63,6 +63,9 @@ pub struct AcquireRequest<'a> {
     /// (enqueue, retry, recovery) and leaves the scheduled ones waiting, to misfire or run
     /// when this node leads.
     pub scheduled: bool,
+    /// Jobs whose fires this node must leave waiting now: local non-concurrent jobs with a
+    /// run on this node (their "not concurrent" is judged per node, outside the store).
+    pub busy_jobs: &'a BTreeSet<String>,
 }
 
 /// A run the node must now execute.
@@ -245,6 +248,9 @@ impl<K: Kv> KvJobStore<K> {
                     continue;
                 }
                 let (due, job, trigger) = self.keys.due_parts(&key)?;
+                if request.busy_jobs.contains(&job) {
+                    continue;
+                }
                 let spread = if home { 0 } else { fnv(&[request.node.as_bytes(), job.as_bytes(), trigger.as_bytes()]) };
                 candidates.push(Candidate { home, spread, priority, due, job, trigger, key });
             }

@@ -18,6 +18,9 @@ use sundial::store::{AcquireRequest, AcquiredRun, Completion, CompletionResult, 
 use sundial::time::from_micros;
 use uuid::Uuid;
 
+/// No busy local jobs.
+static NO_JOBS: BTreeSet<String> = BTreeSet::new();
+
 /// Calls `$m!` with the name of every scenario that takes a default store (the history
 /// cap scenario needs `max_runs: Some(3)` and is run on its own).
 #[macro_export]
@@ -89,6 +92,7 @@ pub(crate) fn request<'a>(
         known_types: None,
         known_runs: known,
         scheduled: true,
+        busy_jobs: &NO_JOBS,
     }
 }
 
