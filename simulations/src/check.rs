@@ -1,0 +1,488 @@
+//! The checkers. They read what the simulated jobs wrote (the event log), the store's final
+//! history, and periodic samples of run states, and report every invariant broken, with
+//! the run ids and times involved.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use sundial::job::{JobDefinition, MisfirePolicy, RunCause, RunState};
+use sundial::name::JobName;
+use sundial::schedule::{PreviousFire, ScheduleKind};
+use sundial::store::records::RunRecord;
+use sundial::time::{add_duration, from_micros};
+use uuid::Uuid;
+
+use crate::options::{SimOptions, LIVENESS_BOUND};
+use crate::trace::{Event, EventKind, StartFacts};
+use crate::workload::{epoch, Workload};
+
+/// Fires this soon after the epoch are not accounted: the first fire depends on when the
+/// job was registered, on a node clock that may be skewed.
+const SETTLE: Duration = Duration::from_secs(30);
+/// The liveness phase's lateness rule applies from this long after the faults healed
+/// (nodes restart, leases expire, missed fires are caught up).
+const CATCH_UP: Duration = Duration::from_secs(180);
+
+/// Everything the checkers read.
+#[derive(Debug)]
+pub struct Inputs<'a> {
+    /// The simulation's options.
+    pub options: &'a SimOptions,
+    /// The workload (job definitions and which ones changed).
+    pub workload: &'a Workload,
+    /// The event log.
+    pub events: &'a [Event],
+    /// Every run record in the store at the end.
+    pub history: &'a [RunRecord],
+    /// Sampled run states.
+    pub samples: &'a Samples,
+    /// Every trigger in the store at the end: (job, trigger).
+    pub triggers: &'a BTreeSet<(String, String)>,
+    /// Node incarnations alive at the end: (node id, incarnation).
+    pub live: &'a [(String, u32)],
+    /// When the liveness phase began (true time).
+    pub liveness_from: DateTime<Utc>,
+    /// How far the furthest jumped clock was ahead when the faults healed: fires that far
+    /// into the liveness phase may have run early or been skipped as misfires on it.
+    pub jumped_ahead: Duration,
+    /// The end (true time).
+    pub end: DateTime<Utc>,
+}
+
+/// What the checkers found.
+#[derive(Debug, Clone, Default)]
+pub struct Checked {
+    /// Broken invariants, each described with its run ids and times.
+    pub violations: Vec<String>,
+    /// The one allowed overlap: a job that ignored cancellation kept running on a node
+    /// already declared lost while its job's next run ran elsewhere.
+    pub lost_node_overlaps: Vec<String>,
+    /// Counts of what was checked.
+    pub checked: BTreeMap<&'static str, u64>,
+}
+
+/// Run states sampled during the simulation: each change must be a legal transition, and
+/// a run once seen must stay (history is kept for days, longer than any simulation).
+#[derive(Debug, Clone, Default)]
+pub struct Samples {
+    last: BTreeMap<Uuid, RunState>,
+    violations: Vec<String>,
+    count: u64,
+}
+
+impl Samples {
+    /// Takes one sample (every run's state at `at`).
+    pub fn observe(&mut self, at: DateTime<Utc>, states: BTreeMap<Uuid, RunState>) {
+        self.count += 1;
+        for (id, before) in &self.last {
+            match states.get(id) {
+                None => self.violations.push(format!("run {id} vanished from history at {at} (was {before:?})")),
+                Some(after) if after != before && !before.can_transition_to(*after) => self
+                    .violations
+                    .push(format!("run {id} went {before:?} -> {after:?} (illegal transition), seen at {at}")),
+                Some(_) => {}
+            }
+        }
+        self.last = states;
+    }
+}
+
+/// One run's execution as the event log saw it.
+#[derive(Debug, Clone)]
+struct Execution<'a> {
+    facts: &'a StartFacts,
+    start: DateTime<Utc>,
+    /// Position of the start in the log: orders starts at the same instant.
+    seq: usize,
+    /// When it ended and the position of that in the log; `None`: still running at the end.
+    end: Option<(DateTime<Utc>, usize)>,
+}
+
+/// Runs every checker.
+pub fn check(inputs: &Inputs<'_>) -> Checked {
+    let mut checked = Checked::default();
+    let definitions: BTreeMap<&JobName, &JobDefinition> = inputs.workload.jobs().map(|d| (&d.name, d)).collect();
+    let history: BTreeMap<Uuid, &RunRecord> = inputs.history.iter().map(|r| (r.id, r)).collect();
+    let executions = executions(inputs, &mut checked);
+    at_most_once(inputs, &mut checked);
+    no_overlap(inputs, &definitions, &history, &executions, &mut checked);
+    fires_accounted(inputs, &definitions, &executions, &mut checked);
+    retries(inputs, &definitions, &history, &mut checked);
+    recovery(inputs, &definitions, &mut checked);
+    nothing_stuck(inputs, &executions, &mut checked);
+    history_kept(&definitions, &history, &executions, &mut checked);
+    checked.violations.extend(inputs.samples.violations.iter().cloned());
+    *checked.checked.entry("state samples").or_default() += inputs.samples.count;
+    checked
+}
+
+fn executions<'a>(inputs: &'a Inputs<'_>, checked: &mut Checked) -> BTreeMap<Uuid, Execution<'a>> {
+    let mut runs: BTreeMap<Uuid, Execution<'a>> = BTreeMap::new();
+    for (seq, event) in inputs.events.iter().enumerate() {
+        match &event.kind {
+            EventKind::Start(facts) => {
+                if let Some(first) = runs.get(&facts.run.id) {
+                    checked.violations.push(format!(
+                        "run {} of {} started twice: on {} at {} and on {} at {}",
+                        facts.run.id, facts.run.job, first.facts.node, first.start, facts.node, event.at
+                    ));
+                    continue;
+                }
+                runs.insert(facts.run.id, Execution { facts, start: event.at, seq, end: None });
+            }
+            EventKind::End { run, .. } | EventKind::Killed { run, .. } => {
+                if let Some(execution) = runs.get_mut(run) {
+                    execution.end.get_or_insert((event.at, seq));
+                }
+            }
+            EventKind::World(_) => {}
+        }
+    }
+    *checked.checked.entry("executions").or_default() += runs.len() as u64;
+    runs
+}
+
+/// Each (trigger, scheduled time) of a cluster-unique job has at most one run. Jobs whose
+/// definitions changed are left out: a trigger deleted and made again is a new trigger,
+/// whose fires may repeat the old one's times (their runs are still checked one by one:
+/// no run id starts twice).
+fn at_most_once(inputs: &Inputs<'_>, checked: &mut Checked) {
+    let mut fires: BTreeMap<(&str, &str, i64), Vec<Uuid>> = BTreeMap::new();
+    let stable = |job: &str| JobName::new(job).is_ok_and(|n| !inputs.workload.changed.contains(&n));
+    for run in inputs.history.iter().filter(|r| r.cause == RunCause::Schedule && !r.local && stable(&r.job)) {
+        if let Some(trigger) = &run.trigger {
+            fires.entry((&run.job, trigger, run.scheduled_us)).or_default().push(run.id);
+        }
+    }
+    *checked.checked.entry("fires").or_default() += fires.len() as u64;
+    for ((job, trigger, scheduled), ids) in fires {
+        if ids.len() > 1 {
+            checked.violations.push(format!(
+                "fire {job}/{trigger} at {} ran {} times: {ids:?}",
+                time(scheduled),
+                ids.len()
+            ));
+        }
+    }
+}
+
+/// A non-concurrent job's runs never overlap in (true) time; a local job's only on one node.
+fn no_overlap(
+    inputs: &Inputs<'_>,
+    definitions: &BTreeMap<&JobName, &JobDefinition>,
+    history: &BTreeMap<Uuid, &RunRecord>,
+    executions: &BTreeMap<Uuid, Execution<'_>>,
+    checked: &mut Checked,
+) {
+    let mut groups: BTreeMap<(String, String), Vec<&Execution<'_>>> = BTreeMap::new();
+    for execution in executions.values() {
+        let Some(def) = definitions.get(&execution.facts.run.job) else { continue };
+        if def.allow_concurrent {
+            continue;
+        }
+        let node = if def.run_on_every_instance { execution.facts.node.clone() } else { String::new() };
+        groups.entry((def.name.to_string(), node)).or_default().push(execution);
+    }
+    for ((job, _), mut runs) in groups {
+        runs.sort_by_key(|e| (e.start, e.seq));
+        *checked.checked.entry("exclusive runs").or_default() += runs.len() as u64;
+        let mut holder: Option<&Execution<'_>> = None;
+        for run in runs {
+            if let Some(previous) = holder {
+                // Log order breaks ties: a run that starts at the instant another ends,
+                // but before that end was logged, overlaps it.
+                let previous_end = previous.end.unwrap_or((inputs.end, usize::MAX));
+                if (run.start, run.seq) < previous_end {
+                    let lost = history.get(&previous.facts.run.id).is_some_and(|r| r.state == RunState::Lost);
+                    let line = format!(
+                        "job {job}: run {} on {} ({} to {}) overlaps run {} on {} (from {})",
+                        previous.facts.run.id,
+                        previous.facts.node,
+                        previous.start,
+                        previous_end.0,
+                        run.facts.run.id,
+                        run.facts.node,
+                        run.start
+                    );
+                    if lost && previous.facts.ignores_cancel {
+                        checked.lost_node_overlaps.push(line);
+                    } else {
+                        checked.violations.push(line);
+                    }
+                }
+                if run.end.unwrap_or((inputs.end, usize::MAX)) <= previous_end {
+                    continue;
+                }
+            }
+            holder = Some(run);
+        }
+    }
+}
+
+/// Every fire of a stable trigger is accounted for: `RunAll` cron triggers run every fire
+/// exactly at its time, in order (no gap before the latest fire run); `once` triggers fire once (at most once with `Skip`); `every … xN`
+/// triggers at most N times; and in the liveness phase every fire of a concurrent job's
+/// cron trigger starts within [`LIVENESS_BOUND`] of its time.
+fn fires_accounted(
+    inputs: &Inputs<'_>,
+    definitions: &BTreeMap<&JobName, &JobDefinition>,
+    executions: &BTreeMap<Uuid, Execution<'_>>,
+    checked: &mut Checked,
+) {
+    let calendars = crate::world_calendars();
+    let mut ran: BTreeMap<(&str, &str), Vec<&RunRecord>> = BTreeMap::new();
+    for run in inputs.history.iter().filter(|r| r.cause == RunCause::Schedule && !r.local) {
+        if let Some(trigger) = &run.trigger {
+            ran.entry((&run.job, trigger)).or_default().push(run);
+        }
+    }
+    let horizon = inputs.end - TimeDelta::from_std(LIVENESS_BOUND).unwrap_or_default();
+    let lateness_from = add_duration(inputs.liveness_from, CATCH_UP + inputs.jumped_ahead);
+    for def in definitions.values() {
+        if inputs.workload.changed.contains(&def.name) || def.run_on_every_instance {
+            continue;
+        }
+        for trigger in &def.triggers {
+            let runs = ran.get(&(def.name.as_str(), trigger.name.as_str())).map_or(&[][..], Vec::as_slice);
+            let scheduled: BTreeMap<i64, Uuid> = runs.iter().map(|r| (r.scheduled_us, r.id)).collect();
+            let calendar = trigger.schedule.calendar.as_ref().and_then(|c| calendars.get(c));
+            let label = format!("{}/{}", def.name, trigger.name);
+            match &trigger.schedule.kind {
+                ScheduleKind::Cron { .. } => {
+                    // RunAll never skips a fire; a busy job may still be catching up at
+                    // the end, so every fire up to the latest one run must have run.
+                    let strict = trigger.misfire == MisfirePolicy::RunAll;
+                    let caught_up = scheduled.keys().next_back().copied().unwrap_or(i64::MIN);
+                    let timely = def.allow_concurrent && trigger.misfire != MisfirePolicy::RunAll;
+                    let mut next = trigger.schedule.first_fire(add_duration(epoch(), SETTLE), calendar);
+                    let mut count = 0u32;
+                    while let Some(at) = next.filter(|at| *at <= horizon) {
+                        count += 1;
+                        *checked.checked.entry("expected fires").or_default() += 1;
+                        let run = scheduled.get(&at.timestamp_micros());
+                        if strict && run.is_none() && at.timestamp_micros() <= caught_up {
+                            checked.violations.push(format!("{label} (RunAll): the fire at {at} never ran"));
+                        }
+                        if timely && at >= lateness_from {
+                            match run.and_then(|id| executions.get(id)) {
+                                None => checked.violations.push(format!(
+                                    "{label}: the fire at {at} (liveness phase) did not start by the end"
+                                )),
+                                Some(execution) if execution.start > add_duration(at, LIVENESS_BOUND) => {
+                                    checked.violations.push(format!(
+                                        "{label}: the fire at {at} (liveness phase) started late, at {}",
+                                        execution.start
+                                    ));
+                                }
+                                Some(_) => {}
+                            }
+                        }
+                        let previous = PreviousFire { scheduled_at: at, completed_at: at, fire_count: count };
+                        next = trigger.schedule.next_fire(&previous, calendar);
+                    }
+                }
+                ScheduleKind::Once { at } => {
+                    let due = trigger.schedule.first_fire(*at - TimeDelta::seconds(1), calendar);
+                    if due.is_some_and(|due| due <= horizon && due > add_duration(epoch(), SETTLE)) {
+                        *checked.checked.entry("expected fires").or_default() += 1;
+                        let expected_min = usize::from(trigger.misfire != MisfirePolicy::Skip);
+                        if runs.len() < expected_min || runs.len() > 1 {
+                            let ids: Vec<Uuid> = runs.iter().map(|r| r.id).collect();
+                            checked.violations.push(format!(
+                                "{label} (once at {at}, {:?}): {} runs {ids:?}",
+                                trigger.misfire,
+                                runs.len()
+                            ));
+                        }
+                    }
+                }
+                ScheduleKind::Every { repeat_count: Some(limit), .. } if runs.len() > *limit as usize => {
+                    checked.violations.push(format!("{label}: {} runs, more than its {limit} repeats", runs.len()));
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Retries follow the policy: a `retry-…` run follows a failed run, with attempt + 1 and
+/// `retry_of` = the chain's first run, never past `max_retries`; and a failed run with
+/// retries left gets exactly one.
+fn retries(
+    inputs: &Inputs<'_>,
+    definitions: &BTreeMap<&JobName, &JobDefinition>,
+    history: &BTreeMap<Uuid, &RunRecord>,
+    checked: &mut Checked,
+) {
+    let mut retries_of: BTreeMap<String, Vec<&RunRecord>> = BTreeMap::new();
+    for run in inputs.history.iter().filter(|r| r.cause == RunCause::Retry && !r.local) {
+        *checked.checked.entry("retries").or_default() += 1;
+        let Some(failed_simple) = run.trigger.as_deref().and_then(|t| t.strip_prefix("retry-")) else {
+            checked.violations.push(format!("retry run {} has trigger {:?}, not retry-…", run.id, run.trigger));
+            continue;
+        };
+        retries_of.entry(failed_simple.to_owned()).or_default().push(run);
+        let Some(failed) = Uuid::try_parse(failed_simple).ok().and_then(|id| history.get(&id)) else {
+            checked
+                .violations
+                .push(format!("retry run {} follows run {failed_simple}, which is not in history", run.id));
+            continue;
+        };
+        if failed.state != RunState::Failed {
+            checked
+                .violations
+                .push(format!("retry run {} follows run {} which ended {:?}", run.id, failed.id, failed.state));
+        }
+        let root = failed.retry_of.unwrap_or(failed.id);
+        if run.attempt != failed.attempt + 1 || run.retry_of != Some(root) {
+            checked.violations.push(format!(
+                "retry run {} has attempt {} retry_of {:?}; expected {} and {root}",
+                run.id,
+                run.attempt,
+                run.retry_of,
+                failed.attempt + 1
+            ));
+        }
+        let stable = JobName::new(&run.job).ok().filter(|n| !inputs.workload.changed.contains(n));
+        let policy = stable.as_ref().and_then(|n| definitions.get(n)).and_then(|d| d.retry.as_ref());
+        if let Some(policy) = policy {
+            if run.attempt > policy.max_retries() + 1 {
+                checked.violations.push(format!(
+                    "retry run {} is attempt {}, past {} retries",
+                    run.id,
+                    run.attempt,
+                    policy.max_retries()
+                ));
+            }
+        }
+    }
+    for (simple, runs) in &retries_of {
+        if runs.len() > 1 {
+            let ids: Vec<Uuid> = runs.iter().map(|r| r.id).collect();
+            checked.violations.push(format!("run {simple} was retried {} times: {ids:?}", runs.len()));
+        }
+    }
+    let horizon = inputs.end - TimeDelta::from_std(LIVENESS_BOUND).unwrap_or_default();
+    for failed in inputs.history.iter().filter(|r| r.state == RunState::Failed && !r.local) {
+        let Ok(name) = JobName::new(&failed.job) else { continue };
+        if inputs.workload.changed.contains(&name) {
+            continue;
+        }
+        let Some(policy) = definitions.get(&name).and_then(|d| d.retry.as_ref()) else { continue };
+        if failed.attempt > policy.max_retries() {
+            continue;
+        }
+        let Some(finished) = failed.finished_us.and_then(from_micros) else { continue };
+        if add_duration(finished, policy.delay_for(failed.attempt)) > horizon {
+            continue;
+        }
+        let simple = failed.id.simple().to_string();
+        // A retry still waiting (a busy non-concurrent job) is pending, not lost.
+        let pending = inputs.triggers.contains(&(failed.job.clone(), format!("retry-{simple}")));
+        if pending {
+            *checked.checked.entry("retries pending at the end").or_default() += 1;
+        }
+        if !retries_of.contains_key(&simple) && !pending {
+            checked.violations.push(format!(
+                "run {} of {} failed at {finished} (attempt {}) and was never retried",
+                failed.id, failed.job, failed.attempt
+            ));
+        }
+    }
+}
+
+/// A lost run of a job that requests recovery is recovered exactly once; other lost runs
+/// never are.
+fn recovery(inputs: &Inputs<'_>, definitions: &BTreeMap<&JobName, &JobDefinition>, checked: &mut Checked) {
+    let mut recoveries: BTreeMap<&str, Vec<Uuid>> = BTreeMap::new();
+    for run in inputs.history.iter().filter(|r| r.cause == RunCause::Recovery) {
+        if let Some(lost) = run.trigger.as_deref().and_then(|t| t.strip_prefix("recovery-")) {
+            recoveries.entry(lost).or_default().push(run.id);
+        }
+    }
+    let horizon = inputs.end - TimeDelta::from_std(LIVENESS_BOUND).unwrap_or_default();
+    for lost in inputs.history.iter().filter(|r| r.state == RunState::Lost) {
+        *checked.checked.entry("lost runs").or_default() += 1;
+        let simple = lost.id.simple().to_string();
+        let count = recoveries.get(simple.as_str()).map_or(0, Vec::len);
+        let Ok(name) = JobName::new(&lost.job) else { continue };
+        let wants = definitions.get(&name).is_some_and(|d| d.requests_recovery);
+        let declared = lost.finished_us.and_then(from_micros);
+        if inputs.workload.changed.contains(&name) || lost.local {
+            if count > 1 {
+                checked.violations.push(format!("lost run {} was recovered {count} times", lost.id));
+            }
+            continue;
+        }
+        // A recovery still waiting (a busy non-concurrent job) is pending, not lost.
+        let pending = inputs.triggers.contains(&(lost.job.clone(), format!("recovery-{simple}")));
+        match (wants, count) {
+            (true, 1) | (false, 0) => {}
+            (true, 0) if pending || declared.is_none_or(|d| d > horizon) => {}
+            (true, n) => checked.violations.push(format!(
+                "lost run {} of {} (declared at {declared:?}) was recovered {n} times, expected once",
+                lost.id, lost.job
+            )),
+            (false, n) => checked.violations.push(format!(
+                "lost run {} of {} was recovered {n} times, but the job does not request recovery",
+                lost.id, lost.job
+            )),
+        }
+    }
+}
+
+/// At the end, a `Running` run is really running on a live node (or about to start).
+fn nothing_stuck(inputs: &Inputs<'_>, executions: &BTreeMap<Uuid, Execution<'_>>, checked: &mut Checked) {
+    let live: BTreeSet<(&str, u32)> = inputs.live.iter().map(|(n, i)| (n.as_str(), *i)).collect();
+    let soon = inputs.end - TimeDelta::seconds(2);
+    for run in inputs.history.iter().filter(|r| r.state == RunState::Running) {
+        *checked.checked.entry("running at the end").or_default() += 1;
+        let fine = match executions.get(&run.id) {
+            Some(execution) => {
+                execution.end.is_none() && live.contains(&(execution.facts.node.as_str(), execution.facts.incarnation))
+            }
+            None => time(run.scheduled_us) >= soon,
+        };
+        if !fine {
+            let what = executions.get(&run.id).map_or_else(
+                || "never started".to_owned(),
+                |e| {
+                    format!(
+                        "started {} on {}#{}, ended {:?}",
+                        e.start,
+                        e.facts.node,
+                        e.facts.incarnation,
+                        e.end.map(|(at, _)| at)
+                    )
+                },
+            );
+            checked.violations.push(format!(
+                "run {} of {} is stuck Running on {} after the liveness phase ({what})",
+                run.id, run.job, run.node
+            ));
+        }
+    }
+}
+
+/// Every cluster-unique run a job started is in history.
+fn history_kept(
+    definitions: &BTreeMap<&JobName, &JobDefinition>,
+    history: &BTreeMap<Uuid, &RunRecord>,
+    executions: &BTreeMap<Uuid, Execution<'_>>,
+    checked: &mut Checked,
+) {
+    for (id, execution) in executions {
+        let local = definitions.get(&execution.facts.run.job).is_some_and(|d| d.run_on_every_instance);
+        if !local && !history.contains_key(id) {
+            checked.violations.push(format!(
+                "run {id} of {} started on {} at {} but is not in history",
+                execution.facts.run.job, execution.facts.node, execution.start
+            ));
+        }
+    }
+}
+
+fn time(micros: i64) -> DateTime<Utc> {
+    from_micros(micros).unwrap_or_default()
+}

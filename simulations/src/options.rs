@@ -1,0 +1,303 @@
+//! What one simulation runs: derived from its seed, with explicit overrides.
+//!
+//! Every option that is not given is drawn from the seed, so `--seed 7` alone and
+//! `--seed 7` with the same options spelled out are the same simulation (same trace hash).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use sundial::entropy::Entropy;
+
+/// A kind of fault the plan can inject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FaultKind {
+    /// A node dies abruptly (no cleanup, in-flight transactions lost) and restarts later
+    /// with the same or a new node id.
+    Crash,
+    /// A node drains and stops gracefully, then restarts.
+    Drain,
+    /// Store latency windows.
+    Latency,
+    /// Spurious transaction conflicts.
+    Conflicts,
+    /// `commit_unknown_result` (1021), with the commit applied or not.
+    UnknownResult,
+    /// Windows in which the store is unavailable to everyone.
+    Unavailable,
+    /// One node cut off from the store for a while.
+    Partition,
+    /// Per-node wall-clock skew.
+    Skew,
+    /// Forward jumps of one node's wall clock.
+    ClockJump,
+    /// Jobs that ignore cancellation and run for hours.
+    Hung,
+}
+
+impl FaultKind {
+    /// Every kind, in a fixed order.
+    pub const ALL: [FaultKind; 10] = [
+        FaultKind::Crash,
+        FaultKind::Drain,
+        FaultKind::Latency,
+        FaultKind::Conflicts,
+        FaultKind::UnknownResult,
+        FaultKind::Unavailable,
+        FaultKind::Partition,
+        FaultKind::Skew,
+        FaultKind::ClockJump,
+        FaultKind::Hung,
+    ];
+
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Crash => "crash",
+            FaultKind::Drain => "drain",
+            FaultKind::Latency => "latency",
+            FaultKind::Conflicts => "conflicts",
+            FaultKind::UnknownResult => "unknown-result",
+            FaultKind::Unavailable => "unavailable",
+            FaultKind::Partition => "partition",
+            FaultKind::Skew => "skew",
+            FaultKind::ClockJump => "clock-jump",
+            FaultKind::Hung => "hung",
+        }
+    }
+
+    /// The default rate. Window and event kinds: events per simulated hour. `conflicts` and
+    /// `unknown-result`: probability per commit. `skew`: the largest skew in seconds.
+    /// `hung`: probability per run.
+    pub fn default_rate(self) -> f64 {
+        match self {
+            FaultKind::Crash => 2.0,
+            FaultKind::Drain => 1.0,
+            FaultKind::Latency => 2.0,
+            FaultKind::Conflicts => 0.02,
+            FaultKind::UnknownResult => 0.01,
+            FaultKind::Unavailable => 2.0,
+            FaultKind::Partition => 1.5,
+            FaultKind::Skew => 5.0,
+            FaultKind::ClockJump => 1.0,
+            FaultKind::Hung => 0.001,
+        }
+    }
+}
+
+impl std::str::FromStr for FaultKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        FaultKind::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| {
+            let names: Vec<_> = FaultKind::ALL.iter().map(|k| k.name()).collect();
+            format!("unknown fault '{s}' (known: {})", names.join(", "))
+        })
+    }
+}
+
+/// The enabled faults and their rates.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Faults {
+    rates: BTreeMap<FaultKind, f64>,
+}
+
+impl Faults {
+    /// No faults.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// Every fault at its default rate.
+    pub fn all() -> Self {
+        Self { rates: FaultKind::ALL.iter().map(|k| (*k, k.default_rate())).collect() }
+    }
+
+    /// The rate of `kind`, when enabled.
+    pub fn rate(&self, kind: FaultKind) -> Option<f64> {
+        self.rates.get(&kind).copied()
+    }
+
+    /// Whether `kind` is enabled.
+    pub fn has(&self, kind: FaultKind) -> bool {
+        self.rates.contains_key(&kind)
+    }
+
+    /// Parses `none`, `all`, or a comma list of kinds, each optionally `kind=rate`.
+    ///
+    /// # Errors
+    /// An unknown kind or a rate that is not a non-negative number.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "none" => return Ok(Self::none()),
+            "all" => return Ok(Self::all()),
+            _ => {}
+        }
+        let mut rates = BTreeMap::new();
+        for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (name, rate) = match item.split_once('=') {
+                Some((name, rate)) => {
+                    let rate: f64 =
+                        rate.parse().map_err(|_| format!("fault '{name}': rate '{rate}' is not a number"))?;
+                    if !rate.is_finite() || rate < 0.0 {
+                        return Err(format!("fault '{name}': rate must be a non-negative number"));
+                    }
+                    (name, Some(rate))
+                }
+                None => (item, None),
+            };
+            let kind: FaultKind = name.parse()?;
+            rates.insert(kind, rate.unwrap_or(kind.default_rate()));
+        }
+        Ok(Self { rates })
+    }
+}
+
+impl fmt::Display for Faults {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.rates.is_empty() {
+            return f.write_str("none");
+        }
+        let items: Vec<String> = self.rates.iter().map(|(k, r)| format!("{}={r}", k.name())).collect();
+        f.write_str(&items.join(","))
+    }
+}
+
+/// Overrides from the command line; `None` means "derive from the seed".
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// Number of nodes.
+    pub nodes: Option<usize>,
+    /// Length of the safety phase (faults on).
+    pub duration: Option<Duration>,
+    /// Number of jobs in the workload.
+    pub jobs: Option<usize>,
+    /// Faults; `None` = all.
+    pub faults: Option<Faults>,
+    /// A deliberately broken store (checker self-test).
+    pub broken_store: bool,
+}
+
+/// Everything a simulation runs with.
+#[derive(Debug, Clone)]
+pub struct SimOptions {
+    /// The seed everything derives from.
+    pub seed: u64,
+    /// Number of node slots (each runs one node incarnation at a time).
+    pub nodes: usize,
+    /// Safety phase: workload and faults.
+    pub duration: Duration,
+    /// Liveness phase: faults healed, every node up; due fires must run.
+    pub liveness: Duration,
+    /// Number of jobs in the workload.
+    pub jobs: usize,
+    /// Enabled faults.
+    pub faults: Faults,
+    /// Acquisition without its conflict check (feature `test-hooks` of the store).
+    pub broken_store: bool,
+}
+
+/// The latest a due fire may start in the liveness phase (poll interval, lookahead,
+/// and catching up after the faults healed are all well inside it).
+pub const LIVENESS_BOUND: Duration = Duration::from_secs(60);
+
+impl SimOptions {
+    /// The options of `seed`, with `overrides` applied.
+    pub fn derive(seed: u64, overrides: &Overrides) -> Self {
+        let mut entropy = Entropy::from_seed(seed ^ OPTIONS_SALT);
+        let nodes = 2 + entropy.below(4) as usize;
+        let jobs = 12 + entropy.below(28) as usize;
+        Self {
+            seed,
+            nodes: overrides.nodes.unwrap_or(nodes),
+            duration: overrides.duration.unwrap_or(Duration::from_secs(2 * 3600)),
+            liveness: Duration::from_secs(15 * 60),
+            jobs: overrides.jobs.unwrap_or(jobs),
+            faults: overrides.faults.clone().unwrap_or_else(Faults::all),
+            broken_store: overrides.broken_store,
+        }
+    }
+
+    /// Simulated seconds in total (both phases).
+    pub fn simulated_seconds(&self) -> u64 {
+        (self.duration + self.liveness).as_secs()
+    }
+}
+
+/// A fixed salt ("options") so the option stream differs from the other seed-derived
+/// streams.
+const OPTIONS_SALT: u64 = 0x6f70_7469_6f6e_7300;
+
+/// Parses `90s`, `15m`, `6h`, `2d` or a plain number of seconds.
+///
+/// # Errors
+/// Anything else, or zero.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let value: u64 = number.parse().map_err(|_| format!("duration '{text}': expected a number then s, m, h or d"))?;
+    let seconds = match unit {
+        "s" => value,
+        "m" => value.saturating_mul(60),
+        "h" => value.saturating_mul(3600),
+        "d" => value.saturating_mul(86_400),
+        _ => return Err(format!("duration '{text}': unknown unit '{unit}' (use s, m, h or d)")),
+    };
+    if seconds == 0 {
+        return Err(format!("duration '{text}' must be positive"));
+    }
+    Ok(Duration::from_secs(seconds))
+}
+
+/// Parses `a..b` (b exclusive) into the seeds it names.
+///
+/// # Errors
+/// Not two numbers, or an empty range.
+pub fn parse_seed_range(text: &str) -> Result<std::ops::Range<u64>, String> {
+    let (a, b) = text.split_once("..").ok_or_else(|| format!("seed range '{text}': expected a..b"))?;
+    let a: u64 = a.trim().parse().map_err(|_| format!("seed range '{text}': '{a}' is not a number"))?;
+    let b: u64 = b.trim().parse().map_err(|_| format!("seed range '{text}': '{b}' is not a number"))?;
+    if a >= b {
+        return Err(format!("seed range '{text}' is empty (b is exclusive)"));
+    }
+    Ok(a..b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn faults_parse_lists_rates_and_reject_unknowns() {
+        assert_eq!(Faults::parse("none").unwrap(), Faults::none());
+        assert_eq!(Faults::parse("all").unwrap(), Faults::all());
+        let some = Faults::parse("crash, partition=3").unwrap();
+        assert_eq!((some.rate(FaultKind::Crash), some.rate(FaultKind::Partition)), (Some(2.0), Some(3.0)));
+        assert!(!some.has(FaultKind::Hung));
+        assert!(Faults::parse("crash,meteor").unwrap_err().contains("unknown fault 'meteor'"));
+        assert!(Faults::parse("crash=-1").is_err());
+        assert_eq!(Faults::parse(&some.to_string()).unwrap(), some);
+    }
+
+    #[test]
+    fn durations_and_seed_ranges_parse() {
+        assert_eq!(parse_duration("6h").unwrap(), Duration::from_secs(21_600));
+        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
+        assert!(parse_duration("6x").is_err());
+        assert!(parse_duration("0s").is_err());
+        assert_eq!(parse_seed_range("3..7").unwrap(), 3..7);
+        assert!(parse_seed_range("7..3").is_err());
+    }
+
+    #[test]
+    fn options_derive_from_the_seed_and_overrides_win() {
+        let a = SimOptions::derive(42, &Overrides::default());
+        let b = SimOptions::derive(42, &Overrides::default());
+        assert_eq!((a.nodes, a.jobs), (b.nodes, b.jobs));
+        let c = SimOptions::derive(42, &Overrides { nodes: Some(7), ..Overrides::default() });
+        assert_eq!((c.nodes, c.jobs), (7, a.jobs));
+    }
+}

@@ -1,0 +1,134 @@
+//! The event log: what really happened, in order, written by the simulated jobs and by the
+//! world (faults, operations and their results). The checkers read it; its hash is the
+//! simulation's fingerprint.
+
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use chrono::{DateTime, Utc};
+use sha2::{Digest, Sha256};
+use sundial::job::{JobRun, RunCause};
+use uuid::Uuid;
+
+/// What a simulated job did, or what the world did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EventKind {
+    /// A job began executing.
+    Start(Box<StartFacts>),
+    /// A job returned; `outcome` is what it returned (`ok`, `fail`, `panic`, `canceled`).
+    End {
+        /// The run.
+        run: Uuid,
+        /// The node it ran on.
+        node: String,
+        /// What the job returned.
+        outcome: &'static str,
+    },
+    /// The job's node crashed while it ran: it ended at this instant.
+    Killed {
+        /// The run.
+        run: Uuid,
+        /// The node it ran on.
+        node: String,
+    },
+    /// A fault, an operation or a result, in words.
+    World(String),
+}
+
+/// A run's facts as the job saw them when it started.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StartFacts {
+    /// The run.
+    pub run: JobRun,
+    /// The node (id) it runs on.
+    pub node: String,
+    /// The node slot's incarnation number.
+    pub incarnation: u32,
+    /// The job ignores its cancellation token.
+    pub ignores_cancel: bool,
+}
+
+/// One entry: true (simulated) time and what happened.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// True time (not any node's skewed clock).
+    pub at: DateTime<Utc>,
+    /// What happened.
+    pub kind: EventKind,
+}
+
+/// The shared, ordered event log. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct EventLog {
+    events: Arc<Mutex<Vec<Event>>>,
+}
+
+impl EventLog {
+    /// Appends an event.
+    pub fn push(&self, at: DateTime<Utc>, kind: EventKind) {
+        self.events.lock().unwrap_or_else(PoisonError::into_inner).push(Event { at, kind });
+    }
+
+    /// Appends a world event.
+    pub fn world(&self, at: DateTime<Utc>, text: impl Into<String>) {
+        self.push(at, EventKind::World(text.into()));
+    }
+
+    /// A copy of every event so far.
+    pub fn snapshot(&self) -> Vec<Event> {
+        self.events.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
+
+/// One line per event, stable across processes (no addresses, ids or hash-map orders).
+pub fn event_line(event: &Event) -> String {
+    let at = event.at.timestamp_micros();
+    let mut line = String::new();
+    match &event.kind {
+        EventKind::Start(facts) => {
+            let run = &facts.run;
+            let cause = match run.cause {
+                RunCause::Schedule => "schedule",
+                RunCause::Manual => "manual",
+                RunCause::Retry => "retry",
+                RunCause::Recovery => "recovery",
+            };
+            let _ = write!(
+                line,
+                "{at} start {} {} {} sched={} {cause} attempt={} retry_of={} on {}#{}{}",
+                run.id,
+                run.job,
+                run.trigger.as_ref().map_or("-", |t| t.as_str()),
+                run.scheduled_at.timestamp_micros(),
+                run.attempt,
+                run.retry_of.map_or_else(|| "-".to_owned(), |id| id.to_string()),
+                facts.node,
+                facts.incarnation,
+                if facts.ignores_cancel { " ignores-cancel" } else { "" },
+            );
+        }
+        EventKind::End { run, node, outcome } => {
+            let _ = write!(line, "{at} end {run} on {node}: {outcome}");
+        }
+        EventKind::Killed { run, node } => {
+            let _ = write!(line, "{at} killed {run} on {node}");
+        }
+        EventKind::World(text) => {
+            let _ = write!(line, "{at} {text}");
+        }
+    }
+    line
+}
+
+/// SHA-256 over the lines, each followed by a newline, as lowercase hex.
+pub fn hash_lines<'a>(lines: impl IntoIterator<Item = &'a str>) -> String {
+    let mut hasher = Sha256::new();
+    for line in lines {
+        hasher.update(line.as_bytes());
+        hasher.update(b"\n");
+    }
+    hasher.finalize().iter().fold(String::with_capacity(64), |mut hex, byte| {
+        let _ = write!(hex, "{byte:02x}");
+        hex
+    })
+}

@@ -1,0 +1,734 @@
+//! The world: real sundial nodes on one paused, seeded `current_thread` runtime, sharing one
+//! `MemoryKv`; the workload's operations and the fault plan on one timeline; then the
+//! liveness phase and the checkers.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use sundial::entropy::Entropy;
+use sundial::kv::memory::{KvFaults, MemoryKv, MemoryKvOptions};
+use sundial::kv::{run, KvTransaction, RangeRequest, RetryOptions};
+use sundial::leader::KvLeaderElection;
+use sundial::options::SchedulerOptions;
+use sundial::store::codec;
+use sundial::store::keys::Keyspace;
+use sundial::store::records::{RunRecord, RunSummary};
+use sundial::store::{KvJobStore, StoreOptions};
+use sundial::time::{add_duration, Clock};
+use sundial_actors::clock::{TokioClock, TokioSleeper};
+use sundial_actors::node::{Node, NodeConfig};
+use sundial_actors::registry::JobRegistry;
+use sundial_actors::scheduler::JobScheduler;
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+use crate::check::{self, Checked, Samples};
+use crate::faults::{self, Fault, FaultPlan};
+use crate::options::SimOptions;
+use crate::sim_job::{Incarnation, SimJob, SIM_JOB_TYPE};
+use crate::trace::{event_line, hash_lines, EventKind, EventLog};
+use crate::workload::{self, epoch, Op, Workload, QUIET_CALENDAR};
+
+type Store = KvJobStore<MemoryKv>;
+
+/// Makes actor names unique per world in this process (names are process-global in
+/// ractor); never traced.
+static WORLDS: AtomicU64 = AtomicU64::new(0);
+
+/// How long an operator waits before retrying an operation the store refused.
+const OP_RETRY: Duration = Duration::from_secs(10);
+
+/// How often the store's run states are sampled for the transition checker.
+const SAMPLE_EVERY: Duration = Duration::from_secs(30);
+
+/// The node options every simulated node runs with: short timeouts so recovery happens
+/// within the phases.
+pub fn node_options() -> SchedulerOptions {
+    SchedulerOptions {
+        poll_interval: Duration::from_secs(1),
+        lease_ttl: Duration::from_secs(10),
+        node_timeout: Duration::from_secs(30),
+        housekeeping_interval: Duration::from_secs(10),
+        max_concurrent_runs: 64,
+        ..SchedulerOptions::default()
+    }
+}
+
+/// What one simulation found.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The options it ran with.
+    pub options: SimOptions,
+    /// Runs caused by schedules, in the store's history.
+    pub fires: u64,
+    /// Every run in the store's history.
+    pub runs: u64,
+    /// Events in the log.
+    pub events: usize,
+    /// What the checkers found.
+    pub checked: Checked,
+    /// SHA-256 over the full ordered trace (events, then the final history).
+    pub trace_hash: String,
+    /// Counts of what happened (faults, operations, outcomes), for the summary.
+    pub counts: BTreeMap<String, u64>,
+    /// The trace the hash is over: every event, then every run in the final history.
+    pub trace: Vec<String>,
+}
+
+/// Runs one simulation to its end on a fresh runtime.
+///
+/// # Panics
+/// When the runtime cannot be built (the platform lacks timers).
+pub fn simulate(options: &SimOptions) -> Outcome {
+    let mut seed = [0u8; 8];
+    seed.copy_from_slice(&options.seed.to_le_bytes());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .rng_seed(tokio::runtime::RngSeed::from_bytes(&seed))
+        .build()
+        .expect("a current_thread runtime with timers");
+    let outcome = runtime.block_on(World::run(options.clone()));
+    // Dropping the runtime drops every task still pending (hung jobs, node actors).
+    drop(runtime);
+    outcome
+}
+
+struct Running {
+    scheduler: JobScheduler<Store>,
+    incarnation: Arc<Incarnation>,
+    client: String,
+}
+
+struct Slot {
+    node_id: String,
+    incarnation: u32,
+    clock: crate::clock::SimClock,
+    running: Option<Running>,
+    /// A graceful stop is under way; the restart waits for it.
+    draining: bool,
+}
+
+/// Timeline actions (faults, their ends, operations, phase changes).
+enum Action {
+    Fault(Fault),
+    Restart { slot: usize, new_id: bool },
+    Heal(Heal),
+    Op(Op),
+    Sample,
+    EndSafety,
+}
+
+enum Heal {
+    Latency,
+    Unavailable,
+    Partition(String),
+}
+
+/// Messages from tasks the world spawned.
+enum Note {
+    /// A drain finished: restart the slot after `down`.
+    Drained { slot: usize, down: Duration },
+}
+
+struct World {
+    options: SimOptions,
+    truth: TokioClock,
+    log: EventLog,
+    kv: MemoryKv,
+    observer: Store,
+    workload: Workload,
+    plan: FaultPlan,
+    slots: Vec<Slot>,
+    timeline: BTreeMap<(Duration, u64), Action>,
+    seq: u64,
+    entropy: Entropy,
+    prefix: String,
+    notes: (mpsc::UnboundedSender<Note>, mpsc::UnboundedReceiver<Note>),
+    counts: BTreeMap<String, u64>,
+    samples: Samples,
+    safety_faults: KvFaults,
+    latency_windows: u32,
+    /// How far ahead of its skew a node's clock had jumped when the faults healed.
+    jumped_ahead: Duration,
+    unavailable_windows: u32,
+    partitions: BTreeMap<String, u32>,
+}
+
+impl World {
+    async fn run(options: SimOptions) -> Outcome {
+        let truth = TokioClock::new(epoch());
+        let plan = faults::plan(&options);
+        let safety_faults = KvFaults {
+            spurious_conflict: plan.conflicts,
+            unknown_result_committed: plan.unknown_result / 2.0,
+            unknown_result_not_committed: plan.unknown_result / 2.0,
+            ..KvFaults::default()
+        };
+        let kv = MemoryKv::with_options(
+            Arc::new(truth),
+            Arc::new(TokioSleeper),
+            MemoryKvOptions { seed: options.seed, faults: safety_faults.clone(), ..MemoryKvOptions::default() },
+        );
+        let observer = KvJobStore::new(
+            kv.client("observer"),
+            Arc::new(crate::world_calendars()),
+            Entropy::from_seed(options.seed ^ 0x6f62),
+            StoreOptions::default(),
+        );
+        let slots = (0..options.nodes)
+            .map(|slot| Slot {
+                node_id: format!("node-{slot}"),
+                incarnation: 0,
+                clock: crate::clock::SimClock::new(truth, plan.skew.get(slot).copied().unwrap_or_default()),
+                running: None,
+                draining: false,
+            })
+            .collect();
+        let world = World {
+            workload: workload::generate(&options),
+            entropy: Entropy::from_seed(options.seed ^ 0x776f_726c_6400_0000),
+            prefix: format!("sim{}", WORLDS.fetch_add(1, Ordering::Relaxed)),
+            options,
+            truth,
+            log: EventLog::default(),
+            kv,
+            observer,
+            plan,
+            slots,
+            timeline: BTreeMap::new(),
+            seq: 0,
+            notes: mpsc::unbounded_channel(),
+            counts: BTreeMap::new(),
+            samples: Samples::default(),
+            safety_faults,
+            latency_windows: 0,
+            jumped_ahead: Duration::ZERO,
+            unavailable_windows: 0,
+            partitions: BTreeMap::new(),
+        };
+        world.main().await
+    }
+
+    fn at(&mut self, offset: Duration, action: Action) {
+        self.seq += 1;
+        self.timeline.insert((offset, self.seq), action);
+    }
+
+    fn elapsed(&self) -> Duration {
+        (self.truth.now() - epoch()).to_std().unwrap_or_default()
+    }
+
+    fn count(&mut self, what: &str) {
+        *self.counts.entry(what.to_owned()).or_default() += 1;
+    }
+
+    fn world(&self, text: impl Into<String>) {
+        self.log.world(self.truth.now(), text);
+    }
+
+    async fn main(mut self) -> Outcome {
+        for slot in 0..self.slots.len() {
+            self.start_node(slot).await;
+        }
+        self.schedule_runtime_jobs().await;
+        let timed = self.plan.timed.clone();
+        for (at, fault) in timed {
+            self.at(at, Action::Fault(fault));
+        }
+        for (at, op) in self.workload.ops.clone() {
+            self.at(at, Action::Op(op));
+        }
+        self.at(self.options.duration, Action::EndSafety);
+        let end = self.options.duration + self.options.liveness;
+        let mut sample_at = SAMPLE_EVERY;
+        while sample_at < end {
+            self.at(sample_at, Action::Sample);
+            sample_at += SAMPLE_EVERY;
+        }
+        loop {
+            let next = self.timeline.keys().next().copied();
+            let until = next.map_or(end, |(at, _)| at.min(end));
+            let wait = until.saturating_sub(self.elapsed());
+            tokio::select! {
+                biased;
+                Some(note) = self.notes.1.recv() => self.on_note(note),
+                () = tokio::time::sleep(wait) => {
+                    match next {
+                        Some(key) if key.0 <= end => {
+                            if let Some(action) = self.timeline.remove(&key) {
+                                self.act(action).await;
+                            }
+                        }
+                        _ => break,
+                    }
+                }
+            }
+        }
+        self.finish().await
+    }
+
+    fn on_note(&mut self, note: Note) {
+        match note {
+            Note::Drained { slot, down } => {
+                self.slots[slot].draining = false;
+                let at = self.elapsed() + down;
+                self.at(at, Action::Restart { slot, new_id: false });
+            }
+        }
+    }
+
+    async fn act(&mut self, action: Action) {
+        match action {
+            Action::Fault(fault) => self.fault(fault).await,
+            Action::Restart { slot, new_id } => {
+                if self.slots[slot].running.is_none() && !self.slots[slot].draining {
+                    if new_id {
+                        let incarnation = self.slots[slot].incarnation + 1;
+                        self.slots[slot].node_id = format!("node-{slot}-{incarnation}");
+                    }
+                    self.start_node(slot).await;
+                }
+            }
+            Action::Heal(heal) => self.heal(heal),
+            Action::Op(op) => self.op(op).await,
+            Action::Sample => self.sample().await,
+            Action::EndSafety => self.end_safety().await,
+        }
+    }
+
+    fn registry(&self, incarnation: &Arc<Incarnation>) -> JobRegistry {
+        let (seed, hung, truth, log) = (self.options.seed, self.plan.hung, self.truth, self.log.clone());
+        let incarnation = incarnation.clone();
+        let mut builder = JobRegistry::builder()
+            .add_job_type_as(SIM_JOB_TYPE, move || SimJob {
+                seed,
+                hung_rate: hung,
+                truth,
+                log: log.clone(),
+                incarnation: incarnation.clone(),
+            })
+            .add_calendar(QUIET_CALENDAR, workload::quiet_calendar());
+        for def in &self.workload.code_jobs {
+            builder = builder.add_job_definition(def.clone());
+        }
+        builder.build().expect("the generated code jobs register")
+    }
+
+    async fn start_node(&mut self, slot: usize) {
+        let seed = self.options.seed;
+        let (node_id, clock, number) = {
+            let s = &mut self.slots[slot];
+            s.incarnation += 1;
+            (s.node_id.clone(), s.clock.clone(), s.incarnation)
+        };
+        let incarnation = Arc::new(Incarnation::new(node_id.clone(), number));
+        let registry = self.registry(&incarnation);
+        let client = format!("{node_id}#{number}");
+        let kv = self.kv.client(&client);
+        let stream = seed ^ ((slot as u64) << 32) ^ u64::from(number);
+        #[allow(unused_mut)]
+        let mut store_options = StoreOptions::default();
+        if self.options.broken_store {
+            store_options.broken = Some(sundial::store::BrokenStore::AcquireWithoutConflictCheck);
+        }
+        let store =
+            KvJobStore::new(kv.clone(), registry.calendars().clone(), Entropy::from_seed(stream ^ 1), store_options);
+        let clock: Arc<dyn Clock> = Arc::new(clock);
+        let election = KvLeaderElection::new(
+            kv,
+            Keyspace::default_root(),
+            clock.clone(),
+            &node_id,
+            Entropy::from_seed(stream ^ 2),
+        );
+        let mut config =
+            NodeConfig::new(store, registry, node_options(), &node_id, clock, Entropy::from_seed(stream ^ 3));
+        config.shared_store = true;
+        config.election = Some(Arc::new(election));
+        config.name_prefix = format!("{}/{slot}.{number}", self.prefix);
+        match Node::start(config, None).await {
+            Ok(scheduler) => {
+                scheduler.serve();
+                self.world(format!("start {node_id}#{number} (slot {slot})"));
+                self.count("node starts");
+                self.slots[slot].running = Some(Running { scheduler, incarnation, client });
+            }
+            Err(error) => self.world(format!("start {node_id}#{number} failed: {error}")),
+        }
+    }
+
+    async fn schedule_runtime_jobs(&mut self) {
+        let Some(scheduler) = self.any_scheduler() else { return };
+        let results = scheduler.schedule(self.workload.runtime_jobs.clone()).await;
+        for (def, result) in self.workload.runtime_jobs.iter().zip(results) {
+            self.world(format!("schedule {}: {}", def.name, describe(&result)));
+        }
+    }
+
+    fn any_scheduler(&self) -> Option<JobScheduler<Store>> {
+        self.slots.iter().find_map(|s| s.running.as_ref().map(|r| r.scheduler.clone()))
+    }
+
+    fn scheduler_of(&self, slot: usize) -> Option<JobScheduler<Store>> {
+        let slot = slot % self.slots.len();
+        self.slots[slot].running.as_ref().map(|r| r.scheduler.clone()).or_else(|| self.any_scheduler())
+    }
+
+    /// Runs of this incarnation that started and have not ended.
+    fn in_flight(&self, node: &str, incarnation: u32) -> Vec<Uuid> {
+        let mut open: BTreeMap<Uuid, ()> = BTreeMap::new();
+        for event in self.log.snapshot() {
+            match event.kind {
+                EventKind::Start(facts) if facts.node == node && facts.incarnation == incarnation => {
+                    open.insert(facts.run.id, ());
+                }
+                EventKind::End { run, node: n, .. } | EventKind::Killed { run, node: n } if n == node => {
+                    open.remove(&run);
+                }
+                _ => {}
+            }
+        }
+        open.into_keys().collect()
+    }
+
+    /// The process of `slot` dies: its jobs end now, its store client never reaches the
+    /// store again, its actors are killed without cleanup.
+    fn kill(&mut self, slot: usize) -> Option<String> {
+        let running = self.slots[slot].running.take()?;
+        running.incarnation.kill();
+        for run in self.in_flight(&running.incarnation.node, running.incarnation.number) {
+            self.log.push(self.truth.now(), EventKind::Killed { run, node: running.incarnation.node.clone() });
+        }
+        self.kv.set_partitioned(&running.client, true);
+        running.scheduler.actor().kill();
+        Some(running.client)
+    }
+
+    async fn fault(&mut self, fault: Fault) {
+        let now = self.elapsed();
+        match fault {
+            Fault::Crash { slot, down, new_id } => {
+                if let Some(client) = self.kill(slot) {
+                    self.world(format!(
+                        "crash {client}; back in {}s{}",
+                        down.as_secs(),
+                        if new_id { " as a new node" } else { "" }
+                    ));
+                    self.count("crashes");
+                    self.at(now + down, Action::Restart { slot, new_id });
+                }
+            }
+            Fault::Drain { slot, down } => {
+                let Some(running) = self.slots[slot].running.take() else { return };
+                self.slots[slot].draining = true;
+                self.world(format!("drain {}", running.client));
+                self.count("drains");
+                let (log, truth, notes) = (self.log.clone(), self.truth, self.notes.0.clone());
+                tokio::spawn(async move {
+                    let report = running.scheduler.stop(Duration::from_secs(20)).await;
+                    // The process exits: whatever still runs (jobs that ignore cancellation) ends.
+                    running.incarnation.kill();
+                    log.world(
+                        truth.now(),
+                        format!(
+                            "stopped {}: canceled {}, abandoned {}",
+                            running.client, report.canceled, report.abandoned
+                        ),
+                    );
+                    let _ = notes.send(Note::Drained { slot, down });
+                });
+                // Runs the drain abandoned end with the process; logged when it exits.
+            }
+            Fault::Latency { length, max } => {
+                self.latency_windows += 1;
+                self.kv.set_faults(KvFaults { latency_max: max, ..self.safety_faults.clone() });
+                self.world(format!("latency up to {}ms for {}s", max.as_millis(), length.as_secs()));
+                self.count("latency windows");
+                self.at(now + length, Action::Heal(Heal::Latency));
+            }
+            Fault::Unavailable { length } => {
+                self.unavailable_windows += 1;
+                self.kv.set_unavailable(true);
+                self.world(format!("store unavailable for {}s", length.as_secs()));
+                self.count("unavailability windows");
+                self.at(now + length, Action::Heal(Heal::Unavailable));
+            }
+            Fault::Partition { slot, length } => {
+                let Some(client) = self.slots[slot].running.as_ref().map(|r| r.client.clone()) else { return };
+                *self.partitions.entry(client.clone()).or_default() += 1;
+                self.kv.set_partitioned(&client, true);
+                self.world(format!("partition {client} for {}s", length.as_secs()));
+                self.count("partitions");
+                self.at(now + length, Action::Heal(Heal::Partition(client)));
+            }
+            Fault::ClockJump { slot, by } => {
+                let by = TimeDelta::from_std(by).unwrap_or_default();
+                self.slots[slot].clock.jump(by);
+                self.world(format!("clock of slot {slot} jumps {}s ahead", by.num_seconds()));
+                self.count("clock jumps");
+            }
+        }
+    }
+
+    fn heal(&mut self, heal: Heal) {
+        match heal {
+            Heal::Latency => {
+                self.latency_windows = self.latency_windows.saturating_sub(1);
+                if self.latency_windows == 0 {
+                    self.kv.set_faults(self.safety_faults.clone());
+                    self.world("latency healed");
+                }
+            }
+            Heal::Unavailable => {
+                self.unavailable_windows = self.unavailable_windows.saturating_sub(1);
+                if self.unavailable_windows == 0 {
+                    self.kv.set_unavailable(false);
+                    self.world("store available");
+                }
+            }
+            Heal::Partition(client) => {
+                let left = self.partitions.get(&client).copied().unwrap_or(0).saturating_sub(1);
+                self.partitions.insert(client.clone(), left);
+                let alive = self.slots.iter().any(|s| s.running.as_ref().is_some_and(|r| r.client == client));
+                if left == 0 && alive {
+                    self.kv.set_partitioned(&client, false);
+                    self.world(format!("partition of {client} healed"));
+                }
+            }
+        }
+    }
+
+    async fn end_safety(&mut self) {
+        self.world("safety phase over: faults healed");
+        // Clocks that jumped are corrected back to their skew. Until true time catches up
+        // with the furthest jump, fires may already have run early (or been skipped as
+        // misfires) on the jumped clock.
+        for (slot, skew) in self.plan.skew.clone().into_iter().enumerate() {
+            let ahead = (self.slots[slot].clock.offset() - skew).to_std().unwrap_or_default();
+            self.jumped_ahead = self.jumped_ahead.max(ahead);
+            self.slots[slot].clock.set_offset(skew);
+        }
+        self.safety_faults = KvFaults::default();
+        self.kv.set_faults(KvFaults::default());
+        self.kv.set_unavailable(false);
+        self.unavailable_windows = 0;
+        self.latency_windows = 0;
+        let clients: Vec<String> =
+            self.slots.iter().filter_map(|s| s.running.as_ref().map(|r| r.client.clone())).collect();
+        for client in clients {
+            self.kv.set_partitioned(&client, false);
+            self.partitions.remove(&client);
+        }
+        for slot in 0..self.slots.len() {
+            if self.slots[slot].running.is_none() && !self.slots[slot].draining {
+                self.start_node(slot).await;
+            }
+        }
+    }
+
+    async fn op(&mut self, op: Op) {
+        self.count("operations");
+        let Some(scheduler) = self.any_scheduler() else {
+            self.world(format!("no node up for {op:?}; again in 10s"));
+            self.at(self.elapsed() + OP_RETRY, Action::Op(op));
+            return;
+        };
+        // An operator retries what the store refused while unavailable.
+        let (text, refused) = match &op {
+            Op::Pause(job) => outcome(format!("pause {job}"), scheduler.pause_one(job).await),
+            Op::Resume(job) => outcome(format!("resume {job}"), scheduler.resume_one(job).await),
+            Op::PauseTrigger(key) => outcome(format!("pause trigger {key}"), scheduler.pause_trigger(key).await),
+            Op::ResumeTrigger(key) => outcome(format!("resume trigger {key}"), scheduler.resume_trigger(key).await),
+            Op::Schedule(def) => {
+                outcome(format!("schedule {}", def.name), scheduler.schedule_one((**def).clone()).await)
+            }
+            Op::Unschedule(job) => outcome(format!("unschedule {job}"), scheduler.unschedule_one(job).await),
+            Op::Restore(job) => outcome(format!("restore {job}"), scheduler.restore_one(job).await),
+            Op::Enqueue(slot, job) => {
+                let Some(scheduler) = self.scheduler_of(*slot) else { return };
+                outcome(format!("enqueue {job}"), scheduler.enqueue_one(job.clone()).await)
+            }
+            Op::Trigger(slot, job) => {
+                let Some(scheduler) = self.scheduler_of(*slot) else { return };
+                let (log, truth, name) = (self.log.clone(), self.truth, job.clone());
+                let node = scheduler.node_id().to_owned();
+                let text = format!("trigger {job} on {node}");
+                tokio::spawn(async move {
+                    let result = scheduler.trigger_one(name.clone()).await;
+                    log.world(truth.now(), format!("trigger {name} on {node} returned {}", describe(&result)));
+                });
+                (text, false)
+            }
+            Op::Cancel(slot) => {
+                let Some(scheduler) = self.scheduler_of(*slot) else { return };
+                let open: Vec<Uuid> = self
+                    .slots
+                    .iter()
+                    .filter_map(|s| s.running.as_ref())
+                    .flat_map(|r| self.in_flight(&r.incarnation.node, r.incarnation.number))
+                    .collect();
+                if open.is_empty() {
+                    return;
+                }
+                let run = open[self.entropy.below(open.len() as u64) as usize];
+                outcome(format!("cancel {run} via {}", scheduler.node_id()), scheduler.cancel_run(run).await)
+            }
+        };
+        if refused {
+            self.world(format!("{text}; again in 10s"));
+            self.at(self.elapsed() + OP_RETRY, Action::Op(op));
+        } else {
+            self.world(text);
+        }
+    }
+
+    /// Reads every run's state (summaries, one range read) for the transition checker.
+    async fn sample(&mut self) {
+        let keys = Keyspace::default_root();
+        let read = run(self.observer.kv(), RetryOptions { retry_limit: 3, ..RetryOptions::default() }, |txn, _| {
+            let keys = keys.clone();
+            async move {
+                let (begin, end) = keys.history_between(i64::MIN, i64::MAX);
+                let range = txn.get_range(&RangeRequest::new(begin, end), true).await?;
+                let mut states = BTreeMap::new();
+                for (key, value) in &range.pairs {
+                    let id = keys.history_run_of(key, false)?;
+                    let summary: RunSummary = codec::decode(value, "run summary")?;
+                    states.insert(id, summary.state);
+                }
+                Ok::<_, sundial::store::StoreError>(states)
+            }
+        })
+        .await;
+        if let Ok(states) = read {
+            self.samples.observe(self.truth.now(), states);
+        }
+    }
+
+    async fn history(&self) -> Vec<RunRecord> {
+        let keys = Keyspace::default_root();
+        let read = run(self.observer.kv(), RetryOptions::default(), |txn, _| {
+            let keys = keys.clone();
+            async move {
+                let begin = keys.run(Uuid::nil());
+                let mut end = keys.run(Uuid::max());
+                end.push(0);
+                let range = txn.get_range(&RangeRequest::new(begin, end), true).await?;
+                range
+                    .pairs
+                    .iter()
+                    .map(|(_, v)| codec::decode::<RunRecord>(v, "run record"))
+                    .collect::<Result<Vec<_>, _>>()
+            }
+        })
+        .await;
+        read.unwrap_or_default()
+    }
+
+    async fn finish(mut self) -> Outcome {
+        self.sample().await;
+        let history = self.history().await;
+        let end = self.truth.now();
+        let live: Vec<(String, u32)> = self
+            .slots
+            .iter()
+            .filter_map(|s| s.running.as_ref().map(|r| (r.incarnation.node.clone(), r.incarnation.number)))
+            .collect();
+        let events = self.log.snapshot();
+        let statuses = self.observer.statuses().await.unwrap_or_default();
+        let triggers: std::collections::BTreeSet<(String, String)> = statuses
+            .iter()
+            .flat_map(|s| s.triggers.iter().map(|t| (s.definition.name.to_string(), t.name.clone())))
+            .collect();
+        let checked = check::check(&check::Inputs {
+            triggers: &triggers,
+            options: &self.options,
+            workload: &self.workload,
+            events: &events,
+            history: &history,
+            samples: &self.samples,
+            live: &live,
+            liveness_from: add_duration(epoch(), self.options.duration),
+            jumped_ahead: self.jumped_ahead,
+            end,
+        });
+        let mut lines: Vec<String> = events.iter().map(event_line).collect();
+        for run in &history {
+            lines.push(format!(
+                "history {} {} {} sched={} {:?} attempt={} {:?} on {} start={} end={:?} code={:?} {:?}",
+                run.id,
+                run.job,
+                run.trigger.as_deref().unwrap_or("-"),
+                run.scheduled_us,
+                run.cause,
+                run.attempt,
+                run.state,
+                run.node,
+                run.started_us,
+                run.finished_us,
+                run.error_code,
+                run.error_message,
+            ));
+        }
+        {
+            for status in statuses {
+                for trigger in status.triggers {
+                    lines.push(format!(
+                        "trigger {}/{} {:?}{} next={:?} fired={} error={:?}",
+                        status.definition.name,
+                        trigger.name,
+                        trigger.state,
+                        if trigger.paused || status.paused { " paused" } else { "" },
+                        trigger.next_fire.map(|t| t.timestamp_micros()),
+                        trigger.fire_count,
+                        trigger.error,
+                    ));
+                }
+            }
+        }
+        let trace_hash = hash_lines(lines.iter().map(String::as_str));
+        let fires = history.iter().filter(|r| r.cause == sundial::job::RunCause::Schedule).count() as u64;
+        for run in &history {
+            *self.counts.entry(format!("runs {:?}", run.state).to_lowercase()).or_default() += 1;
+        }
+        // Stop the nodes abruptly: the checks are done, and the runtime drops their tasks.
+        for slot in 0..self.slots.len() {
+            if let Some(running) = self.slots[slot].running.take() {
+                running.incarnation.kill();
+                running.scheduler.actor().kill();
+            }
+        }
+        Outcome {
+            options: self.options,
+            fires,
+            runs: history.len() as u64,
+            events: events.len(),
+            checked,
+            trace_hash,
+            counts: self.counts,
+            trace: lines,
+        }
+    }
+}
+
+/// An operation's log line, and whether the store refused it as unavailable.
+fn outcome<T: std::fmt::Debug>(what: String, result: Result<T, sundial::error::SchedulingError>) -> (String, bool) {
+    let refused = result.as_ref().is_err_and(|e| e.code().starts_with("SCHEDULING_UNAVAILABLE"));
+    (format!("{what}: {}", describe(&result)), refused)
+}
+
+fn describe<T: std::fmt::Debug>(result: &Result<T, sundial::error::SchedulingError>) -> String {
+    match result {
+        Ok(value) => format!("ok {value:?}"),
+        Err(error) => error.code().to_owned(),
+    }
+}
+
+/// True time `offset` after the epoch.
+pub fn at_offset(offset: Duration) -> DateTime<Utc> {
+    add_duration(epoch(), offset)
+}
