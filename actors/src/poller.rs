@@ -251,9 +251,6 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
             }
             Err(error) => tracing::warn!(%error, "heartbeat failed"),
         }
-        if !state.reclaimed {
-            state.reclaimed = reclaim_previous_runs(state, now).await;
-        }
         match shared.store.cancel_requests(&shared.node_id).await {
             Ok(ids) => {
                 for id in ids {
@@ -264,6 +261,10 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
             }
             Err(error) => tracing::warn!(%error, "reading cancel requests failed"),
         }
+    }
+    if !state.reclaimed {
+        // Runs of an earlier process with this id, or of this poller before it restarted.
+        state.reclaimed = reclaim_previous_runs(state, now).await;
     }
     // Without a heartbeat this cycle, take no new work: this node may be about to be
     // declared lost, and runs of a node the cluster never heard from would never be reaped.
@@ -354,7 +355,8 @@ async fn run_local<S: JobStore>(
 
 /// Marks lost the runs an earlier process with this node id left `Running` (it crashed
 /// and this one restarted under the same id, so the leader never saw the node go
-/// silent); true when none are left.
+/// silent), or that this node's poller had before it was restarted (its run actors died
+/// with it); true when none are left.
 async fn reclaim_previous_runs<S: JobStore>(state: &PollerState<S>, now: chrono::DateTime<chrono::Utc>) -> bool {
     let shared = &state.shared;
     let known: BTreeSet<Uuid> = state.running.keys().copied().collect();

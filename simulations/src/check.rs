@@ -62,29 +62,63 @@ pub struct Checked {
     pub checked: BTreeMap<&'static str, u64>,
 }
 
-/// Run states sampled during the simulation: each change must be a legal transition, and
-/// a run once seen must stay (history is kept for days, longer than any simulation).
+/// Run states sampled during the simulation, cheaply: each sample reads the running-run
+/// index, and the record of every run that left it since the last sample. A run must leave
+/// `Running` by a legal transition, never come back, and keep its final state to the end
+/// (history is kept for days, longer than any simulation).
 #[derive(Debug, Clone, Default)]
 pub struct Samples {
-    last: BTreeMap<Uuid, RunState>,
+    running: BTreeSet<Uuid>,
+    finals: BTreeMap<Uuid, (RunState, DateTime<Utc>)>,
     violations: Vec<String>,
     count: u64,
 }
 
 impl Samples {
-    /// Takes one sample (every run's state at `at`).
-    pub fn observe(&mut self, at: DateTime<Utc>, states: BTreeMap<Uuid, RunState>) {
+    /// The runs running at the last sample: the caller reads the state of those that are
+    /// not running any more and passes them to [`Samples::observe`].
+    pub fn running(&self) -> &BTreeSet<Uuid> {
+        &self.running
+    }
+
+    /// Takes one sample at `at`: the runs running now, and the state of each run that was
+    /// running at the previous sample and is not now (`None`: its record is gone).
+    pub fn observe(&mut self, at: DateTime<Utc>, running: BTreeSet<Uuid>, left: BTreeMap<Uuid, Option<RunState>>) {
         self.count += 1;
-        for (id, before) in &self.last {
-            match states.get(id) {
-                None => self.violations.push(format!("run {id} vanished from history at {at} (was {before:?})")),
-                Some(after) if after != before && !before.can_transition_to(*after) => self
+        for (id, state) in left {
+            match state {
+                None => self.violations.push(format!("run {id} vanished from history at {at} (was Running)")),
+                Some(state) if !RunState::Running.can_transition_to(state) => self
                     .violations
-                    .push(format!("run {id} went {before:?} -> {after:?} (illegal transition), seen at {at}")),
+                    .push(format!("run {id} went Running -> {state:?} (illegal transition), seen at {at}")),
+                Some(RunState::Running) => {}
+                Some(state) => {
+                    self.finals.insert(id, (state, at));
+                }
+            }
+        }
+        for id in &running {
+            if let Some((state, seen)) = self.finals.get(id) {
+                self.violations.push(format!("run {id} was {state:?} at {seen} and Running again at {at}"));
+            }
+        }
+        self.running = running;
+    }
+
+    /// Compares the final states seen with the final history.
+    fn finish(&self, history: &BTreeMap<Uuid, &RunRecord>) -> Vec<String> {
+        let mut violations = self.violations.clone();
+        for (id, (state, seen)) in &self.finals {
+            match history.get(id) {
+                None => violations.push(format!("run {id} ({state:?} at {seen}) vanished from history")),
+                Some(run) if run.state != *state => violations.push(format!(
+                    "run {id} was {state:?} at {seen} and is {:?} at the end (a final state changed)",
+                    run.state
+                )),
                 Some(_) => {}
             }
         }
-        self.last = states;
+        violations
     }
 }
 
@@ -112,7 +146,7 @@ pub fn check(inputs: &Inputs<'_>) -> Checked {
     recovery(inputs, &definitions, &mut checked);
     nothing_stuck(inputs, &executions, &mut checked);
     history_kept(&definitions, &history, &executions, &mut checked);
-    checked.violations.extend(inputs.samples.violations.iter().cloned());
+    checked.violations.extend(inputs.samples.finish(&history));
     *checked.checked.entry("state samples").or_default() += inputs.samples.count;
     checked
 }

@@ -2,7 +2,7 @@
 //! `MemoryKv`; the workload's operations and the fault plan on one timeline; then the
 //! liveness phase and the checkers.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +15,7 @@ use sundial::leader::KvLeaderElection;
 use sundial::options::SchedulerOptions;
 use sundial::store::codec;
 use sundial::store::keys::Keyspace;
-use sundial::store::records::{RunRecord, RunSummary};
+use sundial::store::records::RunRecord;
 use sundial::store::{KvJobStore, StoreOptions};
 use sundial::time::{add_duration, Clock};
 use sundial_actors::clock::{TokioClock, TokioSleeper};
@@ -42,7 +42,7 @@ static WORLDS: AtomicU64 = AtomicU64::new(0);
 const OP_RETRY: Duration = Duration::from_secs(10);
 
 /// How often the store's run states are sampled for the transition checker.
-const SAMPLE_EVERY: Duration = Duration::from_secs(30);
+const SAMPLE_EVERY: Duration = Duration::from_secs(10);
 
 /// The node options every simulated node runs with: short timeouts so recovery happens
 /// within the phases.
@@ -586,26 +586,34 @@ impl World {
         }
     }
 
-    /// Reads every run's state (summaries, one range read) for the transition checker.
+    /// Samples run states for the transition checker: the running-run index, and the
+    /// record of each run that left it since the last sample.
     async fn sample(&mut self) {
         let keys = Keyspace::default_root();
+        let before = self.samples.running().clone();
         let read = run(self.observer.kv(), RetryOptions { retry_limit: 3, ..RetryOptions::default() }, |txn, _| {
-            let keys = keys.clone();
+            let (keys, before) = (keys.clone(), &before);
             async move {
-                let (begin, end) = keys.history_between(i64::MIN, i64::MAX);
+                let (begin, end) = keys.running_everywhere();
                 let range = txn.get_range(&RangeRequest::new(begin, end), true).await?;
-                let mut states = BTreeMap::new();
-                for (key, value) in &range.pairs {
-                    let id = keys.history_run_of(key, false)?;
-                    let summary: RunSummary = codec::decode(value, "run summary")?;
-                    states.insert(id, summary.state);
+                let mut running = BTreeSet::new();
+                for (key, _) in &range.pairs {
+                    running.insert(keys.node_run_of(key)?);
                 }
-                Ok::<_, sundial::store::StoreError>(states)
+                let mut left = BTreeMap::new();
+                for id in before.difference(&running) {
+                    let state = match txn.get(&keys.run(*id), true).await? {
+                        Some(bytes) => Some(codec::decode::<RunRecord>(&bytes, "run record")?.state),
+                        None => None,
+                    };
+                    left.insert(*id, state);
+                }
+                Ok::<_, sundial::store::StoreError>((running, left))
             }
         })
         .await;
-        if let Ok(states) = read {
-            self.samples.observe(self.truth.now(), states);
+        if let Ok((running, left)) = read {
+            self.samples.observe(self.truth.now(), running, left);
         }
     }
 

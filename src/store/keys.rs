@@ -232,6 +232,11 @@ impl Keyspace {
         self.range_of(&(RUNNING, node))
     }
 
+    /// Running runs of every node.
+    pub fn running_everywhere(&self) -> KeyRange {
+        self.range_of(&(RUNNING,))
+    }
+
     /// The run id of a `(8, node, run_id)` or `(11, node, run_id)` key.
     pub fn node_run_of(&self, key: &[u8]) -> Result<Uuid, StoreError> {
         let (_, _, run): (i64, String, Uuid) = self.unpack(key)?;
