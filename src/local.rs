@@ -52,6 +52,9 @@ struct Job {
     revision: u64,
     triggers: BTreeMap<TriggerName, Trigger>,
     running: usize,
+    /// Deleted from the store while runs of it still run here: kept, without triggers,
+    /// until they end, so a job added again under the same name waits for them.
+    removed: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -115,8 +118,22 @@ impl LocalTriggers {
             let running = old.as_ref().map_or(0, |j| j.running);
             next.insert(
                 name,
-                Job { definition: local.definition, paused: local.paused, revision: local.revision, triggers, running },
+                Job {
+                    definition: local.definition,
+                    paused: local.paused,
+                    revision: local.revision,
+                    triggers,
+                    running,
+                    removed: false,
+                },
             );
+        }
+        for (name, mut gone) in std::mem::take(&mut self.jobs) {
+            if gone.running > 0 {
+                gone.removed = true;
+                gone.triggers.clear();
+                next.insert(name, gone);
+            }
         }
         self.jobs = next;
     }
@@ -216,6 +233,13 @@ impl LocalTriggers {
     ) -> Option<DateTime<Utc>> {
         let job = self.jobs.get_mut(&run.job)?;
         job.running = job.running.saturating_sub(1);
+        if job.removed {
+            // The job is gone: no retry; forget it once its last run here ended.
+            if job.running == 0 {
+                self.jobs.remove(&run.job);
+            }
+            return None;
+        }
         if let Some(trigger) = run.trigger.as_ref().and_then(|t| job.triggers.get_mut(t)) {
             if trigger.waiting_for_run && run.cause == RunCause::Schedule {
                 trigger.waiting_for_run = false;
@@ -293,6 +317,9 @@ impl LocalTriggers {
     pub fn note_ended(&mut self, job: &JobName) {
         if let Some(j) = self.jobs.get_mut(job) {
             j.running = j.running.saturating_sub(1);
+            if j.removed && j.running == 0 {
+                self.jobs.remove(job);
+            }
         }
     }
 
@@ -421,6 +448,29 @@ mod tests {
         local.note_ended(&a);
         assert!(!local.is_busy(&a));
         assert_eq!(local.poll_due(t(2), Duration::from_secs(60), &cal, &mut id).len(), 2);
+    }
+
+    /// Found by simulation seed 35: a local job deleted and added again while its run still
+    /// ran here forgot that run and fired beside it.
+    #[test]
+    fn a_local_job_added_again_waits_for_its_old_run_here() {
+        let cal = Calendars::new();
+        let mut local = LocalTriggers::new();
+        local.refresh(vec![local_job("a")], t(0), &cal);
+        let mut id = ids();
+        let old = local.poll_due(t(1), Duration::from_secs(60), &cal, &mut id).remove(0);
+        local.refresh(Vec::new(), t(2), &cal);
+        assert_eq!(local.poll_timeout(), None, "deleted: no fires");
+        local.refresh(vec![local_job("a")], t(3), &cal);
+        assert!(local.poll_due(t(4), Duration::from_secs(60), &cal, &mut id).is_empty(), "the old run still runs");
+        local.handle_run_finished(&old.run, t(5), false, &cal, &mut id);
+        let new = local.poll_due(t(6), Duration::from_secs(60), &cal, &mut id).remove(0);
+        // Deleted for good while running: kept until its run ends, then forgotten, and a
+        // failure of that run does not retry.
+        local.refresh(Vec::new(), t(7), &cal);
+        assert_eq!(local.revisions().len(), 1, "kept while its run runs");
+        assert_eq!(local.handle_run_finished(&new.run, t(8), true, &cal, &mut id), None);
+        assert!(local.revisions().is_empty());
     }
 
     #[test]

@@ -200,10 +200,15 @@ impl<T: KvTransaction> Tx<'_, T> {
         }
     }
 
-    pub(crate) fn delete_job(&self, name: &str) {
+    /// Deletes a job record. Its slot stays while a run holds it: that run still runs, and
+    /// a job re-added under the same name must wait for it (its end clears the slot).
+    pub(crate) async fn delete_job(&self, name: &str) -> Result<(), StoreError> {
         self.txn.clear(&self.keys.job(name));
         self.txn.clear(&self.keys.local_job(name));
-        self.txn.clear(&self.keys.slot(name));
+        if self.slot(name).await?.holder.is_none() {
+            self.txn.clear(&self.keys.slot(name));
+        }
+        Ok(())
     }
 
     pub(crate) async fn trigger(&self, job: &str, name: &str) -> Result<Option<TriggerRecord>, StoreError> {

@@ -121,6 +121,27 @@ mod regressions {
         default_options(7);
     }
 
+    /// Unscheduling a non-concurrent job freed its slot while its run still ran; the job
+    /// added again ran beside it.
+    #[test]
+    fn seed_23_job_added_again_beside_its_old_run() {
+        default_options(23);
+    }
+
+    /// The same for a local job on one node: the local triggers forgot the running run.
+    #[test]
+    fn seed_35_local_job_added_again_beside_its_old_run() {
+        default_options(35);
+    }
+
+    /// Checker fixes: a `once` trigger still held back by its busy non-concurrent job (13),
+    /// and fires of a job paused into the liveness phase (48).
+    #[test]
+    fn seeds_13_and_48_pending_and_paused_fires() {
+        default_options(13);
+        default_options(48);
+    }
+
     /// Fires skipped by a clock that jumped ahead, counted as missing in the liveness
     /// phase (a checker fix: clocks are corrected when the faults heal).
     #[test]

@@ -139,7 +139,12 @@ impl<K: Kv> KvJobStore<K> {
             return Ok(false);
         }
         slot.holder = None;
-        tx.put_slot(&run.job, &slot);
+        if job.is_some() {
+            tx.put_slot(&run.job, &slot);
+        } else {
+            // The job was deleted while this run held its slot.
+            tx.txn.clear(&self.keys.slot(&run.job));
+        }
         self.unblock(tx, &run.job, job).await
     }
 

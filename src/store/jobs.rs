@@ -188,7 +188,7 @@ impl<K: Kv> KvJobStore<K> {
                 for trigger in tx.triggers_of(name.as_str()).await? {
                     tx.delete_trigger(&trigger);
                 }
-                tx.delete_job(name.as_str());
+                tx.delete_job(name.as_str()).await?;
                 Ok::<_, StoreError>(())
             })
             .await;

@@ -46,6 +46,7 @@ macro_rules! for_each_scenario {
             without_scheduled_fires_only_one_shot_triggers_are_taken,
             a_one_shot_trigger_unblocked_while_its_job_is_paused_still_runs,
             a_restarted_process_reclaims_the_runs_its_predecessor_left,
+            a_job_deleted_and_added_again_waits_for_its_old_run,
         );
     };
 }
@@ -701,4 +702,25 @@ pub(crate) async fn a_restarted_process_reclaims_the_runs_its_predecessor_left<K
     let recovered = acquire(store, "elsewhere", secs(67), 16).await;
     assert_eq!(recovered.len(), 1);
     assert_eq!((recovered[0].run.cause, recovered[0].run.job.as_str()), (RunCause::Recovery, "again"));
+}
+
+/// Found by simulation seed 23: unscheduling a non-concurrent job cleared its slot while
+/// its run still ran, so the job added again under the same name ran beside it.
+pub(crate) async fn a_job_deleted_and_added_again_waits_for_its_old_run<K: Kv>(store: &KvJobStore<K>) {
+    let def = job("again", &[("t", "cron */10 * * * * *")]);
+    store.schedule(std::slice::from_ref(&def), t0()).await;
+    let old = acquire(store, "n1", secs(10), 16).await;
+    assert_eq!(old.len(), 1);
+    assert!(store.unschedule(&[name("again")]).await[0].is_ok());
+    store.schedule(std::slice::from_ref(&def), secs(11)).await;
+    assert!(acquire(store, "n2", secs(20), 16).await.is_empty(), "the old run still holds the slot");
+    assert_eq!(trigger_state(store, "again", "t").await.0, TriggerState::Blocked);
+    complete(store, old[0].run.id, "n1", RunOutcome::Succeeded, secs(21)).await;
+    let next = acquire(store, "n2", secs(21), 16).await;
+    assert_eq!(next.len(), 1, "unblocked by the old run's end");
+    // Deleted for good while running: the run's end leaves no slot behind.
+    assert!(store.unschedule(&[name("again")]).await[0].is_ok());
+    complete(store, next[0].run.id, "n2", RunOutcome::Succeeded, secs(22)).await;
+    store.schedule(std::slice::from_ref(&def), secs(23)).await;
+    assert_eq!(acquire(store, "n2", secs(30), 16).await.len(), 1);
 }
