@@ -114,6 +114,11 @@ pub struct SimJob {
 
 impl Job for SimJob {
     async fn run(&mut self, ctx: &RunContext) -> JobResult {
+        if !self.incarnation.is_alive() {
+            // The process died an instant ago; its actors have not processed the kill yet.
+            // Nothing of a dead process runs.
+            return std::future::pending().await;
+        }
         let behaviour = Behaviour::of(self.seed, ctx.run.id, self.hung_rate);
         let node = self.incarnation.node.clone();
         self.log.push(
@@ -138,7 +143,7 @@ impl Job for SimJob {
         if !self.incarnation.is_alive() {
             // The process died meanwhile: the world logged the kill; nothing of this job
             // exists any more.
-            return Ok(());
+            return std::future::pending().await;
         }
         let outcome = match (canceled, behaviour.outcome) {
             (true, _) => "canceled",

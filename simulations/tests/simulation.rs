@@ -142,6 +142,21 @@ mod regressions {
         default_options(48);
     }
 
+    /// Under a heavy crash mix, a job started in the instant between its node's crash and
+    /// its actors processing the kill (a simulator fix: nothing of a dead process runs).
+    #[test]
+    fn seed_305_heavy_faults_job_started_after_its_crash() {
+        let faults =
+            Faults::parse("crash=10,partition=10,latency=10,unavailable=6,clock-jump=4").expect("a valid list");
+        let overrides = Overrides {
+            nodes: Some(4),
+            duration: Some(Duration::from_secs(3600)),
+            faults: Some(faults),
+            ..Overrides::default()
+        };
+        assert_clean(&run(305, &overrides));
+    }
+
     /// Fires skipped by a clock that jumped ahead, counted as missing in the liveness
     /// phase (a checker fix: clocks are corrected when the faults heal).
     #[test]
