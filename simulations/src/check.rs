@@ -56,7 +56,8 @@ pub struct Checked {
     /// Broken invariants, each described with its run ids and times.
     pub violations: Vec<String>,
     /// The one allowed overlap: a job that ignored cancellation kept running on a node
-    /// already declared lost while its job's next run ran elsewhere.
+    /// already declared lost while its job's next run ran elsewhere (one line per such run,
+    /// naming the first run it overlapped).
     pub lost_node_overlaps: Vec<String>,
     /// Counts of what was checked.
     pub checked: BTreeMap<&'static str, u64>,
@@ -240,7 +241,11 @@ fn no_overlap(
                         run.start
                     );
                     if lost && previous.facts.ignores_cancel {
-                        checked.lost_node_overlaps.push(line);
+                        // One line per lost run, however many later runs it overlapped.
+                        let id = previous.facts.run.id.to_string();
+                        if !checked.lost_node_overlaps.last().is_some_and(|l| l.contains(&id)) {
+                            checked.lost_node_overlaps.push(line);
+                        }
                     } else {
                         checked.violations.push(line);
                     }
