@@ -318,7 +318,6 @@ pub(crate) fn job_run_of(record: &RunRecord) -> Result<JobRun, StoreError> {
     })
 }
 
-/// JSON object text → object.
 /// The value of a due-index entry: the trigger's priority (i32 LE), then 1 for a one-shot
 /// trigger the engine made (enqueue, retry, recovery), 0 for a scheduled one. Acquisition
 /// orders and filters candidates from it without reading the triggers.
@@ -336,6 +335,7 @@ pub(crate) fn due_value_parts(value: &[u8]) -> (i32, bool) {
     (priority, value.get(4) == Some(&1))
 }
 
+/// JSON object text → object.
 pub(crate) fn parse_data(text: &str) -> Result<JsonObject, StoreError> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("bad data JSON: {e}")))
 }

@@ -28,8 +28,8 @@ pub enum CancelReason {
     Timeout,
     /// The node is stopping and its deadline passed.
     NodeStopping,
-    /// The node could not heartbeat for most of `node_timeout` and fenced itself: its runs
-    /// may be declared lost and run again elsewhere.
+    /// The node was declared lost, or could not heartbeat for most of `node_timeout` and
+    /// fenced itself: its runs are, or may soon be, run again elsewhere.
     Fenced,
 }
 

@@ -241,11 +241,10 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
             Ok(beat) => {
                 shared.heartbeat_committed();
                 if beat.was_declared_lost {
-                    // Our runs are Lost already and will run again elsewhere: stop them.
+                    // Our runs are Lost already and will run again elsewhere: stop them,
+                    // as the fence would have.
                     tracing::warn!(node = %shared.node_id, "this node was declared lost; canceling its runs");
-                    for run in state.running.values() {
-                        let _ = run.send_message(RunMsg::Cancel(CancelReason::NodeStopping));
-                    }
+                    shared.cancel_all_runs(CancelReason::Fenced);
                 }
                 state.known_times_declared_lost = Some(beat.times_declared_lost);
             }

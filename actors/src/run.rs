@@ -148,7 +148,6 @@ impl<S: JobStore> Actor for RunActor<S> {
                     let _ = reply.send(outcome);
                 }
                 let local = state.args.local.then(|| (run.clone(), stored_state == RunState::Failed));
-                shared.unregister_run(run.id);
                 let _ = state.args.poller.send_message(PollerMsg::RunFinished(run.id, local));
                 myself.stop(None);
             }
@@ -157,7 +156,7 @@ impl<S: JobStore> Actor for RunActor<S> {
     }
 
     async fn post_stop(&self, _myself: ActorRef<RunMsg>, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
-        // Also when stopped before its job ended (an abandoned run at node stop).
+        // After its completion, or when stopped before its job ended (abandoned at node stop).
         state.args.shared.unregister_run(state.args.acquired.run.id);
         Ok(())
     }

@@ -155,8 +155,8 @@ impl<K: Kv> KvJobStore<K> {
             // The listing is a snapshot; each run is then read serializably, so a
             // completion racing this conflicts on the run, and one state wins.
             let listing = tx.txn.get_range(&RangeRequest::new(begin, end).limit(chunk), true).await?;
+            let why = format!("node '{node}' was lost while the run was running");
             for ((key, _), uid) in listing.pairs.iter().zip(uids) {
-                let why = format!("node '{node}' was lost while the run was running");
                 self.lose_run(&tx, key, node, now, *uid, &why, &mut result, &mut unblock).await?;
             }
             result.more = listing.more;
@@ -170,11 +170,12 @@ impl<K: Kv> KvJobStore<K> {
     }
 
     /// Marks `Lost` the runs of `node` that the calling process does not know (`known`):
-    /// left `Running` by an earlier process with the same node id, which died. Each is
-    /// handled as when a lost node is reaped: its slot freed, its interval trigger re-armed,
-    /// and a `recovery-…` trigger when its job requests recovery. A node calls this when its
-    /// process starts (its heartbeat sequence goes on, so the leader would never declare
-    /// those runs lost). Call again while [`ReapResult::more`].
+    /// left `Running` by an earlier process with the same node id, which died, or by this
+    /// node's poller before it was restarted. Each is handled as when a lost node is reaped:
+    /// its slot freed, its interval trigger re-armed, and a `recovery-…` trigger when its
+    /// job requests recovery. A node calls this when its poller starts (its heartbeat
+    /// sequence goes on, so the leader would never declare those runs lost). Call again
+    /// while [`ReapResult::more`].
     ///
     /// # Errors
     /// Store errors.
@@ -194,6 +195,7 @@ impl<K: Kv> KvJobStore<K> {
             let (begin, end) = self.keys.running_on(node);
             let listing = tx.txn.get_range(&RangeRequest::new(begin, end), true).await?;
             let mut uids = uids.iter();
+            let why = format!("the process of node '{node}' ended while the run was running");
             for (key, _) in &listing.pairs {
                 if known.contains(&self.keys.node_run_of(key)?) {
                     continue;
@@ -202,7 +204,6 @@ impl<K: Kv> KvJobStore<K> {
                     result.more = true;
                     break;
                 };
-                let why = format!("the process of node '{node}' ended while the run was running");
                 self.lose_run(&tx, key, node, now, *uid, &why, &mut result, &mut unblock).await?;
             }
             Ok::<_, StoreError>((result, unblock))
