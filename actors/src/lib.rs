@@ -16,7 +16,11 @@
 
 pub use sundial;
 
+#[cfg(feature = "node")]
+pub mod admin;
 pub mod clock;
+#[cfg(feature = "node")]
+pub mod config;
 pub mod events;
 pub mod execute;
 #[cfg(feature = "fdb")]
@@ -24,9 +28,14 @@ pub mod fdb;
 mod fence;
 mod housekeeper;
 pub mod job;
+#[cfg(feature = "node")]
+pub mod kinds;
 pub mod lease;
 pub mod node;
 mod poller;
 pub mod registry;
 mod run;
 pub mod scheduler;
+#[cfg(feature = "node")]
+pub mod spec;
+pub mod stats;

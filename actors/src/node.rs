@@ -31,6 +31,7 @@ use crate::lease::{DynLeaderElection, LeaseActor, LeaseMsg};
 use crate::poller::{PollerActor, PollerMsg};
 use crate::registry::JobRegistry;
 use crate::scheduler::JobScheduler;
+use crate::stats::EngineStats;
 
 /// Where a node is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -66,6 +67,7 @@ pub struct NodeShared<S: JobStore> {
     /// When this node's last heartbeat committed (monotonic).
     last_heartbeat: Mutex<Option<MonotonicInstant>>,
     ids: Mutex<(RunIdGenerator, Entropy)>,
+    pub(crate) stats: EngineStats,
 }
 
 impl<S: JobStore> NodeShared<S> {
@@ -102,6 +104,11 @@ impl<S: JobStore> NodeShared<S> {
             cancel.cancel(reason);
         }
         fresh
+    }
+
+    /// Runs on this node now.
+    pub(crate) fn running(&self) -> usize {
+        lock(&self.runs).len()
     }
 
     pub(crate) fn heartbeat_committed(&self) {
@@ -367,6 +374,7 @@ impl Node {
             ids: Mutex::new(ids),
             runs: Mutex::new(BTreeMap::new()),
             last_heartbeat: Mutex::new(None),
+            stats: EngineStats::default(),
         });
         let name = shared.actor_name("supervisor");
         let (node, _) = match supervisor {

@@ -28,6 +28,7 @@ use sundial::local::LocalTriggers;
 use crate::execute::CancelReason;
 use crate::node::{Lifecycle, NodeShared};
 use crate::run::{RunActor, RunArgs, RunMsg};
+use crate::stats::StoreOp;
 
 /// How late a fire in another node's shard must be before this node takes it.
 const STEAL_GRACE: Duration = Duration::from_secs(2);
@@ -248,7 +249,10 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
                 }
                 state.known_times_declared_lost = Some(beat.times_declared_lost);
             }
-            Err(error) => tracing::warn!(%error, "heartbeat failed"),
+            Err(error) => {
+                shared.stats.store_error(StoreOp::Heartbeat);
+                tracing::warn!(%error, "heartbeat failed");
+            }
         }
         match shared.store.cancel_requests(&shared.node_id).await {
             Ok(ids) => {
@@ -258,7 +262,10 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
                     }
                 }
             }
-            Err(error) => tracing::warn!(%error, "reading cancel requests failed"),
+            Err(error) => {
+                shared.stats.store_error(StoreOp::CancelRequests);
+                tracing::warn!(%error, "reading cancel requests failed");
+            }
         }
     }
     if !state.reclaimed {
@@ -291,6 +298,7 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
         };
         match shared.store.acquire_due(&request).await {
             Ok(runs) => {
+                shared.stats.acquisition(runs.len());
                 let full = runs.len() == slots;
                 for run in runs {
                     start_run(myself, state, run, None, false).await;
@@ -300,7 +308,10 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
                     return Duration::ZERO;
                 }
             }
-            Err(error) => tracing::warn!(%error, "acquisition failed"),
+            Err(error) => {
+                shared.stats.store_error(StoreOp::Acquire);
+                tracing::warn!(%error, "acquisition failed");
+            }
         }
     }
     // Sleep until the next known due time, at most one poll interval. A fire already due
@@ -338,13 +349,17 @@ async fn run_local<S: JobStore>(
                 state.refresh_local = false;
                 state.cycles_since_refresh = 0;
             }
-            Err(error) => tracing::warn!(%error, "reading local jobs failed"),
+            Err(error) => {
+                shared.stats.store_error(StoreOp::LocalJobs);
+                tracing::warn!(%error, "reading local jobs failed");
+            }
         }
     }
     let fires =
         state.local.poll_due(now, shared.options.misfire_threshold, shared.registry.calendars(), || shared.run_id());
     for fire in fires {
         if let Err(error) = shared.store.begin_local_run(&fire.run, &shared.node_id, now).await {
+            shared.stats.store_error(StoreOp::LocalJobs);
             tracing::warn!(run_id = %fire.run.id, %error, "could not record a local run; running it anyway");
         }
         let acquired = AcquiredRun { run: fire.run, job_type: fire.job_type, timeout: fire.timeout, exclusive: false };
@@ -374,6 +389,7 @@ async fn reclaim_previous_runs<S: JobStore>(state: &PollerState<S>, now: chrono:
                 }
             }
             Err(error) => {
+                shared.stats.store_error(StoreOp::Reclaim);
                 tracing::warn!(%error, "reclaiming an earlier process's runs failed; retrying next cycle");
                 return false;
             }
@@ -391,6 +407,7 @@ async fn sync_code_jobs<S: JobStore>(shared: &NodeShared<S>, now: chrono::DateTi
             }
             Ok(_) => {}
             Err(error) => {
+                shared.stats.store_error(StoreOp::SyncCodeJobs);
                 tracing::warn!(job = %def.name, %error, "writing the code job failed; retrying next cycle");
                 all = false;
             }

@@ -17,6 +17,7 @@ use crate::execute::{execute, AbortOnDrop, CancelReason, RunCancel};
 use crate::job::RunContext;
 use crate::node::NodeShared;
 use crate::poller::PollerMsg;
+use crate::stats::StoreOp;
 
 /// Longest wait between attempts to record a completion while the store is unavailable.
 const COMPLETION_RETRY_MAX: Duration = Duration::from_secs(5);
@@ -26,8 +27,9 @@ const COMPLETION_RETRY_MAX: Duration = Duration::from_secs(5);
 pub(crate) enum RunMsg {
     /// Cancel the run's token (first reason counts).
     Cancel(CancelReason),
-    /// The job ended.
-    Finished(RunOutcome),
+    /// The job ended; it started at the given time (its scheduled instant, when it was
+    /// acquired ahead).
+    Finished(RunOutcome, chrono::DateTime<chrono::Utc>),
 }
 
 /// What a run starts with.
@@ -44,7 +46,6 @@ pub(crate) struct RunArgs<S: JobStore> {
 pub(crate) struct RunState_<S: JobStore> {
     args: RunArgs<S>,
     cancel: RunCancel,
-    started_at: chrono::DateTime<chrono::Utc>,
     /// The job's task; dropped with this state, so a killed run actor aborts its job.
     _task: AbortOnDrop<()>,
 }
@@ -67,7 +68,6 @@ impl<S: JobStore> Actor for RunActor<S> {
         let shared = args.shared.clone();
         let cancel = RunCancel::new();
         shared.register_run(args.acquired.run.id, cancel.clone());
-        let started_at = shared.clock.now();
         let run = args.acquired.run.clone();
         let ctx = RunContext { run: run.clone(), node: shared.node_id.clone(), cancel: cancel.token() };
         let timeout = args.acquired.timeout;
@@ -103,9 +103,9 @@ impl<S: JobStore> Actor for RunActor<S> {
                     message: "job type not registered on this node".into(),
                 },
             };
-            let _ = myself.send_message(RunMsg::Finished(outcome));
+            let _ = myself.send_message(RunMsg::Finished(outcome, started_at));
         });
-        Ok(RunState_ { args, cancel, started_at, _task: AbortOnDrop(task) })
+        Ok(RunState_ { args, cancel, _task: AbortOnDrop(task) })
     }
 
     async fn handle(
@@ -116,13 +116,13 @@ impl<S: JobStore> Actor for RunActor<S> {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             RunMsg::Cancel(reason) => state.cancel.cancel(reason),
-            RunMsg::Finished(outcome) => {
+            RunMsg::Finished(outcome, started_at) => {
                 let shared = &state.args.shared;
                 let run = &state.args.acquired.run;
                 let finished_at = shared.clock.now();
                 let completion =
                     Completion { run_id: run.id, node: shared.node_id.clone(), outcome: outcome.clone(), finished_at };
-                let stored_state = complete_durably(&shared.store, &completion).await;
+                let stored_state = complete_durably(shared, &completion).await;
                 let (error_code, error_message) = match &outcome {
                     RunOutcome::Succeeded => (None, None),
                     RunOutcome::Failed { code, message } => (code.clone(), Some(message.clone())),
@@ -130,7 +130,7 @@ impl<S: JobStore> Actor for RunActor<S> {
                 };
                 let facts = RunFacts {
                     state: Some(stored_state),
-                    started_at: Some(state.started_at),
+                    started_at: Some(started_at),
                     finished_at: Some(finished_at),
                     error_code,
                     error_message,
@@ -165,17 +165,19 @@ impl<S: JobStore> Actor for RunActor<S> {
 /// Records a completion, retrying with backoff while the store is unreachable. Returns the
 /// run's stored final state (which differs from the outcome when the run had already been
 /// declared lost).
-async fn complete_durably<S: JobStore>(store: &S, completion: &Completion) -> RunState {
+async fn complete_durably<S: JobStore>(shared: &NodeShared<S>, completion: &Completion) -> RunState {
     let mut wait = Duration::from_millis(50);
     loop {
-        match store.complete_run(completion).await {
+        match shared.store.complete_run(completion).await {
             Ok(result) => return result.state,
             Err(StoreError::Kv(error)) => {
+                shared.stats.store_error(StoreOp::Complete);
                 tracing::warn!(run_id = %completion.run_id, %error, "store unavailable; holding the completion");
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(COMPLETION_RETRY_MAX);
             }
             Err(error) => {
+                shared.stats.store_error(StoreOp::Complete);
                 tracing::error!(run_id = %completion.run_id, %error, "completion not recorded");
                 return match completion.outcome {
                     RunOutcome::Succeeded => RunState::Succeeded,

@@ -18,6 +18,7 @@ use crate::execute::CancelReason;
 use crate::node::{Lifecycle, NodeMsg, NodeShared, PollerMsgBox};
 use crate::poller::PollerMsg;
 use crate::registry::JobRegistry;
+use crate::stats::EngineCounters;
 
 /// How long a call into the node's actors may take before it counts as failed.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -84,6 +85,16 @@ impl<S: JobStore> JobScheduler<S> {
     /// Where the node is in its life.
     pub fn lifecycle(&self) -> Lifecycle {
         self.shared.lifecycle()
+    }
+
+    /// Whether this node holds the leader lease now.
+    pub fn is_leader(&self) -> bool {
+        self.shared.leader().is_some()
+    }
+
+    /// The engine's counters (acquisitions, store errors, runs here, leadership).
+    pub fn counters(&self) -> EngineCounters {
+        self.shared.stats.snapshot(self.shared.running(), self.is_leader())
     }
 
     /// The node's supervisor actor.

@@ -1,62 +1,467 @@
-//! Goal: the `sundial` binary runs a node end to end: it starts, runs the demo job on its
-//! schedule, and stops gracefully on SIGTERM; bad options are refused with a clear message.
+//! Goal: the `sundial` binary works as a new user meets it: the demo node runs and stops on
+//! SIGTERM; a node from a config file with shell and HTTP jobs is driven through the admin
+//! API and the CLI (history, statuses, retries, timeouts, cancellation, restore, pause,
+//! auth); bad configs, bad requests and bad CLI input are refused with clear messages and
+//! stable codes; the offline helpers print instants.
 //!
-//! Method: runs the real binary as a child process (real time, about six seconds).
+//! Method: runs the real binary as child processes on free ports (real time, a few
+//! seconds per test), talking HTTP with a minimal client so the tests see raw statuses.
 #![cfg(all(feature = "node", unix))]
+// These tests wait on real child processes, in real time; no simulation reads this clock.
+#![allow(clippy::disallowed_methods)]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-#[test]
-fn the_binary_runs_the_demo_job_and_stops_on_sigterm() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sundial"))
-        .arg("--demo")
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the binary starts");
-    let (lines, received) = mpsc::channel();
-    let stdout = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = lines.send(line);
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_sundial");
+const TOKEN: &str = "test-token-0123456789";
+
+/// A running node, stopped (SIGTERM) on drop.
+struct NodeProcess {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+    base: String,
+}
+
+impl NodeProcess {
+    fn start(args: &[&str], envs: &[(&str, &str)]) -> Self {
+        let mut command = Command::new(BIN);
+        command
+            .arg("node")
+            .args(args)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .env("SUNDIAL_ADMIN_LISTEN", "127.0.0.1:0")
+            .env_remove("SUNDIAL_ADMIN_TOKEN")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in envs {
+            command.env(k, v);
         }
-    });
-    let mut seen = Vec::new();
-    let ran = loop {
-        match received.recv_timeout(Duration::from_secs(15)) {
-            Ok(line) => {
-                let done = line.contains("demo job ran");
-                seen.push(line);
-                if done {
-                    break true;
+        let mut child = command.spawn().expect("the binary starts");
+        let (send, lines) = mpsc::channel();
+        for pipe in
+            [Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>, Box::new(child.stderr.take().unwrap())]
+        {
+            let send = send.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                    let _ = send.send(line);
                 }
-            }
-            Err(_) => break false,
+            });
         }
-    };
-    let pid = child.id().to_string();
-    let _ = Command::new("kill").args(["-TERM", &pid]).status();
-    let status = child.wait().expect("the binary exits");
-    while let Ok(line) = received.recv_timeout(Duration::from_secs(2)) {
-        seen.push(line);
+        let mut node = Self { child, lines, seen: Vec::new(), base: String::new() };
+        let line = node.wait_for("admin API listening", Duration::from_secs(20));
+        let address = line.split("address=").nth(1).and_then(|rest| rest.split_whitespace().next()).unwrap();
+        node.base = address.trim_matches('"').to_owned();
+        node
     }
-    assert!(ran, "the demo job ran within 15 s:\n{}", seen.join("\n"));
-    assert!(status.success(), "clean exit on SIGTERM: {status:?}\n{}", seen.join("\n"));
-    assert!(seen.iter().any(|l| l.contains("stopped")), "{}", seen.join("\n"));
+
+    /// Waits for a log line containing `needle`.
+    fn wait_for(&mut self, needle: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(needle) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!("no line with '{needle}' within {timeout:?}:\n{}", self.seen.join("\n")),
+            }
+        }
+    }
+
+    fn port(&self) -> u16 {
+        self.base.rsplit(':').next().unwrap().parse().unwrap()
+    }
+
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let status = self.child.wait().expect("the binary exits");
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(500)) {
+            self.seen.push(line);
+        }
+        status
+    }
+
+    /// The CLI against this node.
+    fn cli(&self, args: &[&str]) -> Output {
+        Command::new(BIN)
+            .args(args)
+            .env("SUNDIAL_SERVER", &self.base)
+            .env_remove("SUNDIAL_ADMIN_TOKEN")
+            .output()
+            .unwrap()
+    }
+
+    /// The CLI with the token, expecting success; its stdout as JSON.
+    fn cli_json(&self, args: &[&str]) -> Value {
+        let (code, json) = self.cli_json_status(args);
+        assert_eq!(code, Some(0), "{args:?}: {json}");
+        json
+    }
+
+    /// The CLI with the token: its exit code and its stdout as JSON.
+    fn cli_json_status(&self, args: &[&str]) -> (Option<i32>, Value) {
+        let mut all = args.to_vec();
+        all.extend(["--json", "--token", TOKEN]);
+        let out = self.cli(&all);
+        let json = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+        (out.status.code(), json)
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP/1.1 request; (status, body).
+fn http(port: u16, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> (u16, String) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
+    if let Some(token) = token {
+        request.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
+    let body = body.unwrap_or("");
+    request.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()));
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (status, body)
+}
+
+fn code_of(body: &str) -> String {
+    serde_json::from_str::<Value>(body).map(|v| v["code"].as_str().unwrap_or("").to_owned()).unwrap_or_default()
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sundial-binary-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Polls the runs of `job` until `done` holds (or 20 s pass); the last list.
+fn runs_until(node: &NodeProcess, job: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let runs = node.cli_json(&["runs", "list", "--job", job]);
+        let runs = runs.as_array().unwrap().clone();
+        if done(&runs) || Instant::now() > deadline {
+            return runs;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 #[test]
-fn bad_options_are_refused_with_the_key_named() {
-    let output = Command::new(env!("CARGO_BIN_EXE_sundial"))
-        .env("SUNDIAL_MAX_CONCURRENT_RUNS", "zero")
+fn the_demo_node_runs_its_jobs_and_stops_on_sigterm() {
+    let mut node = NodeProcess::start(&["--demo"], &[]);
+    node.wait_for("demo job ran", Duration::from_secs(15));
+    let (status, body) = http(node.port(), "GET", "/health", None, None);
+    assert_eq!((status, body.as_str()), (200, "{\"status\":\"serving\"}"));
+    let status = node.terminate();
+    assert!(status.success(), "clean exit on SIGTERM: {status:?}\n{}", node.seen.join("\n"));
+    assert!(node.seen.iter().any(|l| l.contains("stopped")), "{}", node.seen.join("\n"));
+}
+
+const CONFIG: &str = r#"
+[scheduler]
+poll_interval_seconds = 1
+
+[admin]
+token = "test-token-0123456789"
+
+[[jobs]]
+name = "nightly"
+type = "log"
+data = { message = "nightly ran" }
+[[jobs.triggers]]
+name = "at-two"
+schedule = "cron 0 0 2 * * * tz=Europe/Berlin"
+"#;
+
+#[test]
+fn a_configured_node_is_driven_through_the_api_and_the_cli() {
+    let dir = temp_dir("drive");
+    let config = write(&dir, "sundial.toml", CONFIG);
+    let node = NodeProcess::start(&["--config", config.to_str().unwrap()], &[]);
+    let port = node.port();
+
+    // The config's job is a code job.
+    let job = node.cli_json(&["jobs", "show", "nightly"]);
+    assert_eq!(job["origin"], "Code");
+    assert_eq!(job["spec"]["triggers"][0]["schedule"], "cron 0 0 2 * * * tz=Europe/Berlin");
+    let info = node.cli_json(&["node", "info"]);
+    assert_eq!(info["state"], "serving");
+    assert_eq!(info["store"], "memory");
+    for kind in ["shell", "http", "log"] {
+        assert!(info["job_types"].as_array().unwrap().iter().any(|t| t == kind), "{info}");
+    }
+
+    // Jobs from a file: shell ok, shell failing with retries, shell timing out, shell for
+    // cancellation, and an HTTP job calling this node's own health endpoint.
+    let jobs = format!(
+        r#"
+[[jobs]]
+name = "echo"
+type = "shell"
+data = {{ program = "sh", args = ["-c", "echo hi; test \"$SUNDIAL_JOB\" = echo"] }}
+
+[[jobs]]
+name = "flaky"
+type = "shell"
+retry = {{ max_retries = 2, delay = "300ms" }}
+data = {{ program = "sh", args = ["-c", "echo broken >&2; exit 3"] }}
+
+[[jobs]]
+name = "slow"
+type = "shell"
+timeout = "500ms"
+data = {{ program = "sleep", args = ["37"] }}
+
+[[jobs]]
+name = "long"
+type = "shell"
+data = {{ program = "sleep", args = ["30"] }}
+
+[[jobs]]
+name = "ping"
+type = "http"
+data = {{ url = "http://127.0.0.1:{port}/health" }}
+
+[[jobs]]
+name = "missing"
+type = "http"
+data = {{ url = "http://127.0.0.1:{port}/nowhere", success = [200] }}
+"#
+    );
+    let file = write(&dir, "jobs.toml", &jobs);
+    let out = node.cli(&["jobs", "apply", "-f", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(7), "no token, no change: {}", String::from_utf8_lossy(&out.stderr));
+    let applied = node.cli_json(&["jobs", "apply", "-f", file.to_str().unwrap()]);
+    assert!(applied.as_array().unwrap().iter().all(|r| r["ok"] == true), "{applied}");
+
+    let ok = node.cli(&["jobs", "trigger", "echo", "--token", TOKEN]);
+    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stdout));
+    let ping = node.cli_json(&["jobs", "trigger", "ping"]);
+    assert_eq!(ping["state"], "Succeeded", "{ping}");
+    let (code, missing) = node.cli_json_status(&["jobs", "trigger", "missing"]);
+    assert_eq!((code, &missing["error_code"]), (Some(1), &Value::from("HTTP_404")), "{missing}");
+
+    // A failing shell job: exit code and stderr in the run, then two retries.
+    let failed = node.cli(&["jobs", "trigger", "flaky", "--token", TOKEN]);
+    assert_eq!(failed.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&failed.stdout);
+    assert!(text.contains("EXIT_3") && text.contains("broken"), "{text}");
+    let runs = runs_until(&node, "flaky", |runs| runs.len() == 3);
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    let first = runs.iter().find(|r| r["attempt"] == 1).unwrap();
+    for attempt in [2, 3] {
+        let retry = runs.iter().find(|r| r["attempt"] == attempt).unwrap_or_else(|| panic!("{runs:?}"));
+        assert_eq!(retry["retry_of"], first["id"]);
+        assert_eq!(retry["cause"], "Retry");
+        assert_eq!(retry["state"], "Failed");
+    }
+    let count = node.cli_json(&["runs", "count", "--job", "flaky", "--state", "failed", "--has-error", "true"]);
+    assert_eq!(count["count"], 3);
+
+    // A timeout beats the job, and kills its process.
+    let (code, slow) = node.cli_json_status(&["jobs", "trigger", "slow"]);
+    assert_eq!((code, &slow["error_code"]), (Some(1), &Value::from("SCHEDULING_TIMEOUT_001")), "{slow}");
+    let left = Command::new("pgrep").args(["-f", "^sleep 37$"]).output().unwrap();
+    assert!(left.stdout.is_empty(), "the timed-out program was killed");
+
+    // Cancel a queued run while it runs.
+    let enqueued = node.cli_json(&["jobs", "enqueue", "long"]);
+    assert!(enqueued["trigger"].as_str().unwrap().starts_with("manual-"), "{enqueued}");
+    let running = runs_until(&node, "long", |runs| runs.iter().any(|r| r["state"] == "Running"));
+    let id = running[0]["id"].as_str().unwrap().to_owned();
+    let canceled = node.cli_json(&["runs", "cancel", &id]);
+    assert_eq!(canceled[0]["ok"], true, "{canceled}");
+    let ended = runs_until(&node, "long", |runs| runs.iter().all(|r| r["state"] != "Running"));
+    assert_eq!(ended[0]["state"], "Canceled", "{ended:?}");
+
+    // Override a code job, then restore it; pause and resume one trigger.
+    let mut spec = job["spec"].clone();
+    spec["data"]["message"] = "changed".into();
+    let override_file = write(&dir, "override.json", &spec.to_string());
+    node.cli_json(&["jobs", "apply", "-f", override_file.to_str().unwrap()]);
+    assert_eq!(node.cli_json(&["jobs", "show", "nightly"])["origin"], "Overridden");
+    node.cli_json(&["jobs", "restore", "nightly"]);
+    let restored = node.cli_json(&["jobs", "show", "nightly"]);
+    assert_eq!(
+        (restored["origin"].as_str(), restored["spec"]["data"]["message"].as_str()),
+        (Some("Code"), Some("nightly ran"))
+    );
+    node.cli_json(&["triggers", "pause", "nightly", "at-two"]);
+    let paused = node.cli_json(&["jobs", "show", "nightly"]);
+    assert_eq!(paused["triggers"][0]["paused"], true, "{paused}");
+    node.cli_json(&["triggers", "resume", "nightly", "at-two"]);
+    node.cli_json(&["jobs", "pause", "nightly"]);
+    assert_eq!(node.cli_json(&["jobs", "show", "nightly"])["paused"], true);
+
+    // Tables for people.
+    let table = node.cli(&["runs", "list", "--job", "flaky"]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.starts_with("RUN ") && text.contains("EXIT_3"), "{text}");
+
+    // Not found, invalid, and the exit codes.
+    assert_eq!(node.cli(&["jobs", "show", "nope"]).status.code(), Some(3));
+    assert_eq!(node.cli(&["jobs", "trigger", "nope", "--token", TOKEN]).status.code(), Some(3));
+    assert_eq!(node.cli(&["runs", "list", "--limit", "0"]).status.code(), Some(4));
+    assert_eq!(node.cli(&["runs", "cancel", "not-a-uuid", "--token", TOKEN]).status.code(), Some(4));
+    assert_eq!(node.cli(&["jobs", "trigger", "echo", "--data", "[1]", "--token", TOKEN]).status.code(), Some(2));
+    node.cli_json(&["jobs", "delete", "echo"]);
+    assert_eq!(node.cli(&["jobs", "show", "echo"]).status.code(), Some(3));
+    assert_eq!(
+        Command::new(BIN).args(["jobs", "list", "--server", "http://127.0.0.1:1"]).output().unwrap().status.code(),
+        Some(6)
+    );
+
+    // Raw HTTP: reads are open, changes need the token, bad input is a 4xx with a code.
+    /// Method, path, token, body, expected status and code.
+    type Case<'a> = (&'a str, &'a str, Option<&'a str>, Option<&'a str>, u16, &'a str);
+    let cases: [Case; 12] = [
+        ("POST", "/api/jobs/nightly/pause", None, None, 401, "ADMIN_AUTH_001"),
+        ("POST", "/api/jobs/nightly/pause", Some("wrong-token-0123456789"), None, 401, "ADMIN_AUTH_001"),
+        ("PUT", "/api/jobs/x", Some(TOKEN), Some("{not json"), 400, "ADMIN_REQUEST_001"),
+        ("PUT", "/api/jobs/x", Some(TOKEN), Some(r#"{"name":"y","type":"log"}"#), 400, "ADMIN_REQUEST_001"),
+        ("PUT", "/api/jobs/x", Some(TOKEN), Some(r#"{"name":"x","type":"nope"}"#), 404, "SCHEDULING_NOTFOUND_002"),
+        (
+            "PUT",
+            "/api/jobs/x",
+            Some(TOKEN),
+            Some(r#"{"name":"x","type":"shell","data":{"args":["a"]}}"#),
+            400,
+            "SCHEDULING_VALIDATION_001",
+        ),
+        ("GET", "/api/runs?limit=5000", None, None, 400, "SCHEDULING_VALIDATION_002"),
+        ("GET", "/api/runs?state=sleeping", None, None, 400, "ADMIN_REQUEST_001"),
+        ("GET", "/api/jobs/Bad%20Name", None, None, 400, "ADMIN_REQUEST_001"),
+        ("POST", "/api/runs/cancel", Some(TOKEN), Some(r#"{"ids":["0190d6a8-0000-7000-8000-000000000000"]}"#), 200, ""),
+        ("DELETE", "/api/node", Some(TOKEN), None, 405, "ADMIN_METHOD_001"),
+        ("GET", "/api/nothing", None, None, 404, "ADMIN_ROUTE_001"),
+    ];
+    for (method, path, token, body, status, code) in cases {
+        let (got, text) = http(port, method, path, token, body);
+        assert_eq!(got, status, "{method} {path}: {text}");
+        assert_eq!(code_of(&text), code, "{method} {path}: {text}");
+    }
+    let (status, text) = http(
+        port,
+        "POST",
+        "/api/runs/cancel",
+        Some(TOKEN),
+        Some(r#"{"ids":["0190d6a8-0000-7000-8000-000000000000"]}"#),
+    );
+    assert_eq!(status, 200);
+    assert!(text.contains("SCHEDULING_NOTFOUND_004"), "{text}");
+    let (status, metrics) = http(port, "GET", "/metrics", None, None);
+    assert_eq!(status, 200);
+    assert!(metrics.contains("sundial_runs_total{job=\"flaky\",outcome=\"failed\"} 3"), "{metrics}");
+    assert!(metrics.contains("sundial_leader 1"), "{metrics}");
+    let (status, openapi) = http(port, "GET", "/api/openapi.json", None, None);
+    assert_eq!(status, 200);
+    assert!(serde_json::from_str::<Value>(&openapi).is_ok());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn bad_configs_are_refused_naming_the_file_and_key() {
+    let dir = temp_dir("bad");
+    let cases = [
+        ("unknown-key.toml", "[scheduler]\npoll_interval_seconds = 1\n[schedular]\n", "line 3"),
+        ("bad-option.toml", "[scheduler]\nmax_concurrent_runs = 0\n", "scheduler.max_concurrent_runs"),
+        (
+            "bad-schedule.toml",
+            "[[jobs]]\nname = \"a\"\ntype = \"log\"\n[[jobs.triggers]]\nname = \"t\"\nschedule = \"cron 0 0 25 * * *\"\n",
+            "jobs[0] (a).triggers[0].schedule",
+        ),
+        ("bad-shell.toml", "[[jobs]]\nname = \"a\"\ntype = \"shell\"\n", "missing field `program`"),
+        ("unknown-type.toml", "[[jobs]]\nname = \"a\"\ntype = \"nope\"\n", "'nope', which is not registered"),
+        ("open-admin.toml", "[admin]\nlisten = \"0.0.0.0:7600\"\n", "admin.listen"),
+        ("not-toml.toml", "[scheduler\n", "line 1"),
+    ];
+    for (name, text, expected) in cases {
+        let path = write(&dir, name, text);
+        let out = Command::new(BIN)
+            .args(["node", "--config", path.to_str().unwrap()])
+            .env_remove("SUNDIAL_ADMIN_LISTEN")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+        assert!(stderr.contains(name), "{name} names the file: {stderr}");
+        assert!(stderr.contains(expected), "{name}: {stderr}");
+    }
+    let out = Command::new(BIN).args(["node", "--config", "/no/such/file.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/file.toml"));
+    let out = Command::new(BIN).args(["node"]).env("SUNDIAL_MAX_CONCURRENT_RUNS", "zero").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("SUNDIAL_MAX_CONCURRENT_RUNS"));
+    if !cfg!(feature = "fdb") {
+        let path = write(&dir, "fdb.toml", "[store]\nkind = \"fdb\"\n");
+        let out = Command::new(BIN).args(["node", "--config", path.to_str().unwrap()]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("without FoundationDB support"));
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn offline_helpers_print_one_utc_instant_per_line() {
+    let out = Command::new(BIN)
+        .args([
+            "cron",
+            "next",
+            "0 0 9 * * MON-FRI",
+            "--tz",
+            "Asia/Shanghai",
+            "--after",
+            "2026-11-27T00:00:00Z",
+            "-n",
+            "3",
+        ])
         .output()
-        .expect("the binary runs");
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("SUNDIAL_MAX_CONCURRENT_RUNS"), "{stderr}");
+        .unwrap();
+    assert!(out.status.success());
+    // Friday the 27th at 09:00 in Shanghai is 01:00 UTC; then Monday and Tuesday.
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "2026-11-27T01:00:00Z\n2026-11-30T01:00:00Z\n2026-12-01T01:00:00Z\n"
+    );
+    let out = Command::new(BIN)
+        .args(["schedule", "next", "every 00:30:00 x2 start=2026-01-01T00:00:00Z", "--after", "2025-12-31T00:00:00Z"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "2026-01-01T00:30:00Z\n2026-01-01T01:00:00Z\n");
+    let out = Command::new(BIN).args(["cron", "next", "0 0 9 * * FUNDAY"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("FUNDAY"));
+    let out = Command::new(BIN).args(["schedule", "next", "daily"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
 }

@@ -1,0 +1,241 @@
+//! Prometheus metrics of one node, served at `/metrics` in the text format.
+//!
+//! Runs and lateness come from the node's own events (a [`MetricsPublisher`] wraps the
+//! configured publisher), so they count exactly what history records; engine counters
+//! (acquisitions, store errors and retries, runs here, leadership) are read from the
+//! scheduler at scrape time.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use sundial::kv::BoxFuture;
+
+use crate::events::{CloudEvent, EventPublisher, PublishError, Topic};
+use crate::stats::EngineCounters;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct JobLabels {
+    job: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RunLabels {
+    job: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OpLabels {
+    operation: String,
+}
+
+/// A node's metrics.
+pub struct Metrics {
+    registry: Registry,
+    started: Family<JobLabels, Counter>,
+    ended: Family<RunLabels, Counter>,
+    lateness: Histogram,
+    duration: Histogram,
+    acquisitions: Counter,
+    acquired: Counter,
+    store_errors: Family<OpLabels, Counter>,
+    store_retries: Counter,
+    retry_source: Option<Arc<AtomicU64>>,
+    running: Gauge,
+    leader: Gauge,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// Metrics named `sundial_*`; `retries` is the store's retry counter
+    /// ([`crate::stats::RetryCountingKv::retry_counter`]), when the store counts them.
+    pub fn new(retries: Option<Arc<AtomicU64>>) -> Self {
+        let mut registry = Registry::with_prefix("sundial");
+        let started = Family::<JobLabels, Counter>::default();
+        let ended = Family::<RunLabels, Counter>::default();
+        // 0.5 ms to about 16 s: start lateness is milliseconds when healthy, seconds when not.
+        let lateness = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        let duration = Histogram::new(exponential_buckets(0.001, 4.0, 12));
+        let acquisitions = Counter::default();
+        let acquired = Counter::default();
+        let store_errors = Family::<OpLabels, Counter>::default();
+        let store_retries = Counter::default();
+        let running = Gauge::default();
+        let leader = Gauge::default();
+        registry.register("runs_started", "Runs started on this node, by job", started.clone());
+        registry.register("runs", "Runs ended on this node, by job and outcome", ended.clone());
+        registry.register(
+            "run_lateness_seconds",
+            "Actual start minus scheduled time of runs started on this node",
+            lateness.clone(),
+        );
+        registry.register("run_duration_seconds", "Run durations on this node", duration.clone());
+        registry.register("acquisitions", "Acquisition transactions committed", acquisitions.clone());
+        registry.register("acquired_triggers", "Due triggers acquired to run here", acquired.clone());
+        registry.register(
+            "store_errors",
+            "Store operations that failed after the store's own retries, by operation",
+            store_errors.clone(),
+        );
+        registry.register(
+            "store_retries",
+            "Store transactions run again after a conflict or another retryable error",
+            store_retries.clone(),
+        );
+        registry.register("running_runs", "Runs on this node now", running.clone());
+        registry.register("leader", "1 while this node holds the leader lease", leader.clone());
+        Self {
+            registry,
+            started,
+            ended,
+            lateness,
+            duration,
+            acquisitions,
+            acquired,
+            store_errors,
+            store_retries,
+            retry_source: retries,
+            running,
+            leader,
+        }
+    }
+
+    fn observe(&self, event: &CloudEvent) {
+        let data = &event.data;
+        let seconds = |from: Option<chrono::DateTime<chrono::Utc>>, to: Option<chrono::DateTime<chrono::Utc>>| {
+            let (from, to) = (from?, to?);
+            Some(((to - from).num_microseconds()? as f64 / 1e6).max(0.0))
+        };
+        if event.event_type == Topic::RunStarted.as_str() {
+            self.started.get_or_create(&JobLabels { job: data.job.clone() }).inc();
+            if let Some(late) = seconds(data.scheduled_at, data.started_at) {
+                self.lateness.observe(late);
+            }
+            return;
+        }
+        let outcome = [
+            (Topic::RunSucceeded, "succeeded"),
+            (Topic::RunFailed, "failed"),
+            (Topic::RunCanceled, "canceled"),
+            (Topic::RunLost, "lost"),
+        ]
+        .into_iter()
+        .find(|(topic, _)| topic.as_str() == event.event_type);
+        if let Some((_, outcome)) = outcome {
+            self.ended.get_or_create(&RunLabels { job: data.job.clone(), outcome: outcome.to_owned() }).inc();
+            if let Some(took) = seconds(data.started_at, data.finished_at) {
+                self.duration.observe(took);
+            }
+        }
+    }
+
+    /// The text exposition, with the engine's counters as of now.
+    pub fn render(&self, engine: &EngineCounters) -> String {
+        mirror(&self.acquisitions, engine.acquisitions);
+        mirror(&self.acquired, engine.acquired_triggers);
+        for (op, count) in &engine.store_errors {
+            mirror(&self.store_errors.get_or_create(&OpLabels { operation: op.as_str().to_owned() }), *count);
+        }
+        if let Some(source) = &self.retry_source {
+            mirror(&self.store_retries, source.load(Ordering::Relaxed));
+        }
+        self.running.set(i64::try_from(engine.running).unwrap_or(i64::MAX));
+        self.leader.set(i64::from(engine.leader));
+        let mut text = String::new();
+        if let Err(error) = prometheus_client::encoding::text::encode(&mut text, &self.registry) {
+            tracing::error!(%error, "encoding metrics failed");
+        }
+        text
+    }
+}
+
+/// Sets a counter to a value counted elsewhere (monotonic there too).
+fn mirror(counter: &Counter, value: u64) {
+    counter.inner().store(value, Ordering::Relaxed);
+}
+
+/// Feeds run events to [`Metrics`], then passes them on to `inner`.
+pub struct MetricsPublisher {
+    metrics: Arc<Metrics>,
+    inner: Arc<dyn EventPublisher>,
+}
+
+impl MetricsPublisher {
+    /// Observes into `metrics`, publishes through `inner`.
+    pub fn new(metrics: Arc<Metrics>, inner: Arc<dyn EventPublisher>) -> Self {
+        Self { metrics, inner }
+    }
+}
+
+impl EventPublisher for MetricsPublisher {
+    fn publish<'a>(&'a self, event: &'a CloudEvent) -> BoxFuture<'a, Result<(), PublishError>> {
+        self.metrics.observe(event);
+        self.inner.publish(event)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{TimeZone, Utc};
+    use sundial::job::{JobRun, RunCause};
+    use sundial::name::{JobName, TriggerName};
+
+    use super::*;
+    use crate::events::RunFacts;
+    use crate::stats::StoreOp;
+
+    #[test]
+    fn run_events_and_engine_counters_show_up() {
+        let metrics = Metrics::new(Some(Arc::new(AtomicU64::new(4))));
+        let at = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let run = JobRun {
+            id: uuid::Uuid::nil(),
+            job: JobName::new("report").unwrap(),
+            trigger: Some(TriggerName::new("daily").unwrap()),
+            scheduled_at: at,
+            cause: RunCause::Schedule,
+            attempt: 1,
+            retry_of: None,
+            data: Default::default(),
+        };
+        let started = RunFacts { started_at: Some(at + chrono::Duration::milliseconds(3)), ..RunFacts::default() };
+        metrics.observe(&CloudEvent::for_run(Topic::RunStarted, uuid::Uuid::nil(), at, &run, started, "n1"));
+        let ended = RunFacts {
+            started_at: Some(at),
+            finished_at: Some(at + chrono::Duration::seconds(2)),
+            ..RunFacts::default()
+        };
+        metrics.observe(&CloudEvent::for_run(Topic::RunFailed, uuid::Uuid::nil(), at, &run, ended, "n1"));
+        let engine = EngineCounters {
+            acquisitions: 7,
+            acquired_triggers: 9,
+            store_errors: vec![(StoreOp::Heartbeat, 2)],
+            running: 1,
+            leader: true,
+        };
+        let text = metrics.render(&engine);
+        for line in [
+            "sundial_runs_started_total{job=\"report\"} 1",
+            "sundial_runs_total{job=\"report\",outcome=\"failed\"} 1",
+            "sundial_run_lateness_seconds_count 1",
+            "sundial_acquired_triggers_total 9",
+            "sundial_store_errors_total{operation=\"heartbeat\"} 2",
+            "sundial_store_retries_total 4",
+            "sundial_leader 1",
+            "sundial_running_runs 1",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+    }
+}

@@ -1,0 +1,592 @@
+//! The admin REST API of a node (axum, JSON): every operation of SPEC §9, node info,
+//! `/health` and Prometheus `/metrics`. The OpenAPI document is served at
+//! `/api/openapi.json` (source: `actors/src/admin/openapi.json`).
+//!
+//! Reads are open; mutations (every method but GET/HEAD) need `Authorization: Bearer
+//! <token>` when a token is configured. Every error is `{"code", "message"}` with the
+//! HTTP status of its code: scheduling errors keep their SPEC §14 codes, malformed
+//! requests get `ADMIN_REQUEST_001` (400) and never reach the scheduler.
+
+pub mod error;
+pub mod metrics;
+pub mod views;
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{header, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use chrono::{DateTime, Utc};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use sundial::error::SchedulingError;
+use sundial::job::{JobRunQuery, JsonObject, RunState};
+use sundial::name::{JobName, TriggerKey, TriggerName};
+use sundial::store::JobStore;
+use uuid::Uuid;
+
+use self::error::{ApiError, ErrorBody};
+use self::metrics::Metrics;
+use self::views::{ItemResult, JobView, OutcomeView, RunView};
+use crate::node::Lifecycle;
+use crate::scheduler::{JobScheduler, JobTriggerRequest};
+use crate::spec::JobSpec;
+
+/// The OpenAPI 3.1 document of this API.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+/// What the API serves from.
+pub struct AdminState<S: JobStore> {
+    scheduler: JobScheduler<S>,
+    token: Option<Arc<str>>,
+    metrics: Arc<Metrics>,
+    store_kind: &'static str,
+}
+
+impl<S: JobStore> Clone for AdminState<S> {
+    fn clone(&self) -> Self {
+        Self {
+            scheduler: self.scheduler.clone(),
+            token: self.token.clone(),
+            metrics: self.metrics.clone(),
+            store_kind: self.store_kind,
+        }
+    }
+}
+
+impl<S: JobStore> AdminState<S> {
+    /// The API of `scheduler`; `token` guards mutations; `store_kind` is shown in node
+    /// info (`memory`, `fdb`).
+    pub fn new(
+        scheduler: JobScheduler<S>,
+        token: Option<String>,
+        metrics: Arc<Metrics>,
+        store_kind: &'static str,
+    ) -> Self {
+        Self { scheduler, token: token.map(Arc::from), metrics, store_kind }
+    }
+}
+
+/// The API's routes.
+pub fn router<S: JobStore>(state: AdminState<S>) -> Router {
+    let api = Router::new()
+        .route("/health", get(health::<S>))
+        .route("/metrics", get(metrics_text::<S>))
+        .route("/api/openapi.json", get(openapi))
+        .route("/api/node", get(node_info::<S>))
+        .route("/api/job-types", get(job_types::<S>))
+        .route("/api/jobs", get(list_jobs::<S>).post(schedule_batch::<S>))
+        .route("/api/jobs/{name}", get(show_job::<S>).put(schedule_one::<S>).delete(unschedule::<S>))
+        .route("/api/jobs/{name}/pause", post(pause::<S>))
+        .route("/api/jobs/{name}/resume", post(resume::<S>))
+        .route("/api/jobs/{name}/restore", post(restore::<S>))
+        .route("/api/jobs/{name}/trigger", post(trigger::<S>))
+        .route("/api/jobs/{name}/enqueue", post(enqueue::<S>))
+        .route("/api/jobs/{name}/triggers/{trigger}/pause", post(pause_trigger::<S>))
+        .route("/api/jobs/{name}/triggers/{trigger}/resume", post(resume_trigger::<S>))
+        .route("/api/runs", get(list_runs::<S>))
+        .route("/api/runs/count", get(count_runs::<S>))
+        .route("/api/runs/cancel", post(cancel_runs::<S>))
+        .route("/api/runs/{id}/cancel", post(cancel_run::<S>))
+        .fallback(no_route)
+        .method_not_allowed_fallback(bad_method);
+    api.layer(middleware::from_fn_with_state(state.clone(), authorize::<S>)).with_state(state)
+}
+
+/// Serves `router` on `listener` until `shutdown` completes.
+///
+/// # Errors
+/// An I/O error of the listener.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+}
+
+type ApiResult<T> = Result<Json<T>, ApiError>;
+
+async fn authorize<S: JobStore>(State(state): State<AdminState<S>>, request: Request, next: Next) -> Response {
+    let read_only = matches!(*request.method(), Method::GET | Method::HEAD);
+    if let (false, Some(token)) = (read_only, &state.token) {
+        let given = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        let ok = given.is_some_and(|given| same_secret(given.as_bytes(), token.as_bytes()));
+        if !ok {
+            let message = if given.is_some() {
+                "the bearer token is wrong"
+            } else {
+                "this node needs `Authorization: Bearer <token>` for changes"
+            };
+            let mut response = ApiError::new(StatusCode::UNAUTHORIZED, error::UNAUTHORIZED, message).into_response();
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+            return response;
+        }
+    }
+    next.run(request).await
+}
+
+/// Compares without an early exit, so timing does not tell how much of a guess was right.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn no_route() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, error::NO_ROUTE, "no such endpoint; see /api/openapi.json")
+}
+
+async fn bad_method() -> ApiError {
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, error::BAD_METHOD, "this endpoint does not take that method")
+}
+
+fn job_name(path: Result<Path<String>, PathRejection>) -> Result<JobName, ApiError> {
+    let Path(name) = path.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    JobName::new(name.clone()).map_err(|e| ApiError::bad_request(format!("'{name}' is not a job name: {e}")))
+}
+
+fn trigger_key(path: Result<Path<(String, String)>, PathRejection>) -> Result<TriggerKey, ApiError> {
+    let Path((job, trigger)) = path.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let job =
+        JobName::new(job.clone()).map_err(|e| ApiError::bad_request(format!("'{job}' is not a job name: {e}")))?;
+    let trigger = TriggerName::new(trigger.clone())
+        .map_err(|e| ApiError::bad_request(format!("'{trigger}' is not a trigger name: {e}")))?;
+    Ok(TriggerKey::new(job, trigger))
+}
+
+/// A JSON body; `None` when empty.
+fn json_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<Option<T>, ApiError> {
+    let bytes = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, error::TOO_LARGE, e.body_text())
+        } else {
+            ApiError::bad_request(e.body_text())
+        }
+    })?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| ApiError::bad_request(format!("body: {e}")))
+}
+
+fn required<T>(body: Option<T>, what: &str) -> Result<T, ApiError> {
+    body.ok_or_else(|| ApiError::bad_request(format!("the body must be {what}")))
+}
+
+#[derive(Serialize)]
+struct Health {
+    status: &'static str,
+}
+
+async fn health<S: JobStore>(State(state): State<AdminState<S>>) -> Response {
+    let lifecycle = state.scheduler.lifecycle();
+    let status = if lifecycle == Lifecycle::Serving { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, Json(Health { status: lifecycle_name(lifecycle) })).into_response()
+}
+
+fn lifecycle_name(lifecycle: Lifecycle) -> &'static str {
+    match lifecycle {
+        Lifecycle::Starting => "starting",
+        Lifecycle::Serving => "serving",
+        Lifecycle::Draining => "draining",
+        Lifecycle::Stopped => "stopped",
+    }
+}
+
+async fn metrics_text<S: JobStore>(State(state): State<AdminState<S>>) -> Response {
+    let text = state.metrics.render(&state.scheduler.counters());
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response()
+}
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+/// `GET /api/node`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// The node's id.
+    pub node_id: String,
+    /// `starting`, `serving`, `draining` or `stopped`.
+    pub state: String,
+    /// Holds the leader lease.
+    pub leader: bool,
+    /// Runs on this node now.
+    pub running: usize,
+    /// `memory` or `fdb`.
+    pub store: String,
+    /// The sundial version.
+    pub version: String,
+    /// Registered job types.
+    pub job_types: Vec<String>,
+}
+
+async fn node_info<S: JobStore>(State(state): State<AdminState<S>>) -> Json<NodeInfo> {
+    let s = &state.scheduler;
+    let counters = s.counters();
+    Json(NodeInfo {
+        node_id: s.node_id().to_owned(),
+        state: lifecycle_name(s.lifecycle()).to_owned(),
+        leader: counters.leader,
+        running: counters.running,
+        store: state.store_kind.to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        job_types: s.registry().type_keys().map(str::to_owned).collect(),
+    })
+}
+
+async fn job_types<S: JobStore>(State(state): State<AdminState<S>>) -> Json<Vec<String>> {
+    Json(state.scheduler.registry().type_keys().map(str::to_owned).collect())
+}
+
+async fn list_jobs<S: JobStore>(State(state): State<AdminState<S>>) -> ApiResult<Vec<JobView>> {
+    let statuses = state.scheduler.statuses().await?;
+    Ok(Json(statuses.into_iter().map(JobView::from).collect()))
+}
+
+async fn show_job<S: JobStore>(
+    State(state): State<AdminState<S>>,
+    path: Result<Path<String>, PathRejection>,
+) -> ApiResult<JobView> {
+    let name = job_name(path)?;
+    match state.scheduler.status(&name).await? {
+        Some(status) => Ok(Json(JobView::from(status))),
+        None => Err(SchedulingError::JobNotFound { job: name.to_string() }.into()),
+    }
+}
+
+/// A spec as a definition the scheduler accepts, with the built-in kinds' data checked.
+fn definition(spec: &JobSpec, path: &str) -> Result<sundial::job::JobDefinition, SchedulingError> {
+    let def = spec.to_definition(path)?;
+    crate::kinds::check(&def)
+        .map_err(|e| SchedulingError::invalid_definition(format!("{path} ({}): {e}", def.name)))?;
+    Ok(def)
+}
+
+async fn schedule_one<S: JobStore>(
+    State(state): State<AdminState<S>>,
+    path: Result<Path<String>, PathRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<JobView> {
+    let name = job_name(path)?;
+    let spec: JobSpec = required(json_body(body)?, "a job spec")?;
+    if spec.name != name.as_str() {
+        return Err(ApiError::bad_request(format!("the body names job '{}', the path '{name}'", spec.name)));
+    }
+    let def = definition(&spec, "job")?;
+    state.scheduler.schedule_one(def).await?;
+    show_job(State(state), Ok(Path(name.to_string()))).await
+}
+
+/// `POST /api/jobs`: a job spec or a list of them.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    Many(Vec<serde_json::Value>),
+    One(Box<serde_json::Value>),
+}
+
+async fn schedule_batch<S: JobStore>(
+    State(state): State<AdminState<S>>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Vec<ItemResult>> {
+    let items = match required(json_body::<OneOrMany>(body)?, "a job spec or a list of them")? {
+        OneOrMany::Many(items) => items,
+        OneOrMany::One(item) => vec![*item],
+    };
+    // Malformed items fail alone; the valid ones are scheduled in one batch.
+    let mut results: Vec<Option<ItemResult>> = Vec::with_capacity(items.len());
+    let mut defs = Vec::new();
+    let mut slots = Vec::new();
+    for (i, item) in items.into_iter().enumerate() {
+        let label = item.get("name").and_then(|n| n.as_str()).map_or_else(|| format!("[{i}]"), str::to_owned);
+        let parsed = serde_json::from_value::<JobSpec>(item)
+            .map_err(|e| ErrorBody { code: error::BAD_REQUEST.into(), message: format!("[{i}]: {e}") })
+            .and_then(|spec| definition(&spec, &format!("[{i}]")).map_err(|e| error::body_of(&e)));
+        match parsed {
+            Ok(def) => {
+                slots.push((results.len(), label));
+                results.push(None);
+                defs.push(def);
+            }
+            Err(e) => results.push(Some(ItemResult::invalid(label, e))),
+        }
+    }
+    let outcomes = state.scheduler.schedule(defs).await;
+    for ((slot, label), outcome) in slots.into_iter().zip(outcomes) {
+        results[slot] = Some(ItemResult::of(label, outcome));
+    }
+    Ok(Json(results.into_iter().flatten().collect()))
+}
+
+#[derive(Serialize, Deserialize)]
+struct Done {
+    ok: bool,
+}
+
+async fn unschedule<S: JobStore>(
+    State(state): State<AdminState<S>>,
+    path: Result<Path<String>, PathRejection>,
+) -> ApiResult<Done> {
+    state.scheduler.unschedule_one(&job_name(path)?).await?;
+    Ok(Json(Done { ok: true }))
+}
+
+async fn pause<S: JobStore>(
+    State(state): State<AdminState<S>>,
+    path: Result<Path<String>, PathRejection>,
+) -> ApiResult<Done> {
+    state.scheduler.pause_one(&job_name(path)?).await?;
+    Ok(Json(Done { ok: true }))
+}
+
+async fn resume<S: JobStore>(
+    State(state): State<AdminState<S>>,
+    path: Result<Path<String>, PathRejection>,
+) -> ApiResult<Done> {
+    state.scheduler.resume_one(&job_name(path)?).await?;
+    Ok(Json(Done { ok: true }))
+}
+
+async fn restore<S: JobStore>(
+    State(state): State<AdminState<S>>,
+    path: Result<Path<String>, PathRejection>,
+) -> ApiResult<Done> {
+    state.scheduler.restore_one(&job_name(path)?).await?;
+    Ok(Json(Done { ok: true }))
+}
+
+async fn pause_trigger<S: JobStore>(
+    State(state): State<AdminState<S>>,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> ApiResult<Done> {
+    state.scheduler.pause_trigger(&trigger_key(path)?).await?;
+    Ok(Json(Done { ok: true }))
+}
+
+async fn resume_trigger<S: JobStore>(
+    State(state): State<AdminState<S>>,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> ApiResult<Done> {
+    state.scheduler.resume_trigger(&trigger_key(path)?).await?;
+    Ok(Json(Done { ok: true }))
+}
+
+/// The body of `trigger` and `enqueue`: data overriding the job's.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunRequest {
+    #[serde(default)]
+    data: JsonObject,
+}
+
+async fn trigger<S: JobStore>(
+    State(state): State<AdminState<S>>,
+    path: Result<Path<String>, PathRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<OutcomeView> {
+    let name = job_name(path)?;
+    let request: RunRequest = json_body(body)?.unwrap_or_default();
+    let outcome = state.scheduler.trigger_one(JobTriggerRequest { name, data: request.data }).await?;
+    Ok(Json(OutcomeView::from(outcome)))
+}
+
+#[derive(Serialize, Deserialize)]
+struct Enqueued {
+    trigger: String,
+}
+
+async fn enqueue<S: JobStore>(
+    State(state): State<AdminState<S>>,
+    path: Result<Path<String>, PathRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Enqueued> {
+    let name = job_name(path)?;
+    let request: RunRequest = json_body(body)?.unwrap_or_default();
+    let trigger = state.scheduler.enqueue_one(JobTriggerRequest { name, data: request.data }).await?;
+    Ok(Json(Enqueued { trigger: trigger.to_string() }))
+}
+
+fn run_id(text: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(text.trim()).map_err(|_| ApiError::bad_request(format!("'{text}' is not a run id (a UUID)")))
+}
+
+async fn cancel_run<S: JobStore>(
+    State(state): State<AdminState<S>>,
+    path: Result<Path<String>, PathRejection>,
+) -> ApiResult<Done> {
+    let Path(id) = path.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    state.scheduler.cancel_run(run_id(&id)?).await?;
+    Ok(Json(Done { ok: true }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CancelRequest {
+    ids: Vec<String>,
+}
+
+async fn cancel_runs<S: JobStore>(
+    State(state): State<AdminState<S>>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Vec<ItemResult>> {
+    let request: CancelRequest = required(json_body(body)?, "{\"ids\": [run ids]}")?;
+    let ids = request.ids.iter().map(|id| run_id(id)).collect::<Result<Vec<_>, _>>()?;
+    let results = state.scheduler.cancel_runs(&ids).await;
+    Ok(Json(request.ids.into_iter().zip(results).map(|(id, r)| ItemResult::of(id, r)).collect()))
+}
+
+/// The filters of `GET /api/runs` and `/api/runs/count`.
+fn run_query(params: Result<Query<Vec<(String, String)>>, QueryRejection>) -> Result<JobRunQuery, ApiError> {
+    let Query(params) = params.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let mut query = JobRunQuery::default();
+    let time = |key: &str, value: &str| {
+        DateTime::parse_from_rfc3339(value)
+            .map(|t| t.with_timezone(&Utc))
+            .map_err(|e| ApiError::bad_request(format!("{key}: '{value}' is not an RFC 3339 instant ({e})")))
+    };
+    let integer = |key: &str, value: &str| {
+        value.parse::<i64>().map_err(|_| ApiError::bad_request(format!("{key}: '{value}' is not an integer")))
+    };
+    for (key, value) in &params {
+        match key.as_str() {
+            "job" => {
+                query.job = Some(
+                    JobName::new(value.clone()).map_err(|e| ApiError::bad_request(format!("job: '{value}': {e}")))?,
+                )
+            }
+            "state" => {
+                for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                    query.states.insert(run_state(part)?);
+                }
+            }
+            "from" => query.from = Some(time(key, value)?),
+            "to" => query.to = Some(time(key, value)?),
+            "trigger" => {
+                query.trigger = Some(
+                    TriggerName::new(value.clone())
+                        .map_err(|e| ApiError::bad_request(format!("trigger: '{value}': {e}")))?,
+                )
+            }
+            "node" => query.node = Some(value.clone()),
+            "has_error" => {
+                query.has_error = Some(match value.as_str() {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(ApiError::bad_request(format!("has_error: '{value}' is not true or false"))),
+                })
+            }
+            "skip" => query.skip = integer(key, value)?,
+            "limit" => query.limit = integer(key, value)?,
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "unknown parameter '{other}' (job, state, from, to, trigger, node, has_error, skip, limit)"
+                )))
+            }
+        }
+    }
+    Ok(query)
+}
+
+fn run_state(text: &str) -> Result<RunState, ApiError> {
+    const STATES: [RunState; 5] =
+        [RunState::Running, RunState::Succeeded, RunState::Failed, RunState::Canceled, RunState::Lost];
+    STATES.into_iter().find(|s| format!("{s:?}").eq_ignore_ascii_case(text)).ok_or_else(|| {
+        ApiError::bad_request(format!("state: '{text}' is not one of running, succeeded, failed, canceled, lost"))
+    })
+}
+
+async fn list_runs<S: JobStore>(
+    State(state): State<AdminState<S>>,
+    params: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> ApiResult<Vec<RunView>> {
+    let query = run_query(params)?;
+    let runs = state.scheduler.runs(&query).await?;
+    Ok(Json(runs.into_iter().map(RunView::from).collect()))
+}
+
+#[derive(Serialize, Deserialize)]
+struct Count {
+    count: u64,
+}
+
+async fn count_runs<S: JobStore>(
+    State(state): State<AdminState<S>>,
+    params: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> ApiResult<Count> {
+    let query = run_query(params)?;
+    Ok(Json(Count { count: state.scheduler.count_runs(&query).await? }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    #[test]
+    fn secrets_compare_whole() {
+        assert!(same_secret(b"abcdef", b"abcdef"));
+        assert!(!same_secret(b"abcdef", b"abcdeg"));
+        assert!(!same_secret(b"abc", b"abcdef"));
+    }
+
+    #[test]
+    fn the_openapi_document_lists_every_route() {
+        let doc: serde_json::Value = serde_json::from_str(OPENAPI).unwrap();
+        let paths = doc["paths"].as_object().unwrap();
+        let expected: BTreeSet<&str> = [
+            "/health",
+            "/metrics",
+            "/api/node",
+            "/api/job-types",
+            "/api/jobs",
+            "/api/jobs/{name}",
+            "/api/jobs/{name}/pause",
+            "/api/jobs/{name}/resume",
+            "/api/jobs/{name}/restore",
+            "/api/jobs/{name}/trigger",
+            "/api/jobs/{name}/enqueue",
+            "/api/jobs/{name}/triggers/{trigger}/pause",
+            "/api/jobs/{name}/triggers/{trigger}/resume",
+            "/api/runs",
+            "/api/runs/count",
+            "/api/runs/cancel",
+            "/api/runs/{id}/cancel",
+        ]
+        .into_iter()
+        .collect();
+        let listed: BTreeSet<&str> = paths.keys().map(String::as_str).collect();
+        assert_eq!(listed, expected);
+    }
+
+    #[test]
+    fn run_queries_parse_every_filter_and_refuse_bad_ones() {
+        let params =
+            |pairs: &[(&str, &str)]| Ok(Query(pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()));
+        let q = run_query(params(&[
+            ("job", "a"),
+            ("state", "failed,Running"),
+            ("from", "2026-01-01T00:00:00Z"),
+            ("has_error", "true"),
+            ("skip", "5"),
+            ("limit", "7"),
+        ]))
+        .unwrap();
+        assert_eq!(q.states.len(), 2);
+        assert_eq!((q.skip, q.limit, q.has_error), (5, 7, Some(true)));
+        for bad in [("state", "done"), ("from", "yesterday"), ("limit", "many"), ("colour", "red"), ("job", "A B")] {
+            let e = run_query(params(&[bad])).unwrap_err();
+            assert_eq!(e.body().code, error::BAD_REQUEST, "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,643 @@
+//! The CLI side of the admin API: one request per command (one per item for batch-less
+//! endpoints), tables for people, `--json` for scripts, exit codes by error class.
+
+use std::path::PathBuf;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use clap::Subcommand;
+use reqwest::{Method, StatusCode};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use sundial_actors::admin::error::ErrorBody;
+use sundial_actors::admin::views::{ItemResult, JobView, OutcomeView, RunView};
+use sundial_actors::admin::NodeInfo;
+use sundial_actors::spec::JobSpec;
+
+use crate::{exit, Remote};
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum JobsAction {
+    /// Every job with its state, next fire and last result.
+    List,
+    /// One job: definition, triggers, last run.
+    Show { name: String },
+    /// Add or replace the jobs of a file: TOML (`[[jobs]]` tables, or one job's keys) or
+    /// JSON (a job spec or a list).
+    Apply {
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+    },
+    /// Delete jobs and their triggers (history is kept).
+    Delete {
+        #[arg(required = true)]
+        names: Vec<String>,
+    },
+    /// Pause every trigger of jobs.
+    Pause {
+        #[arg(required = true)]
+        names: Vec<String>,
+    },
+    /// Resume jobs.
+    Resume {
+        #[arg(required = true)]
+        names: Vec<String>,
+    },
+    /// Run a job now on the node and wait for the result (exit 1 if the run fails).
+    Trigger {
+        name: String,
+        /// JSON object overriding the job's data.
+        #[arg(long)]
+        data: Option<String>,
+    },
+    /// Queue a run of a job for any node; prints the one-shot trigger's name.
+    Enqueue {
+        name: String,
+        /// JSON object overriding the job's data.
+        #[arg(long)]
+        data: Option<String>,
+    },
+    /// Put overridden code jobs back to their code definition.
+    Restore {
+        #[arg(required = true)]
+        names: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum TriggersAction {
+    /// Pause one trigger.
+    Pause { job: String, trigger: String },
+    /// Resume one trigger.
+    Resume { job: String, trigger: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum RunsAction {
+    /// Runs, newest scheduled first.
+    List {
+        #[command(flatten)]
+        filters: RunFilters,
+        /// Runs to skip.
+        #[arg(long)]
+        skip: Option<i64>,
+        /// Runs to show, 1–1000 (default 100).
+        #[arg(long)]
+        limit: Option<i64>,
+    },
+    /// How many runs match.
+    Count {
+        #[command(flatten)]
+        filters: RunFilters,
+    },
+    /// Cancel runs by id.
+    Cancel {
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct RunFilters {
+    /// Only this job.
+    #[arg(long)]
+    job: Option<String>,
+    /// Only these states (comma list: running, succeeded, failed, canceled, lost).
+    #[arg(long)]
+    state: Option<String>,
+    /// Scheduled at or after (RFC 3339).
+    #[arg(long)]
+    from: Option<String>,
+    /// Scheduled before (RFC 3339).
+    #[arg(long)]
+    to: Option<String>,
+    /// Only this trigger.
+    #[arg(long)]
+    trigger: Option<String>,
+    /// Only runs on this node.
+    #[arg(long)]
+    node: Option<String>,
+    /// Only runs with (true) or without (false) an error.
+    #[arg(long)]
+    has_error: Option<bool>,
+}
+
+impl RunFilters {
+    fn pairs(&self) -> Vec<(&'static str, String)> {
+        let mut pairs = Vec::new();
+        let fields = [
+            ("job", &self.job),
+            ("state", &self.state),
+            ("from", &self.from),
+            ("to", &self.to),
+            ("trigger", &self.trigger),
+            ("node", &self.node),
+        ];
+        for (key, value) in fields {
+            if let Some(value) = value {
+                pairs.push((key, value.clone()));
+            }
+        }
+        if let Some(has_error) = self.has_error {
+            pairs.push(("has_error", has_error.to_string()));
+        }
+        pairs
+    }
+}
+
+/// A failed command: what to print and the exit code.
+struct Failure {
+    message: String,
+    code: u8,
+}
+
+type CliResult<T> = Result<T, Failure>;
+
+fn usage(message: impl Into<String>) -> Failure {
+    Failure { message: message.into(), code: exit::USAGE }
+}
+
+/// The exit code of an API error code.
+fn exit_code_of(code: &str) -> u8 {
+    if code.contains("_NOTFOUND_") || code == "ADMIN_ROUTE_001" {
+        exit::NOT_FOUND
+    } else if code.contains("_VALIDATION_") || code.starts_with("ADMIN_REQUEST") || code.starts_with("ADMIN_BODY") {
+        exit::INVALID
+    } else if code.contains("_CONFLICT_") {
+        exit::CONFLICT
+    } else if code.contains("_UNAVAILABLE_") {
+        exit::UNAVAILABLE
+    } else if code == "ADMIN_AUTH_001" {
+        exit::UNAUTHORIZED
+    } else {
+        exit::FAILED
+    }
+}
+
+struct Client {
+    base: String,
+    token: Option<String>,
+    http: reqwest::Client,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Client {
+    fn new(remote: &Remote) -> CliResult<Self> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Failure { message: format!("cannot start the async runtime: {e}"), code: exit::FAILED })?;
+        let http = sundial_actors::kinds::http::client().as_ref().clone();
+        Ok(Self { base: remote.server.trim_end_matches('/').to_owned(), token: remote.token.clone(), http, runtime })
+    }
+
+    fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&Value>,
+    ) -> CliResult<T> {
+        let url = format!("{}{path}", self.base);
+        let mut request = self.http.request(method, &url).query(query);
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        self.runtime.block_on(async {
+            let response = request.send().await.map_err(|e| Failure {
+                message: format!("cannot reach the node at {}: {e}", self.base),
+                code: exit::UNAVAILABLE,
+            })?;
+            let status = response.status();
+            let bytes = response.bytes().await.map_err(|e| Failure {
+                message: format!("reading the answer of {url}: {e}"),
+                code: exit::UNAVAILABLE,
+            })?;
+            if status.is_success() {
+                return serde_json::from_slice(&bytes).map_err(|e| Failure {
+                    message: format!("unexpected answer from {url}: {e}"),
+                    code: exit::FAILED,
+                });
+            }
+            Err(match serde_json::from_slice::<ErrorBody>(&bytes) {
+                Ok(error) => {
+                    Failure { message: format!("{}: {}", error.code, error.message), code: exit_code_of(&error.code) }
+                }
+                Err(_) => Failure {
+                    message: format!("{url} answered {status}"),
+                    code: if status == StatusCode::NOT_FOUND { exit::NOT_FOUND } else { exit::FAILED },
+                },
+            })
+        })
+    }
+}
+
+/// Runs a command body, printing its failure; the exit code.
+fn finish(result: CliResult<u8>) -> u8 {
+    match result {
+        Ok(code) => code,
+        Err(failure) => {
+            eprintln!("sundial: {}", failure.message);
+            failure.code
+        }
+    }
+}
+
+fn print_json(value: &impl serde::Serialize) {
+    println!("{}", serde_json::to_string_pretty(value).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}")));
+}
+
+fn segment(text: &str) -> String {
+    // Names are restricted to URL-safe characters by their grammar, but ids and typos are not.
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+pub(crate) fn node_info(remote: &Remote) -> u8 {
+    finish((|| {
+        let client = Client::new(remote)?;
+        let info: NodeInfo = client.call(Method::GET, "/api/node", &[], None)?;
+        if remote.json {
+            print_json(&info);
+        } else {
+            println!("node      {}", info.node_id);
+            println!("state     {}", info.state);
+            println!("leader    {}", if info.leader { "yes" } else { "no" });
+            println!("running   {}", info.running);
+            println!("store     {}", info.store);
+            println!("version   {}", info.version);
+            println!("job types {}", info.job_types.join(", "));
+        }
+        Ok(0)
+    })())
+}
+
+pub(crate) fn jobs(action: JobsAction, remote: &Remote) -> u8 {
+    finish(jobs_inner(action, remote))
+}
+
+fn data_arg(data: Option<&str>) -> CliResult<Value> {
+    match data {
+        None => Ok(serde_json::json!({})),
+        Some(text) => match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(map)) => Ok(serde_json::json!({ "data": map })),
+            Ok(_) => Err(usage("--data must be a JSON object")),
+            Err(e) => Err(usage(format!("--data is not JSON: {e}"))),
+        },
+    }
+}
+
+fn jobs_inner(action: JobsAction, remote: &Remote) -> CliResult<u8> {
+    let client = Client::new(remote)?;
+    match action {
+        JobsAction::List => {
+            let jobs: Vec<JobView> = client.call(Method::GET, "/api/jobs", &[], None)?;
+            if remote.json {
+                print_json(&jobs);
+            } else {
+                print_jobs(&jobs);
+            }
+            Ok(0)
+        }
+        JobsAction::Show { name } => {
+            let job: JobView = client.call(Method::GET, &format!("/api/jobs/{}", segment(&name)), &[], None)?;
+            if remote.json {
+                print_json(&job);
+            } else {
+                print_job(&job);
+            }
+            Ok(0)
+        }
+        JobsAction::Apply { file } => {
+            let specs = read_specs(&file)?;
+            let body = serde_json::to_value(&specs).map_err(|e| usage(e.to_string()))?;
+            let results: Vec<ItemResult> = client.call(Method::POST, "/api/jobs", &[], Some(&body))?;
+            Ok(print_items(&results, remote.json, "applied"))
+        }
+        JobsAction::Delete { names } => {
+            per_item(&client, remote, &names, Method::DELETE, |n| format!("/api/jobs/{}", segment(n)), "deleted")
+        }
+        JobsAction::Pause { names } => {
+            per_item(&client, remote, &names, Method::POST, |n| format!("/api/jobs/{}/pause", segment(n)), "paused")
+        }
+        JobsAction::Resume { names } => {
+            per_item(&client, remote, &names, Method::POST, |n| format!("/api/jobs/{}/resume", segment(n)), "resumed")
+        }
+        JobsAction::Restore { names } => {
+            per_item(&client, remote, &names, Method::POST, |n| format!("/api/jobs/{}/restore", segment(n)), "restored")
+        }
+        JobsAction::Trigger { name, data } => {
+            let body = data_arg(data.as_deref())?;
+            let outcome: OutcomeView =
+                client.call(Method::POST, &format!("/api/jobs/{}/trigger", segment(&name)), &[], Some(&body))?;
+            if remote.json {
+                print_json(&outcome);
+            } else {
+                let detail = match (&outcome.error_code, &outcome.error_message) {
+                    (Some(code), Some(message)) => format!(": {code}: {message}"),
+                    (None, Some(message)) => format!(": {message}"),
+                    _ => String::new(),
+                };
+                println!("{name}: {:?}{detail}", outcome.state);
+            }
+            Ok(if outcome.state == sundial::job::RunState::Succeeded { 0 } else { exit::FAILED })
+        }
+        JobsAction::Enqueue { name, data } => {
+            let body = data_arg(data.as_deref())?;
+            let enqueued: Value =
+                client.call(Method::POST, &format!("/api/jobs/{}/enqueue", segment(&name)), &[], Some(&body))?;
+            if remote.json {
+                print_json(&enqueued);
+            } else {
+                println!("{}", enqueued["trigger"].as_str().unwrap_or_default());
+            }
+            Ok(0)
+        }
+    }
+}
+
+/// One request per item; every item is tried, the first failure's class is the exit code.
+fn per_item(
+    client: &Client,
+    remote: &Remote,
+    items: &[String],
+    method: Method,
+    path: impl Fn(&str) -> String,
+    done: &str,
+) -> CliResult<u8> {
+    let mut results = Vec::with_capacity(items.len());
+    for item in items {
+        let result = client.call::<Value>(method.clone(), &path(item), &[], None);
+        results.push(match result {
+            Ok(_) => ItemResult { item: item.clone(), ok: true, error: None },
+            Err(failure) if failure.code == exit::UNAVAILABLE && failure.message.starts_with("cannot reach") => {
+                return Err(failure)
+            }
+            Err(failure) => {
+                let (code, message) = failure.message.split_once(": ").unwrap_or(("", &failure.message));
+                ItemResult {
+                    item: item.clone(),
+                    ok: false,
+                    error: Some(ErrorBody { code: code.to_owned(), message: message.to_owned() }),
+                }
+            }
+        });
+    }
+    Ok(print_items(&results, remote.json, done))
+}
+
+fn print_items(results: &[ItemResult], json: bool, done: &str) -> u8 {
+    if json {
+        print_json(&results);
+    } else {
+        for r in results {
+            match &r.error {
+                None => println!("{}: {done}", r.item),
+                Some(e) => eprintln!("{}: {}: {}", r.item, e.code, e.message),
+            }
+        }
+    }
+    results.iter().filter_map(|r| r.error.as_ref()).map(|e| exit_code_of(&e.code)).next().unwrap_or(0)
+}
+
+/// Job specs from a TOML or JSON file, checked locally so mistakes name the file.
+fn read_specs(file: &PathBuf) -> CliResult<Vec<JobSpec>> {
+    let text = std::fs::read_to_string(file).map_err(|e| usage(format!("{}: cannot read: {e}", file.display())))?;
+    // By extension; without one, JSON when it parses as JSON (a TOML file starting with
+    // `[[jobs]]` also starts with `[`).
+    let is_json = match file.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
+        Some("json") => true,
+        Some("toml") => false,
+        _ => serde_json::from_str::<Value>(&text).is_ok(),
+    };
+    let at = |e: String| usage(format!("{}: {e}", file.display()));
+    let specs = if is_json {
+        match serde_json::from_str::<Value>(&text).map_err(|e| at(e.to_string()))? {
+            Value::Array(items) => items
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| serde_json::from_value(v).map_err(|e| at(format!("[{i}]: {e}"))))
+                .collect::<Result<Vec<JobSpec>, _>>()?,
+            other => vec![serde_json::from_value(other).map_err(|e| at(e.to_string()))?],
+        }
+    } else {
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Jobs {
+            jobs: Vec<JobSpec>,
+        }
+        let table: toml::Table = toml::from_str(&text).map_err(|e| at(e.message().to_owned()))?;
+        if table.contains_key("jobs") {
+            Jobs::deserialize_from(table).map_err(at)?.jobs
+        } else {
+            vec![JobSpec::deserialize_from(table).map_err(at)?]
+        }
+    };
+    for (i, spec) in specs.iter().enumerate() {
+        spec.to_definition(&format!("jobs[{i}]")).map_err(|e| at(e.to_string()))?;
+    }
+    if specs.is_empty() {
+        return Err(at("no jobs in the file".into()));
+    }
+    Ok(specs)
+}
+
+trait FromTable: Sized {
+    fn deserialize_from(table: toml::Table) -> Result<Self, String>;
+}
+
+impl<T: DeserializeOwned> FromTable for T {
+    fn deserialize_from(table: toml::Table) -> Result<Self, String> {
+        toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| e.message().to_owned())
+    }
+}
+
+pub(crate) fn triggers(action: TriggersAction, remote: &Remote) -> u8 {
+    finish((|| {
+        let client = Client::new(remote)?;
+        let (job, trigger, verb, done) = match &action {
+            TriggersAction::Pause { job, trigger } => (job, trigger, "pause", "paused"),
+            TriggersAction::Resume { job, trigger } => (job, trigger, "resume", "resumed"),
+        };
+        let path = format!("/api/jobs/{}/triggers/{}/{verb}", segment(job), segment(trigger));
+        let _: Value = client.call(Method::POST, &path, &[], None)?;
+        if remote.json {
+            print_json(&serde_json::json!({ "job": job, "trigger": trigger, "ok": true }));
+        } else {
+            println!("{job}/{trigger}: {done}");
+        }
+        Ok(0)
+    })())
+}
+
+pub(crate) fn runs(action: RunsAction, remote: &Remote) -> u8 {
+    finish((|| {
+        let client = Client::new(remote)?;
+        match action {
+            RunsAction::List { filters, skip, limit } => {
+                let mut query = filters.pairs();
+                if let Some(skip) = skip {
+                    query.push(("skip", skip.to_string()));
+                }
+                if let Some(limit) = limit {
+                    query.push(("limit", limit.to_string()));
+                }
+                let runs: Vec<RunView> = client.call(Method::GET, "/api/runs", &query, None)?;
+                if remote.json {
+                    print_json(&runs);
+                } else {
+                    print_runs(&runs);
+                }
+                Ok(0)
+            }
+            RunsAction::Count { filters } => {
+                let count: Value = client.call(Method::GET, "/api/runs/count", &filters.pairs(), None)?;
+                if remote.json {
+                    print_json(&count);
+                } else {
+                    println!("{}", count["count"]);
+                }
+                Ok(0)
+            }
+            RunsAction::Cancel { ids } => {
+                let body = serde_json::json!({ "ids": ids });
+                let results: Vec<ItemResult> = client.call(Method::POST, "/api/runs/cancel", &[], Some(&body))?;
+                Ok(print_items(&results, remote.json, "cancel requested"))
+            }
+        }
+    })())
+}
+
+fn time(at: Option<DateTime<Utc>>) -> String {
+    at.map_or_else(|| "-".to_owned(), |t| t.to_rfc3339_opts(SecondsFormat::Secs, true))
+}
+
+/// Prints rows as columns padded to their widest cell.
+fn table(header: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let last = cells.len().saturating_sub(1);
+        let text: Vec<String> = cells
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| if i == last { c } else { format!("{c:<w$}", w = widths[i]) })
+            .collect();
+        println!("{}", text.join("  ").trim_end());
+    };
+    line(header.iter().map(|h| (*h).to_owned()).collect());
+    for row in rows {
+        line(row.clone());
+    }
+}
+
+fn print_jobs(jobs: &[JobView]) {
+    let rows: Vec<Vec<String>> = jobs
+        .iter()
+        .map(|j| {
+            let next = j.triggers.iter().filter_map(|t| t.next_fire).min();
+            let last = j.last_finished.as_ref().map_or_else(|| "-".to_owned(), |r| format!("{:?}", r.state));
+            vec![
+                j.spec.name.clone(),
+                j.spec.job_type.clone(),
+                format!("{:?}", j.origin),
+                if j.paused { "paused".into() } else { "active".into() },
+                j.running.to_string(),
+                time(next),
+                last,
+            ]
+        })
+        .collect();
+    table(&["NAME", "TYPE", "ORIGIN", "STATE", "RUNNING", "NEXT FIRE", "LAST"], &rows);
+}
+
+fn print_job(job: &JobView) {
+    println!("name      {}", job.spec.name);
+    println!("type      {}", job.spec.job_type);
+    println!("origin    {:?}", job.origin);
+    println!("paused    {}", if job.paused { "yes" } else { "no" });
+    println!("running   {}", job.running);
+    if let Some(description) = &job.spec.description {
+        println!("about     {description}");
+    }
+    if !job.spec.data.is_empty() {
+        println!("data      {}", Value::Object(job.spec.data.clone()));
+    }
+    if let Some(last) = &job.last_finished {
+        let error = last.error_message.as_deref().map(|m| format!(" ({m})")).unwrap_or_default();
+        println!("last run  {} {:?} at {}{error}", last.id, last.state, time(Some(last.scheduled_at)));
+    }
+    println!();
+    let schedules: std::collections::BTreeMap<&str, &str> =
+        job.spec.triggers.iter().map(|t| (t.name.as_str(), t.schedule.as_str())).collect();
+    let rows: Vec<Vec<String>> = job
+        .triggers
+        .iter()
+        .map(|t| {
+            vec![
+                t.name.clone(),
+                format!("{:?}{}", t.state, if t.paused { " (paused)" } else { "" }),
+                time(t.previous_fire),
+                time(t.next_fire),
+                t.fire_count.to_string(),
+                schedules.get(t.name.as_str()).map_or_else(|| t.error.clone().unwrap_or_default(), |s| (*s).to_owned()),
+            ]
+        })
+        .collect();
+    table(&["TRIGGER", "STATE", "PREVIOUS", "NEXT", "FIRES", "SCHEDULE"], &rows);
+}
+
+fn print_runs(runs: &[RunView]) {
+    let rows: Vec<Vec<String>> = runs
+        .iter()
+        .map(|r| {
+            vec![
+                r.id.to_string(),
+                r.job.clone(),
+                r.trigger.clone().unwrap_or_else(|| "-".into()),
+                time(Some(r.scheduled_at)),
+                format!("{:?}", r.state),
+                r.attempt.to_string(),
+                r.node.clone(),
+                match (&r.error_code, &r.error_message) {
+                    (Some(code), Some(message)) => format!("{code}: {message}"),
+                    (None, Some(message)) => message.clone(),
+                    _ => String::new(),
+                },
+            ]
+        })
+        .collect();
+    table(&["RUN", "JOB", "TRIGGER", "SCHEDULED", "STATE", "ATTEMPT", "NODE", "ERROR"], &rows);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_codes_map_to_exit_classes() {
+        assert_eq!(exit_code_of("SCHEDULING_NOTFOUND_001"), exit::NOT_FOUND);
+        assert_eq!(exit_code_of("SCHEDULING_VALIDATION_002"), exit::INVALID);
+        assert_eq!(exit_code_of("ADMIN_REQUEST_001"), exit::INVALID);
+        assert_eq!(exit_code_of("SCHEDULING_CONFLICT_001"), exit::CONFLICT);
+        assert_eq!(exit_code_of("SCHEDULING_UNAVAILABLE_001"), exit::UNAVAILABLE);
+        assert_eq!(exit_code_of("ADMIN_AUTH_001"), exit::UNAUTHORIZED);
+        assert_eq!(exit_code_of("SCHEDULING_UNEXPECTED_001"), exit::FAILED);
+    }
+
+    #[test]
+    fn path_segments_are_escaped() {
+        assert_eq!(segment("a.b-c_d"), "a.b-c_d");
+        assert_eq!(segment("a/b c"), "a%2Fb%20c");
+    }
+}

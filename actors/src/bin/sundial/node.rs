@@ -1,0 +1,363 @@
+//! `sundial node`: one node from a config file (or defaults), the built-in job kinds, the
+//! admin API, and the stop sequence on SIGINT/SIGTERM.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sundial::entropy::Entropy;
+use sundial::job::{JobDefinition, JobTypeKey, RetryPolicy};
+use sundial::kv::memory::{MemoryKv, MemoryKvOptions};
+use sundial::kv::Kv;
+use sundial::name::JobName;
+use sundial::store::{KvJobStore, StoreOptions};
+use sundial::time::{Clock, SystemClock};
+use sundial_actors::admin::metrics::{Metrics, MetricsPublisher};
+use sundial_actors::admin::{self, AdminState};
+use sundial_actors::clock::{PreciseSleeper, TokioSleeper};
+use sundial_actors::config::{LogFormat, NodeFileConfig, StoreConfig};
+use sundial_actors::events::{CloudEvent, EventPublisher, PublishError, Topic};
+use sundial_actors::job::{Job, JobFailure, JobResult, RunContext};
+use sundial_actors::kinds;
+use sundial_actors::lease::DynLeaderElection;
+use sundial_actors::node::{Node, NodeConfig};
+use sundial_actors::registry::JobRegistry;
+use sundial_actors::stats::RetryCountingKv;
+
+use crate::{exit, RunNode};
+
+/// How long running runs get to finish when the node is stopped.
+const STOP_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Runs the node until a signal; the process's exit code.
+pub(crate) fn run(args: RunNode) -> u8 {
+    let env: BTreeMap<String, String> = std::env::vars().collect();
+    let loaded = match &args.config {
+        Some(path) => NodeFileConfig::load(path, &env),
+        None => NodeFileConfig::defaults(&env),
+    };
+    let mut config = match loaded {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("sundial: {error}");
+            return exit::USAGE;
+        }
+    };
+    let format = match args.log_format.as_deref() {
+        Some("json") => LogFormat::Json,
+        Some(_) => LogFormat::Text,
+        None => config.log,
+    };
+    init_logs(format);
+    if args.demo {
+        for def in demo_jobs() {
+            if config.jobs.iter().any(|j| j.name == def.name) {
+                eprintln!("sundial: the config already has a job named '{}', which --demo adds", def.name);
+                return exit::USAGE;
+            }
+            config.jobs.push(def);
+        }
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("sundial: cannot start the async runtime: {error}");
+            return exit::FAILED;
+        }
+    };
+    let origin = args.config.as_ref().map_or_else(String::new, |p| format!("{}: ", p.display()));
+    runtime.block_on(start(config, args.demo, origin))
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+/// The demo: a cron job every 5 s, an interval job, a job that fails twice then succeeds.
+fn demo_jobs() -> Vec<JobDefinition> {
+    let job = |name: &str, kind: &str| {
+        JobDefinition::new(
+            JobName::new(name).unwrap_or_else(|_| unreachable!("valid literal")),
+            JobTypeKey::new(kind).unwrap_or_else(|_| unreachable!("valid literal")),
+        )
+    };
+    let trigger = |name: &str, schedule: &str| {
+        sundial::job::JobTriggerDefinition::new(
+            sundial::name::TriggerName::new(name).unwrap_or_else(|_| unreachable!("valid literal")),
+            schedule.parse().unwrap_or_else(|_| unreachable!("valid literal")),
+        )
+    };
+    let data = |value: serde_json::Value| match value {
+        serde_json::Value::Object(map) => map,
+        _ => unreachable!("object literal"),
+    };
+    let mut flaky = job("demo-flaky", DEMO_FLAKY)
+        .with_trigger(trigger("every-20s", "cron */20 * * * * *"))
+        .with_retry(RetryPolicy::fixed(3, Duration::from_secs(2)).unwrap_or_else(|_| unreachable!("valid policy")));
+    flaky.description = Some("fails on attempts 1 and 2, succeeds on 3: watch the retries".into());
+    vec![
+        job("demo-tick", kinds::log::KIND)
+            .with_data(data(serde_json::json!({ "message": "demo job ran" })))
+            .with_trigger(trigger("every-5s", "cron */5 * * * * *")),
+        job("demo-interval", kinds::log::KIND)
+            .with_data(data(serde_json::json!({ "message": "interval job ran (7 s after the last one ended)" })))
+            .with_trigger(trigger("every-7s", "every 00:00:07")),
+        flaky,
+    ]
+}
+
+const DEMO_FLAKY: &str = "demo.flaky";
+
+/// Fails its first two attempts.
+struct DemoFlaky;
+
+impl Job for DemoFlaky {
+    async fn run(&mut self, ctx: &RunContext) -> JobResult {
+        if ctx.run.attempt < 3 {
+            return Err(JobFailure::with_code("DEMO", format!("attempt {} fails on purpose", ctx.run.attempt)));
+        }
+        tracing::info!(
+            job = ctx.run.job.as_str(),
+            attempt = ctx.run.attempt,
+            "demo-flaky succeeded on its third attempt"
+        );
+        Ok(())
+    }
+}
+
+/// Logs each run's end in a line for people.
+struct RunLog;
+
+impl EventPublisher for RunLog {
+    fn publish<'a>(&'a self, event: &'a CloudEvent) -> sundial::kv::BoxFuture<'a, Result<(), PublishError>> {
+        let d = &event.data;
+        let run = event.subject.as_str();
+        let took = match (d.started_at, d.finished_at) {
+            (Some(start), Some(end)) => format!("{} ms", (end - start).num_milliseconds()),
+            _ => String::new(),
+        };
+        let attempt = d.attempt.unwrap_or(1);
+        let error = d.error_message.as_deref().unwrap_or("");
+        let code = d.error_code.as_deref().unwrap_or("");
+        match event.event_type {
+            t if t == Topic::RunSucceeded.as_str() => tracing::info!(job = %d.job, run, attempt, took, "run succeeded"),
+            t if t == Topic::RunFailed.as_str() => {
+                tracing::warn!(job = %d.job, run, attempt, code, error, "run failed")
+            }
+            t if t == Topic::RunCanceled.as_str() => tracing::warn!(job = %d.job, run, error, "run canceled"),
+            t if t == Topic::RunLost.as_str() => tracing::warn!(job = %d.job, run, "run lost with its node"),
+            _ => tracing::debug!(topic = event.event_type, subject = run, "event"),
+        }
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+/// `origin` prefixes registration errors (`"path: "`, or empty without a config file).
+async fn start(config: NodeFileConfig, demo: bool, origin: String) -> u8 {
+    // The production clock and OS-seeded entropy: the one place a node reads them.
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let mut entropy = Entropy::from_os();
+    let mut registry = kinds::register(JobRegistry::builder());
+    if demo {
+        registry = registry.add_job_type_as(DEMO_FLAKY, || DemoFlaky);
+    }
+    for (name, calendar) in &config.calendars {
+        registry = registry.add_calendar(name.as_str(), calendar.clone());
+    }
+    for def in &config.jobs {
+        registry = registry.add_job_definition(def.clone());
+    }
+    let registry = match registry.build() {
+        Ok(registry) => registry,
+        Err(error) => {
+            eprintln!("sundial: {origin}{error}");
+            return exit::USAGE;
+        }
+    };
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into());
+    let node_id = config.options.node_id_or_default(&host, std::process::id(), &mut entropy);
+    match config.store.clone() {
+        StoreConfig::Memory { max_runs } => {
+            let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
+            let store_options = StoreOptions { max_runs: Some(max_runs), ..StoreOptions::default() };
+            serve(Setup {
+                config,
+                registry,
+                node_id,
+                clock,
+                entropy,
+                kv,
+                store_options,
+                shared: false,
+                store_kind: "memory",
+            })
+            .await
+        }
+        StoreConfig::Fdb { cluster_file } => start_fdb(config, registry, node_id, clock, entropy, cluster_file).await,
+    }
+}
+
+#[cfg(feature = "fdb")]
+async fn start_fdb(
+    config: NodeFileConfig,
+    registry: JobRegistry,
+    node_id: String,
+    clock: Arc<dyn Clock>,
+    entropy: Entropy,
+    cluster_file: Option<std::path::PathBuf>,
+) -> u8 {
+    // SAFETY: `boot` must run once per process, before any other FDB call, and its guard
+    // must outlive every use of the database: this is the only call, and the guard lives
+    // until this function returns, after the node stopped.
+    #[allow(unsafe_code)]
+    let _network = unsafe { sundial_actors::fdb::foundationdb::boot() };
+    let path = cluster_file.as_ref().map(|p| p.to_string_lossy().into_owned());
+    let kv = match sundial_actors::fdb::FdbKv::open(path.as_deref(), clock.clone()) {
+        Ok(kv) => kv,
+        Err(error) => {
+            eprintln!("sundial: cannot open the FoundationDB cluster: {error}");
+            return exit::UNAVAILABLE;
+        }
+    };
+    let setup = Setup {
+        config,
+        registry,
+        node_id,
+        clock,
+        entropy,
+        kv,
+        store_options: StoreOptions::default(),
+        shared: true,
+        store_kind: "fdb",
+    };
+    serve(setup).await
+}
+
+#[cfg(not(feature = "fdb"))]
+async fn start_fdb(
+    _config: NodeFileConfig,
+    _registry: JobRegistry,
+    _node_id: String,
+    _clock: Arc<dyn Clock>,
+    _entropy: Entropy,
+    _cluster_file: Option<std::path::PathBuf>,
+) -> u8 {
+    // Config loading refuses `fdb` in such a build; this is the backstop.
+    eprintln!("sundial: this build has no FoundationDB support (rebuild with --features fdb)");
+    exit::USAGE
+}
+
+struct Setup<K: Kv> {
+    config: NodeFileConfig,
+    registry: JobRegistry,
+    node_id: String,
+    clock: Arc<dyn Clock>,
+    entropy: Entropy,
+    kv: K,
+    store_options: StoreOptions,
+    shared: bool,
+    store_kind: &'static str,
+}
+
+async fn serve<K: Kv>(setup: Setup<K>) -> u8 {
+    let Setup { config, registry, node_id, clock, mut entropy, kv, store_options, shared, store_kind } = setup;
+    let kv = RetryCountingKv::new(kv);
+    let metrics = Arc::new(Metrics::new(Some(kv.retry_counter())));
+    let store = KvJobStore::new(kv.clone(), registry.calendars().clone(), entropy.fork(), store_options);
+    let mut node =
+        NodeConfig::new(store, registry, config.options.clone(), node_id.clone(), clock.clone(), entropy.fork());
+    node.start_timer = Arc::new(PreciseSleeper::new());
+    node.publisher = Arc::new(MetricsPublisher::new(metrics.clone(), Arc::new(RunLog)));
+    node.shared_store = shared;
+    if shared {
+        let election = sundial::leader::KvLeaderElection::new(
+            kv,
+            sundial::store::keys::Keyspace::default_root(),
+            clock,
+            &node_id,
+            entropy.fork(),
+        );
+        node.election = Some(Arc::new(election) as Arc<dyn DynLeaderElection>);
+    }
+    // Bind before starting, so a taken port fails fast with nothing started.
+    let listener = if config.admin.enabled {
+        match tokio::net::TcpListener::bind(config.admin.listen).await {
+            Ok(listener) => Some(listener),
+            Err(error) => {
+                eprintln!("sundial: cannot listen on {} for the admin API: {error}", config.admin.listen);
+                return exit::UNAVAILABLE;
+            }
+        }
+    } else {
+        None
+    };
+    let scheduler = match Node::start(node, None).await {
+        Ok(scheduler) => scheduler,
+        Err(error) => {
+            eprintln!("sundial: could not start the node: {error}");
+            return exit::FAILED;
+        }
+    };
+    let (stop_api, api_stopped) = tokio::sync::oneshot::channel::<()>();
+    let api = listener.map(|listener| {
+        let address = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+        let state = AdminState::new(scheduler.clone(), config.admin.token.clone(), metrics, store_kind);
+        let router = admin::router(state);
+        tracing::info!(
+            address = %format!("http://{address}"),
+            token = config.admin.token.is_some(),
+            "admin API listening"
+        );
+        tokio::spawn(admin::serve(listener, router, async {
+            let _ = api_stopped.await;
+        }))
+    });
+    scheduler.serve();
+    tracing::info!(
+        node = %node_id,
+        store = store_kind,
+        jobs = config.jobs.len(),
+        "sundial node serving; Ctrl-C or SIGTERM stops it"
+    );
+    shutdown_signal().await;
+    tracing::info!("stopping: no new runs; running ones get {STOP_DEADLINE:?}");
+    let report = scheduler.stop(STOP_DEADLINE).await;
+    let _ = stop_api.send(());
+    if let Some(api) = api {
+        match tokio::time::timeout(Duration::from_secs(5), api).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(error))) => tracing::warn!(%error, "the admin API ended with an error"),
+            _ => tracing::warn!("the admin API did not stop in time"),
+        }
+    }
+    tracing::info!(canceled = report.canceled, abandoned = report.abandoned, "stopped");
+    0
+}
+
+/// Waits for Ctrl-C, or SIGTERM (what service managers send) on Unix.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(error) => {
+                tracing::error!(%error, "cannot wait for SIGTERM");
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

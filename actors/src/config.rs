@@ -1,0 +1,516 @@
+//! The `sundial` node's TOML config file (see `actors/sundial.example.toml`).
+//!
+//! ```toml
+//! [store]                 # kind = "memory" (default) or "fdb" with cluster_file
+//! [scheduler]             # the options of SPEC §13
+//! [admin]                 # listen = "127.0.0.1:7600", token = "…"
+//! [log]                   # format = "text" | "json"
+//! [calendars.<name>]      # kind = "holidays" | "weekly" | "daily" | "cron" | "composite"
+//! [[jobs]]                # a job spec (crate::spec::JobSpec) with [[jobs.triggers]]
+//! ```
+//!
+//! Loading checks everything before anything starts: unknown keys, option values,
+//! calendars, job definitions, built-in kinds' parameters and calendar references. Every
+//! error names the file, the key and the problem.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use chrono::{NaiveDate, NaiveTime};
+use serde::Deserialize;
+use sundial::calendar::{
+    Calendars, CompositeCalendar, CronCalendar, DailyCalendar, HolidayCalendar, JobCalendar, WeeklyCalendar,
+};
+use sundial::job::JobDefinition;
+use sundial::name::CalendarName;
+use sundial::options::SchedulerOptions;
+use sundial::timezone::parse_time_zone;
+
+use crate::spec::{detail, JobSpec};
+
+/// The admin API's default address.
+pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:7600";
+/// The environment variable holding the admin token (it wins over the file's).
+pub const ADMIN_TOKEN_ENV: &str = "SUNDIAL_ADMIN_TOKEN";
+/// The in-memory store's default history cap.
+pub const DEFAULT_MAX_RUNS: u64 = 10_000;
+
+/// A config problem: where (file and key) and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file, when the problem is in one.
+    pub file: Option<PathBuf>,
+    /// The key at fault (`jobs[0] (backup).triggers[1].schedule`), when known.
+    pub key: Option<String>,
+    /// The problem.
+    pub problem: String,
+}
+
+impl ConfigError {
+    fn at(key: impl Into<String>, problem: impl fmt::Display) -> Self {
+        Self { file: None, key: Some(key.into()), problem: problem.to_string() }
+    }
+
+    fn in_file(mut self, file: &Path) -> Self {
+        self.file = Some(file.to_owned());
+        self
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(file) = &self.file {
+            write!(f, "{}: ", file.display())?;
+        }
+        if let Some(key) = &self.key {
+            write!(f, "{key}: ")?;
+        }
+        f.write_str(&self.problem)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Which store the node uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreConfig {
+    /// The embedded in-memory store: one node, history capped at `max_runs`.
+    Memory {
+        /// Finished runs kept at most.
+        max_runs: u64,
+    },
+    /// A FoundationDB cluster shared with other nodes.
+    Fdb {
+        /// The cluster file; `None` uses FoundationDB's default lookup.
+        cluster_file: Option<PathBuf>,
+    },
+}
+
+/// Log output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// For people.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The admin API's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminConfig {
+    /// `false` runs the node without the API.
+    pub enabled: bool,
+    /// Where it listens.
+    pub listen: SocketAddr,
+    /// Mutations need `Authorization: Bearer <token>` when set.
+    pub token: Option<String>,
+}
+
+/// A loaded, checked config.
+#[derive(Clone)]
+pub struct NodeFileConfig {
+    /// The store.
+    pub store: StoreConfig,
+    /// Scheduler options (file, then `SUNDIAL_*` environment).
+    pub options: SchedulerOptions,
+    /// The admin API.
+    pub admin: AdminConfig,
+    /// Log format.
+    pub log: LogFormat,
+    /// Named calendars.
+    pub calendars: BTreeMap<CalendarName, Arc<dyn JobCalendar>>,
+    /// Code jobs.
+    pub jobs: Vec<JobDefinition>,
+}
+
+impl fmt::Debug for NodeFileConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodeFileConfig")
+            .field("store", &self.store)
+            .field("options", &self.options)
+            .field("admin", &self.admin)
+            .field("log", &self.log)
+            .field("calendars", &self.calendars.keys().collect::<Vec<_>>())
+            .field("jobs", &self.jobs)
+            .finish()
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    store: StoreSection,
+    #[serde(default)]
+    scheduler: Option<toml::Table>,
+    #[serde(default)]
+    admin: AdminSection,
+    #[serde(default)]
+    log: LogSection,
+    #[serde(default)]
+    calendars: BTreeMap<String, CalendarSpec>,
+    #[serde(default)]
+    jobs: Vec<JobSpec>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct StoreSection {
+    #[serde(default)]
+    kind: StoreKind,
+    #[serde(default)]
+    cluster_file: Option<PathBuf>,
+    #[serde(default)]
+    max_runs: Option<u64>,
+}
+
+#[derive(Deserialize, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum StoreKind {
+    #[default]
+    Memory,
+    Fdb,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AdminSection {
+    #[serde(default = "yes")]
+    enabled: bool,
+    #[serde(default)]
+    listen: Option<String>,
+    #[serde(default)]
+    token: Option<String>,
+}
+
+impl Default for AdminSection {
+    fn default() -> Self {
+        Self { enabled: true, listen: None, token: None }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct LogSection {
+    #[serde(default)]
+    format: LogFormat,
+}
+
+/// One calendar in the config.
+#[derive(Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+enum CalendarSpec {
+    /// Whole days, e.g. public holidays.
+    Holidays {
+        dates: Vec<NaiveDate>, // "2026-12-25" strings
+        #[serde(default)]
+        tz: Option<String>,
+    },
+    /// Whole weekdays, e.g. `["sat", "sun"]`.
+    Weekly {
+        days: Vec<String>,
+        #[serde(default)]
+        tz: Option<String>,
+    },
+    /// A time range every day, e.g. from `"22:00"` to `"06:00"`.
+    Daily {
+        from: NaiveTime,
+        to: NaiveTime,
+        #[serde(default)]
+        tz: Option<String>,
+    },
+    /// The seconds a cron expression matches.
+    Cron {
+        expression: String,
+        #[serde(default)]
+        tz: Option<String>,
+    },
+    /// Excludes what any member excludes.
+    Composite { members: Vec<String> },
+}
+
+impl NodeFileConfig {
+    /// No file: the embedded store, default options (with `SUNDIAL_*` applied), the admin
+    /// API on loopback, no jobs.
+    ///
+    /// # Errors
+    /// An invalid `SUNDIAL_*` variable.
+    pub fn defaults(env: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
+        Self::from_file(File::default(), env)
+    }
+
+    /// Reads and checks `path`; `env` supplies `SUNDIAL_*` overrides.
+    ///
+    /// # Errors
+    /// The first problem, naming the file and key.
+    pub fn load(path: &Path, env: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: Some(path.to_owned()),
+            key: None,
+            problem: format!("cannot read: {e}"),
+        })?;
+        Self::parse(&text, env).map_err(|e| e.in_file(path))
+    }
+
+    /// Parses and checks config text.
+    ///
+    /// # Errors
+    /// The first problem, naming the key.
+    pub fn parse(text: &str, env: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
+        let file: File =
+            toml::from_str(text).map_err(|e| ConfigError { file: None, key: None, problem: toml_problem(&e, text) })?;
+        Self::from_file(file, env)
+    }
+
+    fn from_file(file: File, env: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
+        let store = match file.store.kind {
+            StoreKind::Memory => {
+                if file.store.cluster_file.is_some() {
+                    return Err(ConfigError::at(
+                        "store.cluster_file",
+                        "only a store of kind \"fdb\" has a cluster file",
+                    ));
+                }
+                let max_runs = file.store.max_runs.unwrap_or(DEFAULT_MAX_RUNS);
+                if max_runs == 0 {
+                    return Err(ConfigError::at("store.max_runs", "must be at least 1"));
+                }
+                StoreConfig::Memory { max_runs }
+            }
+            StoreKind::Fdb => {
+                if file.store.max_runs.is_some() {
+                    return Err(ConfigError::at("store.max_runs", "only the memory store caps its history"));
+                }
+                if !cfg!(feature = "fdb") {
+                    return Err(ConfigError::at(
+                        "store.kind",
+                        "this sundial was built without FoundationDB support; rebuild with `--features fdb` \
+                         (needs libfdb_c) or use kind = \"memory\"",
+                    ));
+                }
+                StoreConfig::Fdb { cluster_file: file.store.cluster_file }
+            }
+        };
+        let mut options = SchedulerOptions::default();
+        if let Some(table) = &file.scheduler {
+            options.apply_toml(table).map_err(|e| ConfigError::at(format!("scheduler.{}", e.key), e.problem))?;
+        }
+        options.apply_env(env.iter()).map_err(|e| ConfigError::at(e.key, e.problem))?;
+
+        let listen_text = env
+            .get("SUNDIAL_ADMIN_LISTEN")
+            .cloned()
+            .or(file.admin.listen)
+            .unwrap_or_else(|| DEFAULT_ADMIN_ADDR.to_owned());
+        let listen: SocketAddr = listen_text.parse().map_err(|_| {
+            ConfigError::at("admin.listen", format!("'{listen_text}' is not an address like 127.0.0.1:7600"))
+        })?;
+        let token = env.get(ADMIN_TOKEN_ENV).cloned().or(file.admin.token).filter(|t| !t.is_empty());
+        if let Some(token) = &token {
+            if token.len() < 16 || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err(ConfigError::at(
+                    "admin.token",
+                    "must be at least 16 characters without spaces (use a random secret)",
+                ));
+            }
+        }
+        let admin = AdminConfig { enabled: file.admin.enabled, listen, token };
+        admin_is_safe(&admin)?;
+
+        let calendars = calendars(file.calendars)?;
+        let mut known = Calendars::new();
+        for (name, calendar) in &calendars {
+            known.insert(name.clone(), calendar.clone());
+        }
+        let mut jobs = Vec::with_capacity(file.jobs.len());
+        let mut names = BTreeMap::new();
+        for (i, spec) in file.jobs.iter().enumerate() {
+            let path = format!("jobs[{i}]");
+            let def = spec.to_definition(&path).map_err(|e| ConfigError::at(e.key, e.problem))?;
+            if let Some(first) = names.insert(def.name.clone(), i) {
+                return Err(ConfigError::at(
+                    format!("{path}.name"),
+                    format!("job '{}' is also jobs[{first}]", def.name),
+                ));
+            }
+            def.validate(Some(&known)).map_err(|e| ConfigError::at(format!("{path} ({})", def.name), detail(&e)))?;
+            crate::kinds::check(&def).map_err(|e| ConfigError::at(format!("{path} ({})", def.name), e))?;
+            jobs.push(def);
+        }
+        Ok(Self { store, options, admin, log: file.log.format, calendars, jobs })
+    }
+}
+
+/// Binding beyond loopback without a token would hand the node to anyone on the network.
+fn admin_is_safe(admin: &AdminConfig) -> Result<(), ConfigError> {
+    if admin.enabled && !admin.listen.ip().is_loopback() && admin.token.is_none() {
+        return Err(ConfigError::at(
+            "admin.listen",
+            format!(
+                "{} is not a loopback address: set admin.token or {ADMIN_TOKEN_ENV} so mutations need it",
+                admin.listen
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn calendars(
+    specs: BTreeMap<String, CalendarSpec>,
+) -> Result<BTreeMap<CalendarName, Arc<dyn JobCalendar>>, ConfigError> {
+    let mut done: BTreeMap<CalendarName, Arc<dyn JobCalendar>> = BTreeMap::new();
+    let mut composites = Vec::new();
+    for (name, spec) in specs {
+        let key = format!("calendars.{name}");
+        let calendar_name = CalendarName::new(name.clone()).map_err(|e| ConfigError::at(&key, e))?;
+        let tz = |tz: &Option<String>| match tz {
+            None => Ok(chrono_tz::UTC),
+            Some(id) => parse_time_zone(id).map_err(|e| ConfigError::at(format!("{key}.tz"), e)),
+        };
+        let calendar: Arc<dyn JobCalendar> = match &spec {
+            CalendarSpec::Holidays { dates, tz: zone } => {
+                Arc::new(HolidayCalendar::new(dates.iter().copied(), tz(zone)?))
+            }
+            CalendarSpec::Weekly { days, tz: zone } => {
+                let days = days
+                    .iter()
+                    .map(|d| {
+                        d.parse::<chrono::Weekday>()
+                            .map_err(|_| ConfigError::at(format!("{key}.days"), format!("'{d}' is not a weekday")))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                Arc::new(WeeklyCalendar::new(&days, tz(zone)?))
+            }
+            CalendarSpec::Daily { from, to, tz: zone } => {
+                Arc::new(DailyCalendar::new(*from, *to, tz(zone)?).map_err(|e| ConfigError::at(&key, e))?)
+            }
+            CalendarSpec::Cron { expression, tz: zone } => {
+                let expression = expression.parse().map_err(|e| ConfigError::at(format!("{key}.expression"), e))?;
+                Arc::new(CronCalendar::new(expression, tz(zone)?))
+            }
+            CalendarSpec::Composite { members } => {
+                composites.push((calendar_name, key, members.clone()));
+                continue;
+            }
+        };
+        done.insert(calendar_name, calendar);
+    }
+    // Composites of plain calendars only: no cycles to detect, and one level is what
+    // schedules need in practice.
+    for (name, key, members) in composites {
+        let mut parts = Vec::with_capacity(members.len());
+        for member in &members {
+            let found =
+                CalendarName::new(member.clone()).ok().and_then(|m| done.get(&m).cloned()).ok_or_else(|| {
+                    ConfigError::at(
+                        format!("{key}.members"),
+                        format!("'{member}' is not a (non-composite) calendar here"),
+                    )
+                })?;
+            parts.push(found);
+        }
+        done.insert(name, Arc::new(CompositeCalendar::new(parts)));
+    }
+    Ok(done)
+}
+
+/// A TOML error as one line with its position.
+fn toml_problem(error: &toml::de::Error, text: &str) -> String {
+    let message = error.message().trim();
+    match error.span() {
+        Some(span) => {
+            let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+            format!("line {line}: {message}")
+        }
+        None => message.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<NodeFileConfig, ConfigError> {
+        NodeFileConfig::parse(text, &BTreeMap::new())
+    }
+
+    #[test]
+    fn the_example_file_loads() {
+        let text = include_str!("../sundial.example.toml");
+        let config = parse(text).unwrap();
+        assert_eq!(config.store, StoreConfig::Memory { max_runs: 10_000 });
+        assert!(config.jobs.iter().any(|j| j.job_type.as_str() == "shell"));
+        assert!(config.jobs.iter().any(|j| j.job_type.as_str() == "http"));
+        assert!(!config.calendars.is_empty());
+    }
+
+    #[test]
+    fn defaults_are_a_memory_store_and_a_loopback_api() {
+        let config = NodeFileConfig::defaults(&BTreeMap::new()).unwrap();
+        assert_eq!(config.admin.listen.to_string(), DEFAULT_ADMIN_ADDR);
+        assert!(config.admin.token.is_none());
+        assert!(config.jobs.is_empty());
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let cases = [
+            ("[scheduler]\nmax_concurrent_runs = 0", "scheduler.max_concurrent_runs"),
+            ("[store]\nkind = \"memory\"\ncluster_file = \"x\"", "store.cluster_file"),
+            ("[admin]\nlisten = \"nowhere\"", "admin.listen"),
+            ("[admin]\nlisten = \"0.0.0.0:7600\"", "admin.listen"),
+            ("[admin]\ntoken = \"short\"", "admin.token"),
+            ("[calendars.x]\nkind = \"weekly\"\ndays = [\"caturday\"]", "calendars.x.days"),
+            ("[calendars.x]\nkind = \"composite\"\nmembers = [\"y\"]", "calendars.x.members"),
+            ("[[jobs]]\nname = \"a\"\ntype = \"log\"\ntriggers = [{ name = \"t\", schedule = \"cron nope\" }]", "jobs[0] (a).triggers[0].schedule"),
+            ("[[jobs]]\nname = \"a\"\ntype = \"shell\"", "jobs[0] (a)"),
+            ("[[jobs]]\nname = \"a\"\ntype = \"log\"\n[[jobs]]\nname = \"a\"\ntype = \"log\"", "jobs[1].name"),
+            (
+                "[[jobs]]\nname = \"a\"\ntype = \"log\"\ntriggers = [{ name = \"t\", schedule = \"cron * * * * * * calendar=none\" }]",
+                "jobs[0] (a)",
+            ),
+        ];
+        for (text, key) in cases {
+            let error = parse(text).unwrap_err();
+            assert_eq!(error.key.as_deref(), Some(key), "{text}: {error}");
+        }
+        let unknown = parse("[scheduler]\npoll_interval_seconds = 1\n[shceduler]\nx = 1").unwrap_err();
+        assert!(unknown.to_string().contains("line 3"), "{unknown}");
+        assert!(unknown.to_string().contains("shceduler"), "{unknown}");
+        let http = parse("[[jobs]]\nname = \"a\"\ntype = \"http\"\ndata = { url = \"ftp://x\" }").unwrap_err();
+        assert!(http.problem.contains("only http and https"), "{http}");
+    }
+
+    #[test]
+    fn the_environment_overrides_the_file() {
+        let env = BTreeMap::from([
+            ("SUNDIAL_MAX_CONCURRENT_RUNS".to_owned(), "7".to_owned()),
+            (ADMIN_TOKEN_ENV.to_owned(), "0123456789abcdef0123".to_owned()),
+            ("SUNDIAL_ADMIN_LISTEN".to_owned(), "0.0.0.0:9000".to_owned()),
+        ]);
+        let config = NodeFileConfig::parse("[scheduler]\nmax_concurrent_runs = 3", &env).unwrap();
+        assert_eq!(config.options.max_concurrent_runs, 7);
+        assert_eq!(config.admin.listen.port(), 9000);
+        let bad = BTreeMap::from([("SUNDIAL_MAX_CONCURRENT_RUNS".to_owned(), "zero".to_owned())]);
+        assert_eq!(NodeFileConfig::defaults(&bad).unwrap_err().key.as_deref(), Some("SUNDIAL_MAX_CONCURRENT_RUNS"));
+    }
+
+    #[test]
+    fn fdb_without_the_feature_says_so() {
+        let result = parse("[store]\nkind = \"fdb\"");
+        if cfg!(feature = "fdb") {
+            assert!(result.is_ok());
+        } else {
+            assert!(result.unwrap_err().problem.contains("without FoundationDB"));
+        }
+    }
+}

@@ -1,0 +1,362 @@
+//! Job definitions as people write them: in the node's TOML config, in the admin API's
+//! JSON, and in the files `sundial jobs apply -f` reads.
+//!
+//! A [`JobSpec`] is a [`JobDefinition`] with readable fields: schedules in the text form
+//! of SPEC §3, durations as `"90s"`/`"1h 30m"` (or a number of seconds), policies by name.
+//! Converting either way is lossless, so what `jobs show` prints can be applied again.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use sundial::error::SchedulingError;
+use sundial::job::{
+    Backoff, JobDefinition, JobTriggerDefinition, JobTypeKey, JsonObject, MisfirePolicy, RetryPolicy, PRIORITY_DEFAULT,
+};
+use sundial::name::{JobName, TriggerName};
+use sundial::schedule::JobSchedule;
+
+/// A duration written as `"30s"`, `"5m"`, `"1h 30m"`, `"250ms"` or a number of seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DurationText(pub Duration);
+
+impl DurationText {
+    /// Parses the text form.
+    ///
+    /// # Errors
+    /// A message naming the problem.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        if let Ok(seconds) = text.parse::<f64>() {
+            return Self::from_seconds(seconds);
+        }
+        humantime::parse_duration(text)
+            .map(Self)
+            .map_err(|e| format!("'{text}' is not a duration ({e}); write e.g. \"90s\", \"5m\" or \"1h 30m\""))
+    }
+
+    fn from_seconds(seconds: f64) -> Result<Self, String> {
+        Duration::try_from_secs_f64(seconds)
+            .map(Self)
+            .map_err(|_| format!("{seconds} is not a duration in seconds (must be finite and not negative)"))
+    }
+}
+
+impl fmt::Display for DurationText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_zero() {
+            return f.write_str("0s");
+        }
+        write!(f, "{}", humantime::format_duration(self.0))
+    }
+}
+
+impl Serialize for DurationText {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for DurationText {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Seconds(f64),
+            Text(String),
+        }
+        match Raw::deserialize(deserializer)? {
+            Raw::Seconds(seconds) => Self::from_seconds(seconds),
+            Raw::Text(text) => Self::parse(&text),
+        }
+        .map_err(serde::de::Error::custom)
+    }
+}
+
+/// How failed runs retry (SPEC §8).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetrySpec {
+    /// Retries at most, 1–100.
+    pub max_retries: u32,
+    /// The delay before the first retry.
+    pub delay: DurationText,
+    /// `fixed` (default) or `exponential`.
+    #[serde(default)]
+    pub backoff: BackoffSpec,
+    /// The longest delay of exponential backoff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_delay: Option<DurationText>,
+}
+
+/// [`Backoff`] by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackoffSpec {
+    /// The same delay every time.
+    #[default]
+    Fixed,
+    /// Doubling delays.
+    Exponential,
+}
+
+/// [`MisfirePolicy`] by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MisfireSpec {
+    /// Run once now, then continue from now.
+    #[default]
+    RunOnce,
+    /// No catch-up run.
+    Skip,
+    /// Every missed fire, in order.
+    RunAll,
+}
+
+/// One trigger of a [`JobSpec`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TriggerSpec {
+    /// Unique within the job.
+    pub name: String,
+    /// Schedule text (SPEC §3), e.g. `cron 0 0 9 * * MON-FRI tz=Asia/Shanghai`.
+    pub schedule: String,
+    /// Overrides same-named keys of the job's data.
+    #[serde(default, skip_serializing_if = "JsonObject::is_empty")]
+    pub data: JsonObject,
+    /// Higher runs first; default 5.
+    #[serde(default = "default_priority")]
+    pub priority: i32,
+    /// What to do with a late fire; default `run_once`.
+    #[serde(default)]
+    pub misfire: MisfireSpec,
+    /// Free text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+fn default_priority() -> i32 {
+    PRIORITY_DEFAULT
+}
+
+/// A job as people write it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobSpec {
+    /// Unique in the store.
+    pub name: String,
+    /// The registered job type: `shell`, `http`, `log`, or an embedder's key.
+    #[serde(rename = "type")]
+    pub job_type: String,
+    /// Free text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The job's data: for the built-in kinds, their parameters.
+    #[serde(default, skip_serializing_if = "JsonObject::is_empty")]
+    pub data: JsonObject,
+    /// Several runs at once are allowed.
+    #[serde(default)]
+    pub allow_concurrent: bool,
+    /// Every node runs it on its own clock.
+    #[serde(default)]
+    pub run_on_every_instance: bool,
+    /// A run on a lost node is re-run once elsewhere.
+    #[serde(default)]
+    pub requests_recovery: bool,
+    /// A run's time limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<DurationText>,
+    /// How failed runs retry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetrySpec>,
+    /// When it runs; none = only by hand.
+    #[serde(default)]
+    pub triggers: Vec<TriggerSpec>,
+}
+
+/// A spec that does not make a valid definition: the key at fault and the problem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecError {
+    /// The key, e.g. `jobs[0] (backup).triggers[1].schedule`.
+    pub key: String,
+    /// What is wrong.
+    pub problem: String,
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.key, self.problem)
+    }
+}
+
+impl std::error::Error for SpecError {}
+
+impl From<SpecError> for SchedulingError {
+    /// `SCHEDULING_VALIDATION_001` with the key and the problem.
+    fn from(error: SpecError) -> Self {
+        SchedulingError::invalid_definition(error.to_string())
+    }
+}
+
+fn invalid(path: &str, problem: impl fmt::Display) -> SpecError {
+    SpecError { key: path.to_owned(), problem: problem.to_string() }
+}
+
+impl JobSpec {
+    /// The definition, checked field by field; `path` prefixes every error (e.g.
+    /// `jobs[2]`), so the message names the key at fault.
+    ///
+    /// # Errors
+    /// [`SpecError`] naming the field and the problem (it converts to
+    /// `SCHEDULING_VALIDATION_001`). Calendars and job types are checked later, against a
+    /// registry.
+    pub fn to_definition(&self, path: &str) -> Result<JobDefinition, SpecError> {
+        let name = JobName::new(self.name.clone()).map_err(|e| invalid(&format!("{path}.name"), e))?;
+        let path = format!("{path} ({name})");
+        let job_type = JobTypeKey::new(self.job_type.clone()).map_err(|e| invalid(&format!("{path}.type"), e))?;
+        let mut def = JobDefinition::new(name, job_type).with_data(self.data.clone());
+        def.description = self.description.clone();
+        def.allow_concurrent = self.allow_concurrent;
+        def.run_on_every_instance = self.run_on_every_instance;
+        def.requests_recovery = self.requests_recovery;
+        def.timeout = self.timeout.map(|t| t.0);
+        if let Some(retry) = &self.retry {
+            let policy = match retry.backoff {
+                BackoffSpec::Fixed if retry.max_delay.is_some() => {
+                    return Err(invalid(&format!("{path}.retry.max_delay"), "only exponential backoff has a max_delay"))
+                }
+                BackoffSpec::Fixed => RetryPolicy::fixed(retry.max_retries, retry.delay.0),
+                BackoffSpec::Exponential => {
+                    RetryPolicy::exponential(retry.max_retries, retry.delay.0, retry.max_delay.map(|d| d.0))
+                }
+            };
+            def.retry = Some(policy.map_err(|e| invalid(&format!("{path}.retry"), detail(&e)))?);
+        }
+        for (i, trigger) in self.triggers.iter().enumerate() {
+            let at = format!("{path}.triggers[{i}]");
+            let name = TriggerName::new(trigger.name.clone()).map_err(|e| invalid(&format!("{at}.name"), e))?;
+            let schedule: JobSchedule = trigger.schedule.parse().map_err(|e| invalid(&format!("{at}.schedule"), e))?;
+            let misfire = match trigger.misfire {
+                MisfireSpec::RunOnce => MisfirePolicy::RunOnce,
+                MisfireSpec::Skip => MisfirePolicy::Skip,
+                MisfireSpec::RunAll => MisfirePolicy::RunAll,
+            };
+            let mut t = JobTriggerDefinition::new(name, schedule)
+                .with_data(trigger.data.clone())
+                .with_priority(trigger.priority)
+                .with_misfire(misfire);
+            t.description = trigger.description.clone();
+            def = def.with_trigger(t);
+        }
+        def.validate(None).map_err(|e| invalid(&path, detail(&e)))?;
+        Ok(def)
+    }
+
+    /// The spec of a stored definition.
+    pub fn from_definition(def: &JobDefinition) -> Self {
+        Self {
+            name: def.name.to_string(),
+            job_type: def.job_type.to_string(),
+            description: def.description.clone(),
+            data: def.data.clone(),
+            allow_concurrent: def.allow_concurrent,
+            run_on_every_instance: def.run_on_every_instance,
+            requests_recovery: def.requests_recovery,
+            timeout: def.timeout.map(DurationText),
+            retry: def.retry.map(|r| RetrySpec {
+                max_retries: r.max_retries(),
+                delay: DurationText(r.delay()),
+                backoff: match r.backoff() {
+                    Backoff::Fixed => BackoffSpec::Fixed,
+                    Backoff::Exponential => BackoffSpec::Exponential,
+                },
+                max_delay: r.max_delay().map(DurationText),
+            }),
+            triggers: def
+                .triggers
+                .iter()
+                .map(|t| TriggerSpec {
+                    name: t.name.to_string(),
+                    schedule: t.schedule.to_string(),
+                    data: t.data.clone(),
+                    priority: t.priority,
+                    misfire: match t.misfire {
+                        MisfirePolicy::RunOnce => MisfireSpec::RunOnce,
+                        MisfirePolicy::Skip => MisfireSpec::Skip,
+                        MisfirePolicy::RunAll => MisfireSpec::RunAll,
+                    },
+                    description: t.description.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// An error's detail without its code prefix, for messages that add their own context.
+pub(crate) fn detail(error: &SchedulingError) -> String {
+    let text = error.to_string();
+    match text.split_once(": ") {
+        Some((code, rest)) if code == error.code() => rest.to_owned(),
+        _ => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(toml_text: &str) -> JobSpec {
+        toml::from_str(toml_text).unwrap()
+    }
+
+    #[test]
+    fn durations_read_text_and_seconds_and_print_text() {
+        assert_eq!(DurationText::parse("90s").unwrap().0, Duration::from_secs(90));
+        assert_eq!(DurationText::parse("1h 30m").unwrap().0, Duration::from_secs(5400));
+        assert_eq!(DurationText::parse("2.5").unwrap().0, Duration::from_millis(2500));
+        assert!(DurationText::parse("-1").is_err());
+        assert!(DurationText::parse("soon").unwrap_err().contains("soon"));
+        assert_eq!(DurationText(Duration::from_secs(5400)).to_string(), "1h 30m");
+    }
+
+    #[test]
+    fn a_spec_converts_to_a_definition_and_back() {
+        let s = spec(
+            r#"
+            name = "backup"
+            type = "shell"
+            timeout = "10m"
+            retry = { max_retries = 3, delay = "30s", backoff = "exponential", max_delay = "5m" }
+            data = { program = "/bin/true" }
+            [[triggers]]
+            name = "nightly"
+            schedule = "cron 0 0 2 * * * tz=Europe/Berlin"
+            misfire = "skip"
+            priority = 7
+            "#,
+        );
+        let def = s.to_definition("jobs[0]").unwrap();
+        assert_eq!(def.timeout, Some(Duration::from_secs(600)));
+        assert_eq!(def.retry.unwrap().max_delay(), Some(Duration::from_secs(300)));
+        assert_eq!(def.triggers[0].misfire, MisfirePolicy::Skip);
+        assert_eq!(def.triggers[0].priority, 7);
+        let back = JobSpec::from_definition(&def);
+        assert_eq!(back.to_definition("x").unwrap(), def);
+        let json = serde_json::to_string(&back).unwrap();
+        assert_eq!(serde_json::from_str::<JobSpec>(&json).unwrap(), back);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let mut s = spec("name = \"a\"\ntype = \"log\"\n[[triggers]]\nname = \"t\"\nschedule = \"cron 61 * * * * *\"");
+        let e = s.to_definition("jobs[0]").unwrap_err();
+        assert_eq!(e.key, "jobs[0] (a).triggers[0].schedule");
+        assert_eq!(SchedulingError::from(e).code(), "SCHEDULING_VALIDATION_001");
+        s.triggers.clear();
+        s.name = "Bad Name".into();
+        assert!(s.to_definition("jobs[0]").unwrap_err().to_string().contains("jobs[0].name"));
+        let bad_retry = spec("name = \"a\"\ntype = \"log\"\nretry = { max_retries = 0, delay = \"1s\" }");
+        assert!(bad_retry.to_definition("j").unwrap_err().to_string().contains("j (a).retry"));
+        assert!(toml::from_str::<JobSpec>("name = \"a\"\ntype = \"log\"\ncolour = 1").is_err());
+    }
+}

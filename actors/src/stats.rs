@@ -1,0 +1,148 @@
+//! Counters of a node's engine, read by metrics exporters (the `sundial` binary's
+//! `/metrics`, or an embedder's own). Counting never affects scheduling.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sundial::kv::{Kv, KvError};
+use sundial::time::MonotonicInstant;
+
+/// Which store operation failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StoreOp {
+    /// Acquiring due triggers.
+    Acquire,
+    /// Writing the heartbeat.
+    Heartbeat,
+    /// Reading cancel requests.
+    CancelRequests,
+    /// Reading local jobs, or recording a local run.
+    LocalJobs,
+    /// Writing code jobs at start.
+    SyncCodeJobs,
+    /// Recording a run's end.
+    Complete,
+    /// Reclaiming an earlier process's runs.
+    Reclaim,
+}
+
+impl StoreOp {
+    /// Every operation, in a fixed order.
+    pub const ALL: [StoreOp; 7] = [
+        StoreOp::Acquire,
+        StoreOp::Heartbeat,
+        StoreOp::CancelRequests,
+        StoreOp::LocalJobs,
+        StoreOp::SyncCodeJobs,
+        StoreOp::Complete,
+        StoreOp::Reclaim,
+    ];
+
+    /// A stable label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoreOp::Acquire => "acquire",
+            StoreOp::Heartbeat => "heartbeat",
+            StoreOp::CancelRequests => "cancel_requests",
+            StoreOp::LocalJobs => "local_jobs",
+            StoreOp::SyncCodeJobs => "sync_code_jobs",
+            StoreOp::Complete => "complete",
+            StoreOp::Reclaim => "reclaim",
+        }
+    }
+}
+
+/// The live counters.
+#[derive(Debug, Default)]
+pub(crate) struct EngineStats {
+    acquisitions: AtomicU64,
+    acquired: AtomicU64,
+    store_errors: [AtomicU64; StoreOp::ALL.len()],
+}
+
+impl EngineStats {
+    pub(crate) fn acquisition(&self, acquired: usize) {
+        self.acquisitions.fetch_add(1, Ordering::Relaxed);
+        self.acquired.fetch_add(acquired as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn store_error(&self, op: StoreOp) {
+        let index = StoreOp::ALL.iter().position(|o| *o == op).unwrap_or(0);
+        self.store_errors[index].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self, running: usize, leader: bool) -> EngineCounters {
+        EngineCounters {
+            acquisitions: self.acquisitions.load(Ordering::Relaxed),
+            acquired_triggers: self.acquired.load(Ordering::Relaxed),
+            store_errors: StoreOp::ALL
+                .iter()
+                .zip(&self.store_errors)
+                .map(|(op, count)| (*op, count.load(Ordering::Relaxed)))
+                .collect(),
+            running,
+            leader,
+        }
+    }
+}
+
+/// A node's counters at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineCounters {
+    /// Acquisition transactions that committed.
+    pub acquisitions: u64,
+    /// Triggers they acquired.
+    pub acquired_triggers: u64,
+    /// Failed store operations (after the store's own retries), by operation.
+    pub store_errors: Vec<(StoreOp, u64)>,
+    /// Runs on this node now.
+    pub running: usize,
+    /// This node holds the leader lease.
+    pub leader: bool,
+}
+
+/// A [`Kv`] that counts the transactions its retry loop had to run again (after a
+/// conflict, or another retryable error such as an ambiguous commit): the store's
+/// contention, for metrics.
+#[derive(Debug, Clone)]
+pub struct RetryCountingKv<K> {
+    inner: K,
+    retries: Arc<AtomicU64>,
+}
+
+impl<K: Kv> RetryCountingKv<K> {
+    /// Wraps `inner`.
+    pub fn new(inner: K) -> Self {
+        Self { inner, retries: Arc::new(AtomicU64::new(0)) }
+    }
+
+    /// Retries so far, over every clone of this wrapper.
+    pub fn retries(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed)
+    }
+
+    /// The counter itself, to read after the store took ownership of the wrapper.
+    pub fn retry_counter(&self) -> Arc<AtomicU64> {
+        self.retries.clone()
+    }
+}
+
+impl<K: Kv> Kv for RetryCountingKv<K> {
+    type Transaction = K::Transaction;
+
+    fn create_transaction(&self) -> Result<Self::Transaction, KvError> {
+        self.inner.create_transaction()
+    }
+
+    fn backoff(&self, attempt: u32, max: Duration) -> impl Future<Output = ()> + Send {
+        // The retry loop backs off exactly once before each retry.
+        self.retries.fetch_add(1, Ordering::Relaxed);
+        self.inner.backoff(attempt, max)
+    }
+
+    fn monotonic_now(&self) -> MonotonicInstant {
+        self.inner.monotonic_now()
+    }
+}
