@@ -1,14 +1,19 @@
 //! # sundial-actors — the node runtime
 //!
-//! This crate will hold the ractor actors of a sundial node (supervisor, poller, lease,
-//! housekeeper, one actor per run), the `JobScheduler` handle and the `sundial` binary.
-//! Today it holds their building blocks:
+//! The ractor actors of a sundial node and everything around them:
 //!
-//! - [`job`]: the async [`job::Job`] trait, per-run context and factories;
-//! - [`registry`]: registration of job types, code jobs and calendars;
-//! - [`execute`]: running one job with cancellation, timeout, panic capture, middleware
-//!   and its tracing span, and deciding the outcome;
-//! - [`events`]: CloudEvents envelopes and publishers;
+//! - [`node`]: [`node::Node::start`] spawns a node's supervisor (standalone, or linked
+//!   under a host's), which owns the poller, the lease actor, the housekeeper and one
+//!   actor per run; [`scheduler::JobScheduler`] is the handle for every runtime operation;
+//! - [`job`], [`registry`]: the async [`job::Job`] trait and the registration of job types,
+//!   code jobs and calendars;
+//! - [`execute`]: one run with cancellation, timeout, panic capture, middleware and its
+//!   tracing span;
+//! - [`events`]: CloudEvents envelopes and publishers; [`stats`]: engine counters;
+//! - [`clock`]: the tokio clock and sleepers a node runs on;
+//! - behind the default feature `node`: [`config`] (the TOML file), [`spec`] (readable job
+//!   definitions), [`kinds`] (the `shell`, `http` and `log` job kinds), [`admin`] (the REST
+//!   API with metrics), and the `sundial` binary;
 //! - `fdb::FdbKv` (feature `fdb`): the core's [`sundial::kv::Kv`] on FoundationDB, so
 //!   several nodes can share one cluster.
 //!
