@@ -454,6 +454,13 @@ mod tests {
     }
 
     #[test]
+    fn the_example_jobs_file_loads() {
+        let config = parse(include_str!("../jobs.example.toml")).unwrap();
+        let kinds: Vec<&str> = config.jobs.iter().map(|j| j.job_type.as_str()).collect();
+        assert_eq!(kinds, ["shell", "http", "log"]);
+    }
+
+    #[test]
     fn defaults_are_a_memory_store_and_a_loopback_api() {
         let config = NodeFileConfig::defaults(&BTreeMap::new()).unwrap();
         assert_eq!(config.admin.listen.to_string(), DEFAULT_ADMIN_ADDR);

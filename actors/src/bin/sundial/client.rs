@@ -427,16 +427,21 @@ fn read_specs(file: &PathBuf) -> CliResult<Vec<JobSpec>> {
             other => vec![serde_json::from_value(other).map_err(|e| at(e.to_string()))?],
         }
     } else {
-        #[derive(serde::Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Jobs {
-            jobs: Vec<JobSpec>,
-        }
-        let table: toml::Table = toml::from_str(&text).map_err(|e| at(e.message().to_owned()))?;
-        if table.contains_key("jobs") {
-            Jobs::deserialize_from(table).map_err(at)?.jobs
-        } else {
-            vec![JobSpec::deserialize_from(table).map_err(at)?]
+        let mut table: toml::Table = toml::from_str(&text).map_err(|e| at(e.message().to_owned()))?;
+        // A file with `[[jobs]]` (a node config too: its other sections are the node's
+        // own and are ignored here), or one job's keys at the top level.
+        match table.remove("jobs") {
+            Some(toml::Value::Array(items)) => items
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| {
+                    item.try_into().map_err(|e: toml::de::Error| at(format!("jobs[{i}]: {}", e.message())))
+                })
+                .collect::<Result<Vec<JobSpec>, _>>()?,
+            Some(_) => return Err(at("`jobs` must be an array of tables ([[jobs]])".into())),
+            None => {
+                vec![toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| at(e.message().to_owned()))?]
+            }
         }
     };
     for (i, spec) in specs.iter().enumerate() {
@@ -446,16 +451,6 @@ fn read_specs(file: &PathBuf) -> CliResult<Vec<JobSpec>> {
         return Err(at("no jobs in the file".into()));
     }
     Ok(specs)
-}
-
-trait FromTable: Sized {
-    fn deserialize_from(table: toml::Table) -> Result<Self, String>;
-}
-
-impl<T: DeserializeOwned> FromTable for T {
-    fn deserialize_from(table: toml::Table) -> Result<Self, String> {
-        toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| e.message().to_owned())
-    }
 }
 
 pub(crate) fn triggers(action: TriggersAction, remote: &Remote) -> u8 {
