@@ -131,11 +131,18 @@ impl Drop for NodeProcess {
 
 /// One HTTP/1.1 request; (status, body).
 fn http(port: u16, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> (u16, String) {
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", a.as_str())).collect();
+    http_with(port, method, path, &headers, body)
+}
+
+/// One HTTP/1.1 request with extra headers; (status, body).
+fn http_with(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&str>) -> (u16, String) {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let mut request = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
-    if let Some(token) = token {
-        request.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
     }
     let body = body.unwrap_or("");
     request.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()));
@@ -379,6 +386,9 @@ data = {{ url = "http://127.0.0.1:{port}/nowhere", success = [200] }}
     );
     assert_eq!(status, 200);
     assert!(text.contains("SCHEDULING_NOTFOUND_004"), "{text}");
+    let (status, text) = http_with(port, "GET", "/api/jobs/nope", &[("Accept-Language", "zh-CN,zh;q=0.9")], None);
+    assert_eq!((status, code_of(&text).as_str()), (404, "SCHEDULING_NOTFOUND_001"));
+    assert!(text.contains("作业未登记"), "messages in Chinese on request: {text}");
     let (status, metrics) = http(port, "GET", "/metrics", None, None);
     assert_eq!(status, 200);
     assert!(metrics.contains("sundial_runs_total{job=\"flaky\",outcome=\"failed\"} 3"), "{metrics}");

@@ -112,7 +112,14 @@ pub async fn serve(
 
 type ApiResult<T> = Result<Json<T>, ApiError>;
 
-async fn authorize<S: JobStore>(State(state): State<AdminState<S>>, request: Request, next: Next) -> Response {
+/// Sets the request's language for error messages, then checks the token.
+async fn authorize<S: JobStore>(state: State<AdminState<S>>, request: Request, next: Next) -> Response {
+    let header = request.headers().get(header::ACCEPT_LANGUAGE).and_then(|v| v.to_str().ok());
+    let language = error::preferred_language(header);
+    error::LANGUAGE.scope(language, check_token(state, request, next)).await
+}
+
+async fn check_token<S: JobStore>(State(state): State<AdminState<S>>, request: Request, next: Next) -> Response {
     let read_only = matches!(*request.method(), Method::GET | Method::HEAD);
     if let (false, Some(token)) = (read_only, &state.token) {
         let given = request
