@@ -14,6 +14,7 @@ use std::time::Duration;
 use sundial::error::ErrorCode;
 use sundial::kv::BoxFuture;
 use sundial::store::RunOutcome;
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -73,12 +74,36 @@ pub trait RunMiddleware: Send + Sync + 'static {
 /// Runs `job` with `ctx` to its end and decides the outcome. `ctx.cancel` must be
 /// `cancel`'s token.
 pub async fn execute(
-    mut job: Box<dyn DynJob>,
+    job: Box<dyn DynJob>,
     ctx: RunContext,
     cancel: RunCancel,
     timeout: Option<Duration>,
     middleware: Vec<Arc<dyn RunMiddleware>>,
 ) -> RunOutcome {
+    let mut prepared = prepare(job, ctx, cancel, middleware, Box::pin(std::future::ready(())));
+    prepared.started().await;
+    prepared.finish(timeout).await
+}
+
+/// A run whose job task is spawned and waits for its start: everything that can be done
+/// before the scheduled instant is, so at the instant only the job itself runs.
+pub struct PreparedRun {
+    task: AbortOnDrop<JobResult>,
+    started: Option<oneshot::Receiver<()>>,
+    cancel: RunCancel,
+}
+
+/// Spawns the job's task, in its tracing span and middleware, waiting for `gate` (the
+/// start instant) before it runs the job. A run canceled meanwhile should have its gate
+/// end at once: the job then starts and sees its token canceled. `ctx.cancel` must be
+/// `cancel`'s token.
+pub fn prepare(
+    mut job: Box<dyn DynJob>,
+    ctx: RunContext,
+    cancel: RunCancel,
+    middleware: Vec<Arc<dyn RunMiddleware>>,
+    gate: BoxFuture<'static, ()>,
+) -> PreparedRun {
     let run = &ctx.run;
     let span = tracing::info_span!(
         "run",
@@ -88,8 +113,11 @@ pub async fn execute(
         cause = ?run.cause,
         attempt = run.attempt,
     );
-    let mut task = AbortOnDrop(tokio::spawn(
+    let (started, started_rx) = oneshot::channel();
+    let task = AbortOnDrop(tokio::spawn(
         async move {
+            gate.await;
+            let _ = started.send(());
             let mut next: BoxFuture<'_, JobResult> = job.run_boxed(&ctx);
             for layer in middleware.iter().rev() {
                 next = layer.around(&ctx, next);
@@ -98,20 +126,38 @@ pub async fn execute(
         }
         .instrument(span),
     ));
-    let joined = match timeout {
-        None => (&mut task.0).await,
-        Some(timeout) => {
-            tokio::select! {
-                biased;
-                joined = &mut task.0 => joined,
-                () = tokio::time::sleep(timeout) => {
-                    cancel.cancel(CancelReason::Timeout);
-                    (&mut task.0).await
+    PreparedRun { task, started: Some(started_rx), cancel }
+}
+
+impl PreparedRun {
+    /// Waits until the job has started (returns at once the second time).
+    pub async fn started(&mut self) {
+        if let Some(started) = self.started.take() {
+            // An error means the task ended without starting (aborted): `finish` tells.
+            let _ = started.await;
+        }
+    }
+
+    /// Waits for the job's end, canceling it when `timeout` (counted from now) passes,
+    /// and decides the outcome.
+    pub async fn finish(mut self, timeout: Option<Duration>) -> RunOutcome {
+        self.started().await;
+        let task = &mut self.task.0;
+        let joined = match timeout {
+            None => task.await,
+            Some(timeout) => {
+                tokio::select! {
+                    biased;
+                    joined = &mut *task => joined,
+                    () = tokio::time::sleep(timeout) => {
+                        self.cancel.cancel(CancelReason::Timeout);
+                        task.await
+                    }
                 }
             }
-        }
-    };
-    decide(joined, cancel.reason(), timeout)
+        };
+        decide(joined, self.cancel.reason(), timeout)
+    }
 }
 
 /// A task that is aborted when its handle is dropped: a run whose actor dies (killed with

@@ -8,12 +8,13 @@ use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use sundial::job::RunState;
+use sundial::kv::BoxFuture;
 use sundial::store::{AcquiredRun, Completion, JobStore, RunOutcome, StoreError};
 use sundial::time::Clock;
 use tokio::sync::oneshot;
 
 use crate::events::{publish_logged, CloudEvent, RunFacts, Topic};
-use crate::execute::{execute, AbortOnDrop, CancelReason, RunCancel};
+use crate::execute::{prepare, AbortOnDrop, CancelReason, RunCancel};
 use crate::job::RunContext;
 use crate::node::NodeShared;
 use crate::poller::PollerMsg;
@@ -75,35 +76,48 @@ impl<S: JobStore> Actor for RunActor<S> {
         let middleware = shared.middleware.clone();
         let task_cancel = cancel.clone();
         let task_shared = shared.clone();
-        let task = tokio::spawn(async move {
-            let shared = task_shared;
-            // Acquired ahead of time: start at the scheduled instant (or at once when
-            // canceled meanwhile; the job then sees its token canceled).
-            let early = (run.scheduled_at - shared.clock.now()).to_std().unwrap_or_default();
-            if !early.is_zero() {
-                let token = task_cancel.token();
+        // Acquired ahead of time: the job's task is ready and waits for the scheduled
+        // instant (or starts at once when canceled meanwhile, seeing its token canceled).
+        let early = (run.scheduled_at - shared.clock.now()).to_std().unwrap_or_default();
+        let gate: BoxFuture<'static, ()> = if early.is_zero() {
+            Box::pin(std::future::ready(()))
+        } else {
+            let (sleep, token) = (shared.start_timer.sleep(early), task_cancel.token());
+            Box::pin(async move {
                 tokio::select! {
                     biased;
-                    () = shared.start_timer.sleep(early) => {}
+                    () = sleep => {}
                     () = token.cancelled() => {}
                 }
-            }
-            let started_at = shared.clock.now();
-            let facts =
-                RunFacts { state: Some(RunState::Running), started_at: Some(started_at), ..RunFacts::default() };
-            let event =
-                CloudEvent::for_run(Topic::RunStarted, shared.event_id(), started_at, &run, facts, &shared.node_id);
-            publish_logged(shared.publisher.as_ref(), &event).await;
-            let outcome = match job {
-                Some(job) => execute(job, ctx, task_cancel, timeout, middleware).await,
+            })
+        };
+        let prepared = job.map(|job| prepare(job, ctx, task_cancel, middleware, gate));
+        let task = tokio::spawn(async move {
+            let shared = task_shared;
+            let outcome = match prepared {
+                Some(mut prepared) => {
+                    prepared.started().await;
+                    let started_at = shared.clock.now();
+                    publish_started(&shared, &run, started_at).await;
+                    let outcome = prepared.finish(timeout).await;
+                    (outcome, started_at)
+                }
                 // The store only hands out runs of registered types, but a type can vanish
                 // between acquisition and start only through a bug: fail the run loudly.
-                None => RunOutcome::Failed {
-                    code: Some(sundial::error::ErrorCode::JobTypeNotFound.as_str().to_owned()),
-                    message: "job type not registered on this node".into(),
-                },
+                None => {
+                    let started_at = shared.clock.now();
+                    publish_started(&shared, &run, started_at).await;
+                    let outcome = RunOutcome::Failed {
+                        code: Some(sundial::error::ErrorCode::JobTypeNotFound.as_str().to_owned()),
+                        message: "job type not registered on this node".into(),
+                    };
+                    (outcome, started_at)
+                }
             };
-            let _ = myself.send_message(RunMsg::Finished(outcome, started_at));
+            // Recording the end (a store transaction) waits behind the other runs due at
+            // this instant, so they start first.
+            tokio::task::yield_now().await;
+            let _ = myself.send_message(RunMsg::Finished(outcome.0, outcome.1));
         });
         Ok(RunState_ { args, cancel, _task: AbortOnDrop(task) })
     }
@@ -160,6 +174,17 @@ impl<S: JobStore> Actor for RunActor<S> {
         state.args.shared.unregister_run(state.args.acquired.run.id);
         Ok(())
     }
+}
+
+/// Publishes `scheduling.run.started`.
+async fn publish_started<S: JobStore>(
+    shared: &NodeShared<S>,
+    run: &sundial::job::JobRun,
+    started_at: chrono::DateTime<chrono::Utc>,
+) {
+    let facts = RunFacts { state: Some(RunState::Running), started_at: Some(started_at), ..RunFacts::default() };
+    let event = CloudEvent::for_run(Topic::RunStarted, shared.event_id(), started_at, run, facts, &shared.node_id);
+    publish_logged(shared.publisher.as_ref(), &event).await;
 }
 
 /// Records a completion, retrying with backoff while the store is unreachable. Returns the
