@@ -432,6 +432,11 @@ pub trait JobStore: Clone + Send + Sync + 'static {
         &self,
         completion: &Completion,
     ) -> impl std::future::Future<Output = Result<CompletionResult, StoreError>> + Send;
+    /// Forwards to [`KvJobStore::complete_runs`], which states the contract.
+    fn complete_runs(
+        &self,
+        completions: &[Completion],
+    ) -> impl std::future::Future<Output = Vec<Result<CompletionResult, StoreError>>> + Send;
     /// Forwards to [`KvJobStore::local_jobs`], which states the contract.
     fn local_jobs(&self) -> impl std::future::Future<Output = Result<Vec<LocalJob>, StoreError>> + Send;
     /// Forwards to [`KvJobStore::heartbeat`], which states the contract.
@@ -585,6 +590,12 @@ impl<K: Kv> JobStore for KvJobStore<K> {
         completion: &Completion,
     ) -> impl std::future::Future<Output = Result<CompletionResult, StoreError>> + Send {
         KvJobStore::complete_run(self, completion)
+    }
+    fn complete_runs(
+        &self,
+        completions: &[Completion],
+    ) -> impl std::future::Future<Output = Vec<Result<CompletionResult, StoreError>>> + Send {
+        KvJobStore::complete_runs(self, completions)
     }
     fn local_jobs(&self) -> impl std::future::Future<Output = Result<Vec<LocalJob>, StoreError>> + Send {
         KvJobStore::local_jobs(self)

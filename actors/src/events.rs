@@ -223,6 +223,12 @@ pub trait EventPublisher: Send + Sync + 'static {
     /// # Errors
     /// [`PublishError`]; the engine logs it and carries on.
     fn publish<'a>(&'a self, event: &'a CloudEvent) -> BoxFuture<'a, Result<(), PublishError>>;
+
+    /// Whether this publisher takes events at all. `false` lets the engine skip building
+    /// them (no id drawn, nothing allocated). Default `true`.
+    fn is_enabled(&self) -> bool {
+        true
+    }
 }
 
 /// Publishes, logging (never propagating) a failure: events never affect runs.
@@ -239,6 +245,10 @@ pub struct NoPublisher;
 impl EventPublisher for NoPublisher {
     fn publish<'a>(&'a self, _event: &'a CloudEvent) -> BoxFuture<'a, Result<(), PublishError>> {
         Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn is_enabled(&self) -> bool {
+        false
     }
 }
 

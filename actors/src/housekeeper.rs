@@ -16,7 +16,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use sundial::store::JobStore;
 use sundial::time::{Clock, MonotonicInstant};
 
-use crate::events::{publish_logged, CloudEvent, RunFacts, Topic};
+use crate::events::{CloudEvent, RunFacts, Topic};
 use crate::node::NodeShared;
 
 /// Runs reaped per transaction.
@@ -154,7 +154,6 @@ async fn publish_lost<S: JobStore>(shared: &NodeShared<S>, id: uuid::Uuid) {
         error_code: record.error_code.clone(),
         error_message: record.error_message.clone(),
     };
-    let event =
-        CloudEvent::for_run(Topic::RunLost, shared.event_id(), shared.clock.now(), &run, facts, &shared.node_id);
-    publish_logged(shared.publisher.as_ref(), &event).await;
+    let now = shared.clock.now();
+    shared.publish(|id| CloudEvent::for_run(Topic::RunLost, id, now, &run, facts, &shared.node_id)).await;
 }

@@ -24,6 +24,7 @@ pub use sundial;
 #[cfg(feature = "node")]
 pub mod admin;
 pub mod clock;
+mod completer;
 #[cfg(feature = "node")]
 pub mod config;
 pub mod events;

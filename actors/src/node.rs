@@ -16,15 +16,18 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr, SupervisionEvent};
 use sundial::entropy::{Entropy, RunIdGenerator};
+use sundial::job::RunState;
 use sundial::leader::{Fence, LocalLeaderElection};
 use sundial::options::SchedulerOptions;
+use sundial::store::Completion;
 use sundial::store::JobStore;
 use sundial::time::{Clock, MonotonicInstant, Sleeper};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch};
 use uuid::Uuid;
 
 use crate::clock::TokioSleeper;
-use crate::events::{EventPublisher, NoPublisher};
+use crate::completer::{spawn_completer, CompletionRequest};
+use crate::events::{publish_logged, CloudEvent, EventPublisher, NoPublisher};
 use crate::execute::{AbortOnDrop, CancelReason, RunCancel, RunMiddleware};
 use crate::housekeeper::{HousekeeperActor, HousekeeperMsg};
 use crate::lease::{DynLeaderElection, LeaseActor, LeaseMsg};
@@ -68,6 +71,10 @@ pub struct NodeShared<S: JobStore> {
     last_heartbeat: Mutex<Option<MonotonicInstant>>,
     ids: Mutex<(RunIdGenerator, Entropy)>,
     pub(crate) stats: EngineStats,
+    /// Where run actors send their completions (the completer's inbox).
+    completions: mpsc::UnboundedSender<CompletionRequest>,
+    /// The completer's end of that channel, until the supervisor starts it.
+    completion_inbox: Mutex<Option<mpsc::UnboundedReceiver<CompletionRequest>>>,
 }
 
 impl<S: JobStore> NodeShared<S> {
@@ -106,6 +113,21 @@ impl<S: JobStore> NodeShared<S> {
         fresh
     }
 
+    /// Records a run's end through the completer (batched with others ending meanwhile);
+    /// returns the run's stored final state. Without a completer (its supervisor is gone)
+    /// the run records itself.
+    pub(crate) async fn complete(&self, completion: Completion) -> RunState {
+        let (reply, stored) = oneshot::channel();
+        let request = CompletionRequest { completion: completion.clone(), reply };
+        if self.completions.send(request).is_ok() {
+            if let Ok(state) = stored.await {
+                return state;
+            }
+        }
+        // Recording is idempotent: a completion the completer did record is found as such.
+        crate::completer::complete_durably(self, std::slice::from_ref(&completion)).await[0]
+    }
+
     /// Runs on this node now.
     pub(crate) fn running(&self) -> usize {
         lock(&self.runs).len()
@@ -123,6 +145,14 @@ impl<S: JobStore> NodeShared<S> {
     pub(crate) fn run_id(&self) -> Uuid {
         let now = self.clock.now();
         self.ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner).0.next_id(now)
+    }
+
+    /// Builds (with a fresh id) and publishes an event, when the publisher takes events.
+    pub(crate) async fn publish(&self, make: impl FnOnce(Uuid) -> CloudEvent) {
+        if self.publisher.is_enabled() {
+            let event = make(self.event_id());
+            publish_logged(self.publisher.as_ref(), &event).await;
+        }
     }
 
     /// A fresh event id from the seeded entropy.
@@ -241,6 +271,8 @@ pub struct SupervisorState<S: JobStore> {
     housekeeper: ActorRef<HousekeeperMsg>,
     /// The self-fencing watchdog (shared store only); aborted with this state.
     _watchdog: Option<AbortOnDrop<()>>,
+    /// The completer; aborted with this state.
+    _completer: Option<AbortOnDrop<()>>,
 }
 
 impl<S: JobStore> Actor for NodeSupervisor<S> {
@@ -253,6 +285,8 @@ impl<S: JobStore> Actor for NodeSupervisor<S> {
         myself: ActorRef<NodeMsg>,
         shared: Arc<NodeShared<S>>,
     ) -> Result<Self::State, ActorProcessingErr> {
+        let inbox = lock(&shared.completion_inbox).take();
+        let completer = inbox.map(|inbox| spawn_completer(shared.clone(), inbox));
         let poller = spawn_poller(&myself, &shared).await?;
         let (lease, _) =
             Actor::spawn_linked(Some(shared.actor_name("lease")), LeaseActor::new(), shared.clone(), myself.get_cell())
@@ -265,7 +299,7 @@ impl<S: JobStore> Actor for NodeSupervisor<S> {
         )
         .await?;
         let watchdog = shared.shared_store.then(|| crate::fence::spawn_watchdog(shared.clone()));
-        Ok(SupervisorState { shared, poller, lease, housekeeper, _watchdog: watchdog })
+        Ok(SupervisorState { shared, poller, lease, housekeeper, _watchdog: watchdog, _completer: completer })
     }
 
     async fn handle(
@@ -357,6 +391,7 @@ impl Node {
             }
         };
         let ids = (RunIdGenerator::new(entropy.fork()), entropy.fork());
+        let (completions, completion_inbox) = mpsc::unbounded_channel();
         let shared = Arc::new(NodeShared {
             store: config.store,
             registry: config.registry,
@@ -375,6 +410,8 @@ impl Node {
             runs: Mutex::new(BTreeMap::new()),
             last_heartbeat: Mutex::new(None),
             stats: EngineStats::default(),
+            completions,
+            completion_inbox: Mutex::new(Some(completion_inbox)),
         });
         let name = shared.actor_name("supervisor");
         let (node, _) = match supervisor {

@@ -4,24 +4,19 @@
 //! publishes the end event, answers a waiting `trigger` caller, and tells the poller.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use sundial::job::RunState;
 use sundial::kv::BoxFuture;
-use sundial::store::{AcquiredRun, Completion, JobStore, RunOutcome, StoreError};
+use sundial::store::{AcquiredRun, Completion, JobStore, RunOutcome};
 use sundial::time::Clock;
 use tokio::sync::oneshot;
 
-use crate::events::{publish_logged, CloudEvent, RunFacts, Topic};
+use crate::events::{CloudEvent, RunFacts, Topic};
 use crate::execute::{prepare, AbortOnDrop, CancelReason, RunCancel};
 use crate::job::RunContext;
 use crate::node::NodeShared;
 use crate::poller::PollerMsg;
-use crate::stats::StoreOp;
-
-/// Longest wait between attempts to record a completion while the store is unavailable.
-const COMPLETION_RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// Messages to a run.
 #[derive(Debug)]
@@ -136,7 +131,7 @@ impl<S: JobStore> Actor for RunActor<S> {
                 let finished_at = shared.clock.now();
                 let completion =
                     Completion { run_id: run.id, node: shared.node_id.clone(), outcome: outcome.clone(), finished_at };
-                let stored_state = complete_durably(shared, &completion).await;
+                let stored_state = shared.complete(completion.clone()).await;
                 let (error_code, error_message) = match &outcome {
                     RunOutcome::Succeeded => (None, None),
                     RunOutcome::Failed { code, message } => (code.clone(), Some(message.clone())),
@@ -149,15 +144,11 @@ impl<S: JobStore> Actor for RunActor<S> {
                     error_code,
                     error_message,
                 };
-                let event = CloudEvent::for_run(
-                    Topic::of_end(stored_state),
-                    shared.event_id(),
-                    finished_at,
-                    run,
-                    facts,
-                    &shared.node_id,
-                );
-                publish_logged(shared.publisher.as_ref(), &event).await;
+                shared
+                    .publish(|id| {
+                        CloudEvent::for_run(Topic::of_end(stored_state), id, finished_at, run, facts, &shared.node_id)
+                    })
+                    .await;
                 if let Some(reply) = state.args.reply.take() {
                     let _ = reply.send(outcome);
                 }
@@ -183,33 +174,5 @@ async fn publish_started<S: JobStore>(
     started_at: chrono::DateTime<chrono::Utc>,
 ) {
     let facts = RunFacts { state: Some(RunState::Running), started_at: Some(started_at), ..RunFacts::default() };
-    let event = CloudEvent::for_run(Topic::RunStarted, shared.event_id(), started_at, run, facts, &shared.node_id);
-    publish_logged(shared.publisher.as_ref(), &event).await;
-}
-
-/// Records a completion, retrying with backoff while the store is unreachable. Returns the
-/// run's stored final state (which differs from the outcome when the run had already been
-/// declared lost).
-async fn complete_durably<S: JobStore>(shared: &NodeShared<S>, completion: &Completion) -> RunState {
-    let mut wait = Duration::from_millis(50);
-    loop {
-        match shared.store.complete_run(completion).await {
-            Ok(result) => return result.state,
-            Err(StoreError::Kv(error)) => {
-                shared.stats.store_error(StoreOp::Complete);
-                tracing::warn!(run_id = %completion.run_id, %error, "store unavailable; holding the completion");
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(COMPLETION_RETRY_MAX);
-            }
-            Err(error) => {
-                shared.stats.store_error(StoreOp::Complete);
-                tracing::error!(run_id = %completion.run_id, %error, "completion not recorded");
-                return match completion.outcome {
-                    RunOutcome::Succeeded => RunState::Succeeded,
-                    RunOutcome::Failed { .. } => RunState::Failed,
-                    RunOutcome::Canceled { .. } => RunState::Canceled,
-                };
-            }
-        }
-    }
+    shared.publish(|id| CloudEvent::for_run(Topic::RunStarted, id, started_at, run, facts, &shared.node_id)).await;
 }

@@ -13,7 +13,7 @@ use sundial::store::{JobStatus, JobStore, RunOutcome};
 use sundial::time::Clock;
 use uuid::Uuid;
 
-use crate::events::{publish_logged, CloudEvent, Topic};
+use crate::events::{CloudEvent, Topic};
 use crate::execute::CancelReason;
 use crate::node::{Lifecycle, NodeMsg, NodeShared, PollerMsgBox};
 use crate::poller::PollerMsg;
@@ -132,14 +132,8 @@ impl<S: JobStore> JobScheduler<S> {
     }
 
     async fn job_event(&self, topic: Topic, job: &JobName) {
-        let event = CloudEvent::for_job(
-            topic,
-            self.shared.event_id(),
-            self.shared.clock.now(),
-            job.as_str(),
-            &self.shared.node_id,
-        );
-        publish_logged(self.shared.publisher.as_ref(), &event).await;
+        let now = self.shared.clock.now();
+        self.shared.publish(|id| CloudEvent::for_job(topic, id, now, job.as_str(), &self.shared.node_id)).await;
     }
 
     /// Adds or wholly replaces jobs (`SCHEDULING_NOTFOUND_002` for an unregistered type,

@@ -9,7 +9,7 @@ use super::records::{JobRecord, RunRecord, TriggerKind};
 use super::{job_run_of, micros, parse_data, AcquiredRun, KvJobStore, StoreError, Tx};
 use crate::error::SchedulingError;
 use crate::job::{merge_data, JobRun, JsonObject, RunCause, RunState, TriggerState};
-use crate::kv::{run, Kv, KvTransaction, RangeRequest};
+use crate::kv::{run, Kv, KvTransaction, MaybeCommitted, RangeRequest};
 use crate::name::JobName;
 use crate::rules::plan_retry;
 use crate::schedule::{JobSchedule, PreviousFire, ScheduleKind};
@@ -80,47 +80,101 @@ impl<K: Kv> KvJobStore<K> {
     pub async fn complete_run(&self, completion: &Completion) -> Result<CompletionResult, StoreError> {
         let retry_uid = self.random_u64();
         let (result, blocked_left, job) = run(&self.kv, self.options.retry, |txn, maybe| async move {
-            let tx = self.tx(txn);
-            let id = completion.run_id;
-            let stored = tx.run(id).await?.ok_or_else(|| SchedulingError::RunNotFound { run_id: id.to_string() })?;
-            let target = completion.outcome.state();
-            if stored.state != RunState::Running || stored.node != completion.node {
-                // A replay of our own committed completion, or a late one: keep history.
-                let recorded = maybe.0 && stored.state == target && stored.node == completion.node;
-                let result = CompletionResult { state: stored.state, recorded, retry_trigger: None };
-                return Ok((result, false, stored.job.clone()));
-            }
-            let mut ended = stored.clone();
-            ended.state = target;
-            ended.finished_us = Some(micros(completion.finished_at));
-            (ended.error_code, ended.error_message) = match &completion.outcome {
-                RunOutcome::Succeeded => (None, None),
-                RunOutcome::Failed { code, message } => (code.clone(), Some(message.clone())),
-                RunOutcome::Canceled { message } => (
-                    Some(SchedulingError::RunCanceled { run_id: id.to_string() }.code().to_owned()),
-                    Some(message.clone()),
-                ),
-            };
-            tx.put_run(Some(&stored), &ended);
-            tx.txn.clear(&self.keys.cancel(&stored.node, id));
-            let job = tx.job(&stored.job).await?;
-            let blocked_left = self.release(&tx, &stored, job.as_ref()).await?;
-            self.finish_interval_trigger(&tx, &stored, job.as_ref(), completion.finished_at).await?;
-            let mut retry_trigger = None;
-            if let (RunOutcome::Failed { .. }, false, Some(job)) = (&completion.outcome, stored.local, &job) {
-                retry_trigger = self.write_retry(&tx, &stored, job, retry_uid, completion.finished_at)?;
-            }
-            Ok::<_, StoreError>((
-                CompletionResult { state: target, recorded: true, retry_trigger },
-                blocked_left,
-                stored.job,
-            ))
+            self.complete_in(&self.tx(txn), completion, retry_uid, maybe).await
         })
         .await?;
         if blocked_left {
             self.unblock_all(&job).await?;
         }
         Ok(result)
+    }
+
+    /// [`complete_run`](Self::complete_run) for many runs in one transaction, with one
+    /// result per completion, in order. Each completion has exactly the effects it has
+    /// alone (later ones see earlier ones' writes). A store error fails every item alike
+    /// (nothing was recorded, or, after an ambiguous commit, a retry finds each recorded);
+    /// when an item fails on its own (e.g. an unknown run) the batch is retried one
+    /// completion per transaction, so the others are still recorded.
+    pub async fn complete_runs(&self, completions: &[Completion]) -> Vec<Result<CompletionResult, StoreError>> {
+        if completions.len() <= 1 {
+            let mut out = Vec::with_capacity(1);
+            for completion in completions {
+                out.push(self.complete_run(completion).await);
+            }
+            return out;
+        }
+        let uids: Vec<u64> = completions.iter().map(|_| self.random_u64()).collect();
+        let batch = run(&self.kv, self.options.retry, |txn, maybe| {
+            let uids = &uids;
+            async move {
+                let tx = self.tx(txn);
+                let mut out = Vec::with_capacity(completions.len());
+                for (completion, uid) in completions.iter().zip(uids) {
+                    out.push(self.complete_in(&tx, completion, *uid, maybe).await?);
+                }
+                Ok::<_, StoreError>(out)
+            }
+        })
+        .await;
+        match batch {
+            Ok(items) => {
+                let mut out = Vec::with_capacity(items.len());
+                for (result, blocked_left, job) in items {
+                    out.push(match blocked_left {
+                        true => self.unblock_all(&job).await.map(|()| result),
+                        false => Ok(result),
+                    });
+                }
+                out
+            }
+            Err(StoreError::Kv(error)) => completions.iter().map(|_| Err(StoreError::Kv(error.clone()))).collect(),
+            Err(_) => {
+                let mut out = Vec::with_capacity(completions.len());
+                for completion in completions {
+                    out.push(self.complete_run(completion).await);
+                }
+                out
+            }
+        }
+    }
+
+    /// One completion inside `tx`: (result, more blocked triggers left, the job's name).
+    async fn complete_in(
+        &self,
+        tx: &Tx<'_, K::Transaction>,
+        completion: &Completion,
+        retry_uid: u64,
+        maybe: MaybeCommitted,
+    ) -> Result<(CompletionResult, bool, String), StoreError> {
+        let id = completion.run_id;
+        let stored = tx.run(id).await?.ok_or_else(|| SchedulingError::RunNotFound { run_id: id.to_string() })?;
+        let target = completion.outcome.state();
+        if stored.state != RunState::Running || stored.node != completion.node {
+            // A replay of our own committed completion, or a late one: keep history.
+            let recorded = maybe.0 && stored.state == target && stored.node == completion.node;
+            let result = CompletionResult { state: stored.state, recorded, retry_trigger: None };
+            return Ok((result, false, stored.job.clone()));
+        }
+        let mut ended = stored.clone();
+        ended.state = target;
+        ended.finished_us = Some(micros(completion.finished_at));
+        (ended.error_code, ended.error_message) = match &completion.outcome {
+            RunOutcome::Succeeded => (None, None),
+            RunOutcome::Failed { code, message } => (code.clone(), Some(message.clone())),
+            RunOutcome::Canceled { message } => {
+                (Some(SchedulingError::RunCanceled { run_id: id.to_string() }.code().to_owned()), Some(message.clone()))
+            }
+        };
+        tx.put_run(Some(&stored), &ended);
+        tx.txn.clear(&self.keys.cancel(&stored.node, id));
+        let job = tx.job(&stored.job).await?;
+        let blocked_left = self.release(tx, &stored, job.as_ref()).await?;
+        self.finish_interval_trigger(tx, &stored, job.as_ref(), completion.finished_at).await?;
+        let mut retry_trigger = None;
+        if let (RunOutcome::Failed { .. }, false, Some(job)) = (&completion.outcome, stored.local, &job) {
+            retry_trigger = self.write_retry(tx, &stored, job, retry_uid, completion.finished_at)?;
+        }
+        Ok((CompletionResult { state: target, recorded: true, retry_trigger }, blocked_left, stored.job))
     }
 
     /// Frees the run's slot and returns up to one batch of blocked triggers to `Waiting`.

@@ -47,6 +47,7 @@ macro_rules! for_each_scenario {
             a_one_shot_trigger_unblocked_while_its_job_is_paused_still_runs,
             a_restarted_process_reclaims_the_runs_its_predecessor_left,
             a_job_deleted_and_added_again_waits_for_its_old_run,
+            batched_completions_act_as_each_one_alone,
         );
     };
 }
@@ -723,4 +724,49 @@ pub(crate) async fn a_job_deleted_and_added_again_waits_for_its_old_run<K: Kv>(s
     complete(store, next[0].run.id, "n2", RunOutcome::Succeeded, secs(22)).await;
     store.schedule(std::slice::from_ref(&def), secs(23)).await;
     assert_eq!(acquire(store, "n2", secs(30), 16).await.len(), 1);
+}
+
+pub(crate) async fn batched_completions_act_as_each_one_alone<K: Kv>(store: &KvJobStore<K>) {
+    let serial = job("serial", &[("a", "cron * * * * * *"), ("b", "cron */2 * * * * *")]);
+    let flaky = job("flaky", &[("at", "once 2027-01-15T08:00:02Z")])
+        .with_retry(RetryPolicy::fixed(1, Duration::from_secs(5)).unwrap());
+    let poll = job("poll", &[("every", "every 00:00:02")]);
+    let results = store.schedule(&[serial, flaky, poll], t0()).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let runs = acquire(store, "n1", secs(2), 16).await;
+    assert_eq!(runs.len(), 3, "one of serial (the other blocked), flaky, poll");
+    let id_of = |job: &str| runs.iter().find(|r| r.run.job.as_str() == job).unwrap().run.id;
+    let blocked = if runs.iter().any(|r| r.run.trigger.as_ref().unwrap().as_str() == "a") { "b" } else { "a" };
+    assert_eq!(trigger_state(store, "serial", blocked).await.0, TriggerState::Blocked);
+    let failure = RunOutcome::Failed { code: None, message: "boom".into() };
+    let completion =
+        |id: Uuid, outcome: RunOutcome| Completion { run_id: id, node: "n1".into(), outcome, finished_at: secs(3) };
+    let batch = [
+        completion(id_of("serial"), RunOutcome::Succeeded),
+        completion(id_of("flaky"), failure.clone()),
+        completion(id_of("poll"), RunOutcome::Succeeded),
+        // A run finished twice in one batch: the second is a late duplicate.
+        completion(id_of("poll"), RunOutcome::Succeeded),
+    ];
+    let results = store.complete_runs(&batch).await;
+    let results: Vec<CompletionResult> = results.into_iter().map(Result::unwrap).collect();
+    assert_eq!(results.iter().map(|r| r.recorded).collect::<Vec<_>>(), [true, true, true, false]);
+    assert!(results[1].retry_trigger.is_some(), "the failed run got its retry");
+    assert_eq!(trigger_state(store, "serial", blocked).await.0, TriggerState::Waiting, "slot released, unblocked");
+    assert_eq!(trigger_state(store, "poll", "every").await, (TriggerState::Waiting, Some(us(secs(5)))));
+    for (job, state) in [("serial", RunState::Succeeded), ("flaky", RunState::Failed), ("poll", RunState::Succeeded)] {
+        assert_eq!(store.run_record(id_of(job)).await.unwrap().unwrap().state, state, "{job}");
+    }
+
+    // An unknown run fails alone; the others in its batch are still recorded.
+    let more = acquire(store, "n1", secs(5), 16).await;
+    assert!(!more.is_empty());
+    let mut batch: Vec<Completion> = more.iter().map(|r| completion(r.run.id, RunOutcome::Succeeded)).collect();
+    batch.insert(0, completion(Uuid::from_u128(77), RunOutcome::Succeeded));
+    let results = store.complete_runs(&batch).await;
+    assert_eq!(
+        results[0].as_ref().unwrap_err().to_string(),
+        "SCHEDULING_NOTFOUND_004: run not found or already finished: 00000000-0000-0000-0000-00000000004d"
+    );
+    assert!(results[1..].iter().all(|r| r.as_ref().is_ok_and(|r| r.recorded)), "{results:?}");
 }

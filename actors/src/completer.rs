@@ -1,0 +1,101 @@
+//! Recording runs' ends, in batches. Run actors hand their completion to the node's
+//! completer and wait for the stored final state; the completer takes every completion
+//! waiting at that moment (up to [`BATCH_MAX`]) and records them in one store transaction.
+//! Under load — a thousand runs due at the same second — that is a handful of
+//! transactions instead of a thousand, and it lets the runs due with them start first.
+//!
+//! Durability is per completion, as before: while the store is unreachable the batch is
+//! held and retried with backoff; a completion the store refuses on its own (an unknown
+//! run) is logged and does not hold back the others.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sundial::job::RunState;
+use sundial::store::{Completion, JobStore, RunOutcome, StoreError};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::execute::AbortOnDrop;
+use crate::node::NodeShared;
+use crate::stats::StoreOp;
+
+/// Completions recorded in one transaction at most (well inside the store's limits).
+pub(crate) const BATCH_MAX: usize = 256;
+/// The longest wait between attempts while the store is unreachable.
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// A completion and where its stored final state goes.
+pub(crate) struct CompletionRequest {
+    pub(crate) completion: Completion,
+    pub(crate) reply: oneshot::Sender<RunState>,
+}
+
+/// Starts the completer; it stops when the returned handle is dropped (with the
+/// supervisor's state). Completions sent after that are recorded by their run actor.
+pub(crate) fn spawn_completer<S: JobStore>(
+    shared: Arc<NodeShared<S>>,
+    mut inbox: mpsc::UnboundedReceiver<CompletionRequest>,
+) -> AbortOnDrop<()> {
+    AbortOnDrop(tokio::spawn(async move {
+        while let Some(first) = inbox.recv().await {
+            // Runs woken with the one that just ended (due at the same instant) start
+            // before this batch's transaction takes the thread.
+            tokio::task::yield_now().await;
+            let mut batch = vec![first];
+            while batch.len() < BATCH_MAX {
+                match inbox.try_recv() {
+                    Ok(request) => batch.push(request),
+                    Err(_) => break,
+                }
+            }
+            let completions: Vec<Completion> = batch.iter().map(|r| r.completion.clone()).collect();
+            let states = complete_durably(&shared, &completions).await;
+            for (request, state) in batch.into_iter().zip(states) {
+                let _ = request.reply.send(state);
+            }
+        }
+    }))
+}
+
+/// Records `completions`, retrying with backoff while the store is unreachable. Returns
+/// each run's stored final state (which differs from the outcome when the run had already
+/// been declared lost).
+pub(crate) async fn complete_durably<S: JobStore>(shared: &NodeShared<S>, completions: &[Completion]) -> Vec<RunState> {
+    let mut states: Vec<Option<RunState>> = vec![None; completions.len()];
+    let mut wait = Duration::from_millis(50);
+    loop {
+        let pending: Vec<usize> = (0..completions.len()).filter(|&i| states[i].is_none()).collect();
+        if pending.is_empty() {
+            return states.into_iter().map(|s| s.unwrap_or(RunState::Failed)).collect();
+        }
+        let batch: Vec<Completion> = pending.iter().map(|&i| completions[i].clone()).collect();
+        let results = shared.store.complete_runs(&batch).await;
+        let mut unavailable = false;
+        for (&i, result) in pending.iter().zip(results) {
+            let completion = &completions[i];
+            match result {
+                Ok(result) => states[i] = Some(result.state),
+                Err(StoreError::Kv(error)) => {
+                    if !unavailable {
+                        shared.stats.store_error(StoreOp::Complete);
+                        tracing::warn!(runs = pending.len(), %error, "store unavailable; holding the completions");
+                    }
+                    unavailable = true;
+                }
+                Err(error) => {
+                    shared.stats.store_error(StoreOp::Complete);
+                    tracing::error!(run_id = %completion.run_id, %error, "completion not recorded");
+                    states[i] = Some(match completion.outcome {
+                        RunOutcome::Succeeded => RunState::Succeeded,
+                        RunOutcome::Failed { .. } => RunState::Failed,
+                        RunOutcome::Canceled { .. } => RunState::Canceled,
+                    });
+                }
+            }
+        }
+        if unavailable {
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(RETRY_MAX);
+        }
+    }
+}
