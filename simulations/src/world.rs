@@ -380,19 +380,7 @@ impl World {
 
     /// Runs of this incarnation that started and have not ended.
     fn in_flight(&self, node: &str, incarnation: u32) -> Vec<Uuid> {
-        let mut open: BTreeMap<Uuid, ()> = BTreeMap::new();
-        for event in self.log.snapshot() {
-            match event.kind {
-                EventKind::Start(facts) if facts.node == node && facts.incarnation == incarnation => {
-                    open.insert(facts.run.id, ());
-                }
-                EventKind::End { run, node: n, .. } | EventKind::Killed { run, node: n } if n == node => {
-                    open.remove(&run);
-                }
-                _ => {}
-            }
-        }
-        open.into_keys().collect()
+        in_flight(&self.log, node, incarnation)
     }
 
     /// The process of `slot` dies: its jobs end now, its store client never reaches the
@@ -432,6 +420,10 @@ impl World {
                     let report = running.scheduler.stop(Duration::from_secs(20)).await;
                     // The process exits: whatever still runs (jobs that ignore cancellation) ends.
                     running.incarnation.kill();
+                    let node = &running.incarnation.node;
+                    for run in in_flight(&log, node, running.incarnation.number) {
+                        log.push(truth.now(), EventKind::Killed { run, node: node.clone() });
+                    }
                     log.world(
                         truth.now(),
                         format!(
@@ -441,7 +433,6 @@ impl World {
                     );
                     let _ = notes.send(Note::Drained { slot, down });
                 });
-                // Runs the drain abandoned end with the process; logged when it exits.
             }
             Fault::Latency { length, max } => {
                 self.latency_windows += 1;
@@ -739,4 +730,21 @@ fn describe<T: std::fmt::Debug>(result: &Result<T, sundial::error::SchedulingErr
 /// True time `offset` after the epoch.
 pub fn at_offset(offset: Duration) -> DateTime<Utc> {
     add_duration(epoch(), offset)
+}
+
+/// Runs of an incarnation that started and have not ended, per the event log.
+fn in_flight(log: &EventLog, node: &str, incarnation: u32) -> Vec<Uuid> {
+    let mut open: BTreeMap<Uuid, ()> = BTreeMap::new();
+    for event in log.snapshot() {
+        match event.kind {
+            EventKind::Start(facts) if facts.node == node && facts.incarnation == incarnation => {
+                open.insert(facts.run.id, ());
+            }
+            EventKind::End { run, node: n, .. } | EventKind::Killed { run, node: n } if n == node => {
+                open.remove(&run);
+            }
+            _ => {}
+        }
+    }
+    open.into_keys().collect()
 }

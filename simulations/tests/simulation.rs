@@ -163,4 +163,12 @@ mod regressions {
     fn seed_3_clock_jump_before_liveness() {
         default_options(3);
     }
+
+    /// A run a drain abandoned (its job ignored cancellation) was never logged as ending
+    /// when its process exited, so the node's next incarnation seemed to overlap it (a
+    /// simulator fix).
+    #[test]
+    fn seed_26_run_abandoned_by_a_drain_ends_with_its_process() {
+        default_options(26);
+    }
 }

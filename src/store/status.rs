@@ -14,8 +14,8 @@ use crate::kv::{run, Kv, KvTransaction, RangeRequest};
 use crate::name::{JobName, TriggerName};
 use crate::schedule::JobSchedule;
 
-/// A trigger as `status` shows it.
-#[derive(Debug, Clone, PartialEq)]
+/// A trigger as `status` shows it (and the admin API serves it).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TriggerStatus {
     /// Its name (including engine-made `manual-`, `retry-`, `recovery-` triggers).
     pub name: String,

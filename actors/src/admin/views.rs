@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sundial::error::SchedulingError;
-use sundial::job::{JobOrigin, JobRunInfo, JsonObject, RunCause, RunState, TriggerState};
+use sundial::job::{JobOrigin, JobRunInfo, JsonObject, RunCause, RunState};
 use sundial::store::{JobStatus, RunOutcome, TriggerStatus};
 use uuid::Uuid;
 
@@ -25,7 +25,7 @@ pub struct JobView {
     /// Runs of it running now, anywhere.
     pub running: usize,
     /// Its triggers, including engine-made ones (`manual-…`, `retry-…`, `recovery-…`).
-    pub triggers: Vec<TriggerView>,
+    pub triggers: Vec<TriggerStatus>,
     /// Its latest finished run.
     pub last_finished: Option<RunView>,
 }
@@ -37,41 +37,8 @@ impl From<JobStatus> for JobView {
             origin: status.origin,
             paused: status.paused,
             running: status.running,
-            triggers: status.triggers.into_iter().map(TriggerView::from).collect(),
+            triggers: status.triggers,
             last_finished: status.last_finished.map(RunView::from),
-        }
-    }
-}
-
-/// A trigger's state.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TriggerView {
-    /// Its name.
-    pub name: String,
-    /// Its state.
-    pub state: TriggerState,
-    /// Paused by itself.
-    pub paused: bool,
-    /// The previous fire's scheduled time.
-    pub previous_fire: Option<DateTime<Utc>>,
-    /// The next fire.
-    pub next_fire: Option<DateTime<Utc>>,
-    /// Fires so far.
-    pub fire_count: u32,
-    /// Why it is in `Error`.
-    pub error: Option<String>,
-}
-
-impl From<TriggerStatus> for TriggerView {
-    fn from(t: TriggerStatus) -> Self {
-        Self {
-            name: t.name,
-            state: t.state,
-            paused: t.paused,
-            previous_fire: t.previous_fire,
-            next_fire: t.next_fire,
-            fire_count: t.fire_count,
-            error: t.error,
         }
     }
 }
