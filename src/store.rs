@@ -121,6 +121,9 @@ pub enum BrokenStore {
     /// Acquisition reads the trigger and the fire's run at snapshot isolation: no conflict
     /// check, so two nodes can take the same fire.
     AcquireWithoutConflictCheck,
+    /// Acquisition counts a fire as misfired once it is a tenth of the threshold late, so
+    /// `RunOnce` and `Skip` triggers skip fires they should have run.
+    EarlyMisfire,
 }
 
 /// The job store over a [`Kv`]. Cheap to clone.

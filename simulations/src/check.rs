@@ -280,15 +280,26 @@ fn fires_accounted(
     let lateness_from = add_duration(inputs.liveness_from, CATCH_UP + inputs.jumped_ahead);
     // A job paused into the liveness phase is judged from its resume on.
     let mut resumed: BTreeMap<&JobName, Duration> = BTreeMap::new();
+    let mut paused: BTreeSet<&JobName> = BTreeSet::new();
     for (at, op) in &inputs.workload.ops {
         let job = match op {
             Op::Resume(job) => job,
             Op::ResumeTrigger(key) => &key.job,
+            Op::Pause(job) => {
+                paused.insert(job);
+                continue;
+            }
+            Op::PauseTrigger(key) => {
+                paused.insert(&key.job);
+                continue;
+            }
             _ => continue,
         };
         let latest = resumed.entry(job).or_default();
         *latest = (*latest).max(*at);
     }
+    let threshold = crate::world::node_options().misfire_threshold;
+    let misfired_by = TimeDelta::from_std(threshold).unwrap_or_default() - TimeDelta::seconds(1);
     for def in definitions.values() {
         let lateness_from =
             resumed.get(&def.name).map_or(lateness_from, |at| lateness_from.max(add_duration(epoch(), *at + CATCH_UP)));
@@ -307,12 +318,24 @@ fn fires_accounted(
                     let strict = trigger.misfire == MisfirePolicy::RunAll;
                     let caught_up = scheduled.keys().next_back().copied().unwrap_or(i64::MIN);
                     let timely = def.allow_concurrent && trigger.misfire != MisfirePolicy::RunAll;
+                    let from = add_duration(epoch(), SETTLE).timestamp_micros();
                     let mut next = trigger.schedule.first_fire(add_duration(epoch(), SETTLE), calendar);
                     let mut count = 0u32;
+                    // Missed fires, grouped by the next recorded fire after them; only gaps
+                    // that open after a recorded fire in the window (the fires before it
+                    // are not all known here).
+                    let mut gaps: BTreeMap<i64, i64> = BTreeMap::new();
                     while let Some(at) = next.filter(|at| *at <= horizon) {
                         count += 1;
                         *checked.checked.entry("expected fires").or_default() += 1;
                         let run = scheduled.get(&at.timestamp_micros());
+                        let at_us = at.timestamp_micros();
+                        let opened = scheduled.range(from..at_us).next_back().is_some();
+                        if run.is_none() && opened {
+                            if let Some((&after, _)) = scheduled.range(at_us..).next() {
+                                gaps.entry(after).or_insert(at_us);
+                            }
+                        }
                         if strict && run.is_none() && at.timestamp_micros() <= caught_up {
                             checked.violations.push(format!("{label} (RunAll): the fire at {at} never ran"));
                         }
@@ -332,6 +355,26 @@ fn fires_accounted(
                         }
                         let previous = PreviousFire { scheduled_at: at, completed_at: at, fire_count: count };
                         next = trigger.schedule.next_fire(&previous, calendar);
+                    }
+                    // `RunOnce` and `Skip` skip fires only as misfires: the first fire of a
+                    // gap was taken more than the threshold late (on the taking node's
+                    // clock), and the next recorded fire (the `RunOnce` catch-up at that
+                    // node's now, or the next after it) comes after that. A fire missed for
+                    // any other reason leaves a shorter gap. Gaps still open at the end, and
+                    // jobs paused at some point, are not judged.
+                    if !strict && !paused.contains(&def.name) {
+                        for (after, first) in gaps {
+                            *checked.checked.entry("skipped fires").or_default() += 1;
+                            if time(after) - time(first) <= misfired_by {
+                                checked.violations.push(format!(
+                                    "{label} ({:?}): the fire at {} never ran, yet the next recorded fire is at {}, \
+                                     within the misfire threshold",
+                                    trigger.misfire,
+                                    time(first),
+                                    time(after)
+                                ));
+                            }
+                        }
                     }
                 }
                 ScheduleKind::Once { at } => {

@@ -8,6 +8,7 @@ use std::fmt;
 use std::time::Duration;
 
 use sundial::entropy::Entropy;
+pub use sundial::store::BrokenStore;
 
 /// A kind of fault the plan can inject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -175,7 +176,7 @@ pub struct Overrides {
     /// Faults; `None` = all.
     pub faults: Option<Faults>,
     /// A deliberately broken store (checker self-test).
-    pub broken_store: bool,
+    pub broken_store: Option<BrokenStore>,
 }
 
 /// Everything a simulation runs with.
@@ -193,8 +194,8 @@ pub struct SimOptions {
     pub jobs: usize,
     /// Enabled faults.
     pub faults: Faults,
-    /// Acquisition without its conflict check (feature `test-hooks` of the store).
-    pub broken_store: bool,
+    /// A deliberate store bug (feature `test-hooks` of the store), to test the checkers.
+    pub broken_store: Option<BrokenStore>,
 }
 
 /// The latest a due fire may start in the liveness phase (poll interval, lookahead,

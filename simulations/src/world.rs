@@ -330,11 +330,7 @@ impl World {
         let client = format!("{node_id}#{number}");
         let kv = self.kv.client(&client);
         let stream = seed ^ ((slot as u64) << 32) ^ u64::from(number);
-        #[allow(unused_mut)]
-        let mut store_options = StoreOptions::default();
-        if self.options.broken_store {
-            store_options.broken = Some(sundial::store::BrokenStore::AcquireWithoutConflictCheck);
-        }
+        let store_options = StoreOptions { broken: self.options.broken_store, ..StoreOptions::default() };
         let store =
             KvJobStore::new(kv.clone(), registry.calendars().clone(), Entropy::from_seed(stream ^ 1), store_options);
         let clock: Arc<dyn Clock> = Arc::new(clock);

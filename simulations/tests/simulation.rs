@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use sundial_simulations::options::{FaultKind, Faults};
+use sundial_simulations::options::{BrokenStore, FaultKind, Faults};
 use sundial_simulations::{simulate, Outcome, Overrides, SimOptions};
 
 fn run(seed: u64, overrides: &Overrides) -> Outcome {
@@ -64,12 +64,24 @@ fn contention() -> Overrides {
 
 #[test]
 fn a_store_that_acquires_without_its_conflict_check_is_caught_within_a_handful_of_seeds() {
-    let broken = Overrides { broken_store: true, ..contention() };
+    let broken = Overrides { broken_store: Some(BrokenStore::AcquireWithoutConflictCheck), ..contention() };
     let caught: Vec<u64> = (1..=6).filter(|seed| !run(*seed, &broken).checked.violations.is_empty()).collect();
     assert!(!caught.is_empty(), "six seeds missed a store that runs fires twice");
     // The same seeds with the correct store are clean: the checkers flagged the bug.
     for seed in caught {
         assert_clean(&run(seed, &contention()));
+    }
+}
+
+#[test]
+fn a_store_that_misfires_too_early_is_caught_within_a_handful_of_seeds() {
+    // Skipped fires leave gaps shorter than the misfire threshold: the fire accounting of
+    // `RunOnce` and `Skip` triggers catches them.
+    let broken = Overrides { broken_store: Some(BrokenStore::EarlyMisfire), ..minutes(30) };
+    let caught: Vec<u64> = (1..=6).filter(|seed| !run(*seed, &broken).checked.violations.is_empty()).collect();
+    assert!(!caught.is_empty(), "six seeds missed a store that skips fires it should run");
+    for seed in caught {
+        assert_clean(&run(seed, &minutes(30)));
     }
 }
 

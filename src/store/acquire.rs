@@ -306,7 +306,7 @@ impl<K: Kv> KvJobStore<K> {
             }
         };
         let due = instant(candidate.due)?;
-        let decision = on_due(trigger.misfire, due, request.now, request.misfire_threshold);
+        let decision = on_due(trigger.misfire, due, request.now, self.misfire_threshold(request));
         let Some(scheduled) = decision.run_scheduled_at else {
             // Skipped by the misfire policy: no run, next fire from now.
             let next = self.advance(&trigger, &schedule, decision.next_basis, request.now, trigger.fire_count);
@@ -387,6 +387,16 @@ impl<K: Kv> KvJobStore<K> {
             timeout: job.timeout_us.map(Duration::from_micros),
             exclusive,
         }))
+    }
+
+    /// The misfire threshold acquisition applies: the request's (a tenth of it with the
+    /// deliberate bug `EarlyMisfire`, feature `test-hooks`).
+    fn misfire_threshold(&self, request: &AcquireRequest<'_>) -> std::time::Duration {
+        #[cfg(feature = "test-hooks")]
+        if self.options.broken == Some(super::BrokenStore::EarlyMisfire) {
+            return request.misfire_threshold / 10;
+        }
+        request.misfire_threshold
     }
 
     /// Whether acquisition skips its conflict checks (a deliberate bug, feature `test-hooks`).

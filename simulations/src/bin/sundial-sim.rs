@@ -11,7 +11,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use sundial_simulations::options::{parse_duration, parse_seed_range};
+use sundial_simulations::options::{parse_duration, parse_seed_range, BrokenStore};
 use sundial_simulations::{faults, json_line, simulate, workload, Faults, Overrides, SimOptions};
 
 /// Deterministic cluster simulation of sundial.
@@ -36,10 +36,11 @@ struct Args {
     /// Faults: `none`, `all`, or a comma list of kinds, each optionally `kind=rate`.
     #[arg(long, value_parser = Faults::parse)]
     faults: Option<Faults>,
-    /// Run with a deliberately broken store (acquisition without its conflict check), to
-    /// see the checkers catch it.
-    #[arg(long)]
-    broken_store: bool,
+    /// Run with a deliberately broken store, to see the checkers catch it:
+    /// `conflict-check` (the default: acquisition without its conflict check, so fires can
+    /// run twice) or `early-misfire` (fires skipped as misfires a tenth of the threshold late).
+    #[arg(long, num_args = 0..=1, default_missing_value = "conflict-check", value_parser = parse_broken)]
+    broken_store: Option<BrokenStore>,
     /// Print the full event trace.
     #[arg(long)]
     trace: bool,
@@ -129,7 +130,11 @@ fn print_options(options: &SimOptions) {
         options.liveness.as_secs(),
         options.jobs,
         options.faults,
-        if options.broken_store { " broken-store" } else { "" }
+        match options.broken_store {
+            Some(BrokenStore::AcquireWithoutConflictCheck) => " broken-store=conflict-check",
+            Some(BrokenStore::EarlyMisfire) => " broken-store=early-misfire",
+            None => "",
+        }
     );
     println!(
         "workload: {} code jobs, {} runtime jobs, {} operations; fault plan: {} timed faults, skew {:?} ms",
@@ -145,4 +150,12 @@ fn print_options(options: &SimOptions) {
 #[allow(clippy::disallowed_methods)]
 fn wall_now() -> std::time::Instant {
     std::time::Instant::now()
+}
+
+fn parse_broken(text: &str) -> Result<BrokenStore, String> {
+    match text {
+        "conflict-check" => Ok(BrokenStore::AcquireWithoutConflictCheck),
+        "early-misfire" => Ok(BrokenStore::EarlyMisfire),
+        other => Err(format!("'{other}' is not a store bug here (conflict-check, early-misfire)")),
+    }
 }
