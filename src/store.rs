@@ -134,6 +134,8 @@ pub struct KvJobStore<K: Kv> {
     calendars: Arc<Calendars>,
     options: StoreOptions,
     entropy: Arc<Mutex<Entropy>>,
+    /// Which shards are home to a node, for the last node list seen (it rarely changes).
+    homes: Arc<Mutex<Option<acquire::HomeShards>>>,
 }
 
 impl<K: Kv> std::fmt::Debug for KvJobStore<K> {
@@ -157,7 +159,7 @@ impl<K: Kv> KvJobStore<K> {
         entropy: Entropy,
         options: StoreOptions,
     ) -> Self {
-        Self { kv, keys, calendars, options, entropy: Arc::new(Mutex::new(entropy)) }
+        Self { kv, keys, calendars, options, entropy: Arc::new(Mutex::new(entropy)), homes: Arc::default() }
     }
 
     /// The underlying database.

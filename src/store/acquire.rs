@@ -104,6 +104,13 @@ fn fnv(parts: &[&[u8]]) -> u64 {
     hash
 }
 
+/// The shards whose home is `nodes[0]`, for that node list.
+#[derive(Debug)]
+pub(crate) struct HomeShards {
+    nodes: Vec<String>,
+    home: Vec<bool>,
+}
+
 /// The home node of a shard among `nodes`: the highest hash of (shard, node).
 fn home_of(shard: u16, nodes: &[String]) -> Option<&str> {
     nodes.iter().max_by_key(|node| fnv(&[&shard.to_le_bytes(), node.as_bytes()])).map(String::as_str)
@@ -233,9 +240,10 @@ impl<K: Kv> KvJobStore<K> {
         let grace =
             TimeDelta::from_std(request.steal_grace).map_or(i64::MAX, |g| g.num_microseconds().unwrap_or(i64::MAX));
         let lookahead = TimeDelta::from_std(request.lookahead).map_or(0, |l| l.num_microseconds().unwrap_or(0));
+        let homes = self.home_shards(nodes);
         let mut candidates = Vec::new();
         for shard in 0..DUE_SHARDS {
-            let home = home_of(shard, &nodes) == Some(request.node);
+            let home = homes[usize::from(shard)];
             let until = if home { now.saturating_add(lookahead) } else { now.saturating_sub(grace) };
             let (begin, end) = self.keys.due_until(shard, until);
             // Without scheduled fires, the waiting scheduled entries are skipped: read past
@@ -266,6 +274,18 @@ impl<K: Kv> KvJobStore<K> {
                 .then_with(|| (&a.job, &a.trigger).cmp(&(&b.job, &b.trigger)))
         });
         Ok(candidates)
+    }
+
+    /// Which shards are home to `nodes[0]` among `nodes` (cached for the last list).
+    fn home_shards(&self, nodes: Vec<String>) -> Vec<bool> {
+        let mut cache = self.homes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(cached) = cache.as_ref().filter(|c| c.nodes == nodes) {
+            return cached.home.clone();
+        }
+        let me = nodes.first().map(String::as_str);
+        let home: Vec<bool> = (0..DUE_SHARDS).map(|shard| home_of(shard, &nodes) == me).collect();
+        *cache = Some(HomeShards { nodes, home: home.clone() });
+        home
     }
 
     /// Takes one candidate fire: `Some(run)` when a run starts.

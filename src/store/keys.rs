@@ -31,6 +31,8 @@
 //! Times are microseconds since the Unix epoch (tuple integers sort correctly, negatives
 //! included); run ids are UUIDs (v7, so they sort by creation time).
 
+use std::sync::Arc;
+
 use foundationdb_tuple::{Subspace, TuplePack, TupleUnpack};
 use uuid::Uuid;
 
@@ -64,6 +66,9 @@ const BY_FINISH: i64 = 2;
 #[derive(Debug, Clone)]
 pub struct Keyspace {
     root: Subspace,
+    /// Each due shard's key prefix `(3, shard)` and range, packed once: every poll cycle
+    /// reads every shard.
+    due_shards: Arc<[(Vec<u8>, KeyRange)]>,
 }
 
 /// A `[begin, end)` key range.
@@ -72,12 +77,23 @@ pub type KeyRange = (Vec<u8>, Vec<u8>);
 impl Keyspace {
     /// The keyspace under `prefix` (e.g. the packed tuple `("sundial", cluster)`).
     pub fn new(prefix: impl Into<Vec<u8>>) -> Self {
-        Self { root: Subspace::from_bytes(prefix) }
+        Self::under(Subspace::from_bytes(prefix))
     }
 
     /// The default root: the tuple `("sundial",)`.
     pub fn default_root() -> Self {
-        Self { root: Subspace::all().subspace(&("sundial",)) }
+        Self::under(Subspace::all().subspace(&("sundial",)))
+    }
+
+    fn under(root: Subspace) -> Self {
+        let due_shards = (0..DUE_SHARDS)
+            .map(|shard| {
+                let prefix = root.pack(&(DUE, i64::from(shard)));
+                let range = root.subspace(&(DUE, i64::from(shard))).range();
+                (prefix, range)
+            })
+            .collect();
+        Self { root, due_shards }
     }
 
     fn pack<T: TuplePack>(&self, t: &T) -> Vec<u8> {
@@ -131,15 +147,18 @@ impl Keyspace {
 
     /// Due entries of `shard` with due time ≤ `until_us`.
     pub fn due_until(&self, shard: u16, until_us: i64) -> KeyRange {
-        let (begin, _) = self.range_of(&(DUE, i64::from(shard)));
-        // Everything below (3, shard, until_us + 1): due ≤ until_us.
-        let end = self.pack(&(DUE, i64::from(shard), until_us.saturating_add(1)));
-        (begin, end)
+        let (prefix, (begin, _)) = &self.due_shards[usize::from(shard % DUE_SHARDS)];
+        // Everything below (3, shard, until_us + 1): due ≤ until_us. A tuple's packing is
+        // its elements' packings in a row.
+        let mut end = Vec::with_capacity(prefix.len() + 9);
+        end.extend_from_slice(prefix);
+        foundationdb_tuple::pack_into(&until_us.saturating_add(1), &mut end);
+        (begin.clone(), end)
     }
 
     /// Every due entry of `shard`.
     pub fn due_shard(&self, shard: u16) -> KeyRange {
-        self.range_of(&(DUE, i64::from(shard)))
+        self.due_shards[usize::from(shard % DUE_SHARDS)].1.clone()
     }
 
     /// `(due_us, job, trigger)` of a due key.
@@ -320,6 +339,20 @@ pub fn shard_of(job: &str, trigger: &str) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn precomputed_due_ranges_equal_packed_ones() {
+        for keys in [Keyspace::default_root(), Keyspace::new(b"\x02app\x00".to_vec())] {
+            for shard in [0, 17, DUE_SHARDS - 1] {
+                let range = keys.root.subspace(&(DUE, i64::from(shard))).range();
+                assert_eq!(keys.due_shard(shard), range);
+                for until in [i64::MIN + 5, -1, 0, 1_800_000_000_000_000, i64::MAX] {
+                    let end = keys.pack(&(DUE, i64::from(shard), until.saturating_add(1)));
+                    assert_eq!(keys.due_until(shard, until), (range.0.clone(), end));
+                }
+            }
+        }
+    }
 
     #[test]
     fn due_keys_sort_by_time_within_a_shard() {
