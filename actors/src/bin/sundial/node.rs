@@ -198,7 +198,17 @@ async fn start(config: NodeFileConfig, demo: bool, origin: String) -> u8 {
             })
             .await
         }
-        StoreConfig::Fdb { cluster_file } => start_fdb(config, registry, node_id, clock, entropy, cluster_file).await,
+        StoreConfig::Fdb { cluster_file } => {
+            #[cfg(feature = "fdb")]
+            return start_fdb(config, registry, node_id, clock, entropy, cluster_file).await;
+            #[cfg(not(feature = "fdb"))]
+            {
+                // Config loading refuses `fdb` in such a build; this is the backstop.
+                let _ = cluster_file;
+                eprintln!("sundial: this build has no FoundationDB support (rebuild with --features fdb)");
+                exit::USAGE
+            }
+        }
     }
 }
 
@@ -236,20 +246,6 @@ async fn start_fdb(
         store_kind: "fdb",
     };
     serve(setup).await
-}
-
-#[cfg(not(feature = "fdb"))]
-async fn start_fdb(
-    _config: NodeFileConfig,
-    _registry: JobRegistry,
-    _node_id: String,
-    _clock: Arc<dyn Clock>,
-    _entropy: Entropy,
-    _cluster_file: Option<std::path::PathBuf>,
-) -> u8 {
-    // Config loading refuses `fdb` in such a build; this is the backstop.
-    eprintln!("sundial: this build has no FoundationDB support (rebuild with --features fdb)");
-    exit::USAGE
 }
 
 struct Setup<K: Kv> {
