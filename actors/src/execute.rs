@@ -18,7 +18,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::job::{DynJob, JobResult, RunContext};
+use crate::job::{DynJob, JobFailure, JobResult, RunContext};
 
 /// Why a run's token was canceled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,7 +95,8 @@ pub struct PreparedRun {
 
 /// Spawns the job's task, in its tracing span and middleware, waiting for `gate` (the
 /// start instant) before it runs the job. A run canceled meanwhile should have its gate
-/// end at once: the job then starts and sees its token canceled. `ctx.cancel` must be
+/// end at once: the job then never starts (the run ends `Canceled`, or `Failed` for a
+/// timeout). `ctx.cancel` must be
 /// `cancel`'s token.
 pub fn prepare(
     mut job: Box<dyn DynJob>,
@@ -117,6 +118,11 @@ pub fn prepare(
     let task = AbortOnDrop(tokio::spawn(
         async move {
             gate.await;
+            if ctx.cancel.is_cancelled() {
+                // Canceled before its start (a cancel request, the node stopping, or
+                // fenced): the job never runs; the reason decides the outcome.
+                return Err(JobFailure::new("canceled before it started"));
+            }
             let _ = started.send(());
             let mut next: BoxFuture<'_, JobResult> = job.run_boxed(&ctx);
             for layer in middleware.iter().rev() {
@@ -130,11 +136,12 @@ pub fn prepare(
 }
 
 impl PreparedRun {
-    /// Waits until the job has started (returns at once the second time).
-    pub async fn started(&mut self) {
-        if let Some(started) = self.started.take() {
-            // An error means the task ended without starting (aborted): `finish` tells.
-            let _ = started.await;
+    /// Waits until the job has started; false when it never will (canceled before its
+    /// start, or aborted): `finish` then tells how the run ended.
+    pub async fn started(&mut self) -> bool {
+        match self.started.take() {
+            Some(started) => started.await.is_ok(),
+            None => true,
         }
     }
 

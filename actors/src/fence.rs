@@ -20,6 +20,12 @@ use crate::node::{Lifecycle, NodeShared};
 /// fraction of `node_timeout`: the rest is the margin for the runs to end.
 const FENCE_AT: (u32, u32) = (2, 3);
 
+/// Whether the node's last successful heartbeat is old enough that it fences itself.
+pub(crate) fn heartbeat_is_stale<S: JobStore>(shared: &NodeShared<S>) -> bool {
+    let fence_after = shared.options.node_timeout * FENCE_AT.0 / FENCE_AT.1;
+    shared.last_heartbeat().is_some_and(|last| shared.clock.monotonic().saturating_duration_since(last) >= fence_after)
+}
+
 /// Starts the watchdog of a node on a shared store; it stops when the returned handle is
 /// dropped (with the supervisor's state) or the node stops.
 pub(crate) fn spawn_watchdog<S: JobStore>(shared: Arc<NodeShared<S>>) -> AbortOnDrop<()> {
@@ -34,9 +40,7 @@ pub(crate) fn spawn_watchdog<S: JobStore>(shared: Arc<NodeShared<S>>) -> AbortOn
                 Lifecycle::Starting => continue,
                 Lifecycle::Serving | Lifecycle::Draining => {}
             }
-            let stale = shared
-                .last_heartbeat()
-                .is_some_and(|last| shared.clock.monotonic().saturating_duration_since(last) >= fence_after);
+            let stale = heartbeat_is_stale(&shared);
             if stale {
                 let canceled = shared.cancel_all_runs(CancelReason::Fenced);
                 if !fenced || canceled > 0 {

@@ -72,7 +72,11 @@ impl<S: JobStore> Actor for RunActor<S> {
         let task_cancel = cancel.clone();
         let task_shared = shared.clone();
         // Acquired ahead of time: the job's task is ready and waits for the scheduled
-        // instant (or starts at once when canceled meanwhile, seeing its token canceled).
+        // instant (and never starts when canceled meanwhile). A node whose heartbeat is
+        // stale may already be declared lost, its runs given to others: it starts nothing.
+        if shared.shared_store && crate::fence::heartbeat_is_stale(&shared) {
+            cancel.cancel(CancelReason::Fenced);
+        }
         let early = (run.scheduled_at - shared.clock.now()).to_std().unwrap_or_default();
         let gate: BoxFuture<'static, ()> = if early.is_zero() {
             Box::pin(std::future::ready(()))
@@ -91,9 +95,11 @@ impl<S: JobStore> Actor for RunActor<S> {
             let shared = task_shared;
             let outcome = match prepared {
                 Some(mut prepared) => {
-                    prepared.started().await;
+                    let started = prepared.started().await;
                     let started_at = shared.clock.now();
-                    publish_started(&shared, &run, started_at).await;
+                    if started {
+                        publish_started(&shared, &run, started_at).await;
+                    }
                     let outcome = prepared.finish(timeout).await;
                     (outcome, started_at)
                 }

@@ -18,7 +18,7 @@ use sundial::time::Clock;
 use sundial_actors::events::{
     publish_logged, BroadcastPublisher, CloudEvent, EventPublisher, PublishError, RunFacts, Topic,
 };
-use sundial_actors::execute::{execute, CancelReason, RunCancel, RunMiddleware};
+use sundial_actors::execute::{execute, prepare, CancelReason, RunCancel, RunMiddleware};
 use sundial_actors::job::{FnJob, Job, JobFailure, JobResult, RunContext};
 use sundial_actors::registry::JobRegistry;
 use uuid::Uuid;
@@ -301,4 +301,33 @@ async fn precise_sleeper_never_ends_early_and_shares_granules() {
     sleeper.sleep(Duration::from_millis(2)).await;
     assert!(started.elapsed() >= Duration::from_millis(2));
     sleeper.sleep(Duration::ZERO).await;
+}
+
+/// A run canceled before its start instant never runs its job (a node fenced for a stale
+/// heartbeat must not start what it acquired); the cancel reason decides the outcome.
+#[tokio::test(start_paused = true)]
+async fn a_run_canceled_before_its_start_never_runs_its_job() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    let job = FnJob::new(move |_ctx: RunContext| {
+        let counted = counted.clone();
+        async move {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+    });
+    let cancel = RunCancel::new();
+    let token = cancel.token();
+    let gate: BoxFuture<'static, ()> = Box::pin(async move {
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_secs(60)) => {}
+            () = token.cancelled() => {}
+        }
+    });
+    let mut prepared = prepare(Box::new(job), ctx(&cancel), cancel.clone(), Vec::new(), gate);
+    cancel.cancel(CancelReason::Fenced);
+    assert!(!prepared.started().await, "the job never started");
+    let outcome = prepared.finish(None).await;
+    assert!(matches!(outcome, RunOutcome::Canceled { .. }), "{outcome:?}");
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
 }

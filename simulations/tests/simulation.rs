@@ -176,6 +176,21 @@ mod regressions {
         default_options(3);
     }
 
+    /// A node whose acquisition was slowed past `node_timeout` by store latency started
+    /// the runs it had acquired after it had been declared lost, beside their successors
+    /// (fixed: a node with a stale heartbeat starts no job).
+    #[test]
+    fn seed_326_contention_runs_started_by_a_node_already_declared_lost() {
+        let faults = Faults::parse("crash=10,partition=10,latency=10").expect("a valid list");
+        let overrides = Overrides {
+            nodes: Some(4),
+            duration: Some(Duration::from_secs(3600)),
+            faults: Some(faults),
+            ..Overrides::default()
+        };
+        assert_clean(&run(326, &overrides));
+    }
+
     /// A run a drain abandoned (its job ignored cancellation) was never logged as ending
     /// when its process exited, so the node's next incarnation seemed to overlap it (a
     /// simulator fix).
