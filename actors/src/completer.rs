@@ -48,10 +48,11 @@ pub(crate) fn spawn_completer<S: JobStore>(
                     Err(_) => break,
                 }
             }
-            let completions: Vec<Completion> = batch.iter().map(|r| r.completion.clone()).collect();
+            let (completions, replies): (Vec<Completion>, Vec<_>) =
+                batch.into_iter().map(|r| (r.completion, r.reply)).unzip();
             let states = complete_durably(&shared, &completions).await;
-            for (request, state) in batch.into_iter().zip(states) {
-                let _ = request.reply.send(state);
+            for (reply, state) in replies.into_iter().zip(states) {
+                let _ = reply.send(state);
             }
         }
     }))
@@ -68,8 +69,13 @@ pub(crate) async fn complete_durably<S: JobStore>(shared: &NodeShared<S>, comple
         if pending.is_empty() {
             return states.into_iter().map(|s| s.unwrap_or(RunState::Failed)).collect();
         }
-        let batch: Vec<Completion> = pending.iter().map(|&i| completions[i].clone()).collect();
-        let results = shared.store.complete_runs(&batch).await;
+        let results = if pending.len() == completions.len() {
+            shared.store.complete_runs(completions).await
+        } else {
+            // A retry of what the store could not record: only those.
+            let retry: Vec<Completion> = pending.iter().map(|&i| completions[i].clone()).collect();
+            shared.store.complete_runs(&retry).await
+        };
         let mut unavailable = false;
         for (&i, result) in pending.iter().zip(results) {
             let completion = &completions[i];

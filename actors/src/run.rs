@@ -137,7 +137,7 @@ impl<S: JobStore> Actor for RunActor<S> {
                 let finished_at = shared.clock.now();
                 let completion =
                     Completion { run_id: run.id, node: shared.node_id.clone(), outcome: outcome.clone(), finished_at };
-                let stored_state = shared.complete(completion.clone()).await;
+                let stored_state = shared.complete(completion).await;
                 let (error_code, error_message) = match &outcome {
                     RunOutcome::Succeeded => (None, None),
                     RunOutcome::Failed { code, message } => (code.clone(), Some(message.clone())),

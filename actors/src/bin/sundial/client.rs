@@ -148,12 +148,14 @@ impl RunFilters {
 struct Failure {
     message: String,
     code: u8,
+    /// The node's error, when the node answered with one.
+    api: Option<ErrorBody>,
 }
 
 type CliResult<T> = Result<T, Failure>;
 
 fn usage(message: impl Into<String>) -> Failure {
-    Failure { message: message.into(), code: exit::USAGE }
+    Failure { message: message.into(), code: exit::USAGE, api: None }
 }
 
 /// The exit code of an API error code.
@@ -182,10 +184,11 @@ struct Client {
 
 impl Client {
     fn new(remote: &Remote) -> CliResult<Self> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| Failure { message: format!("cannot start the async runtime: {e}"), code: exit::FAILED })?;
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| Failure {
+            message: format!("cannot start the async runtime: {e}"),
+            code: exit::FAILED,
+            api: None,
+        })?;
         let http = sundial_actors::kinds::http::client().as_ref().clone();
         Ok(Self { base: remote.server.trim_end_matches('/').to_owned(), token: remote.token.clone(), http, runtime })
     }
@@ -209,25 +212,31 @@ impl Client {
             let response = request.send().await.map_err(|e| Failure {
                 message: format!("cannot reach the node at {}: {e}", self.base),
                 code: exit::UNAVAILABLE,
+                api: None,
             })?;
             let status = response.status();
             let bytes = response.bytes().await.map_err(|e| Failure {
                 message: format!("reading the answer of {url}: {e}"),
                 code: exit::UNAVAILABLE,
+                api: None,
             })?;
             if status.is_success() {
                 return serde_json::from_slice(&bytes).map_err(|e| Failure {
                     message: format!("unexpected answer from {url}: {e}"),
                     code: exit::FAILED,
+                    api: None,
                 });
             }
             Err(match serde_json::from_slice::<ErrorBody>(&bytes) {
-                Ok(error) => {
-                    Failure { message: format!("{}: {}", error.code, error.message), code: exit_code_of(&error.code) }
-                }
+                Ok(error) => Failure {
+                    message: format!("{}: {}", error.code, error.message),
+                    code: exit_code_of(&error.code),
+                    api: Some(error),
+                },
                 Err(_) => Failure {
                     message: format!("{url} answered {status}"),
                     code: if status == StatusCode::NOT_FOUND { exit::NOT_FOUND } else { exit::FAILED },
+                    api: None,
                 },
             })
         })
@@ -376,17 +385,9 @@ fn per_item(
         let result = client.call::<Value>(method.clone(), &path(item), &[], None);
         results.push(match result {
             Ok(_) => ItemResult { item: item.clone(), ok: true, error: None },
-            Err(failure) if failure.code == exit::UNAVAILABLE && failure.message.starts_with("cannot reach") => {
-                return Err(failure)
-            }
-            Err(failure) => {
-                let (code, message) = failure.message.split_once(": ").unwrap_or(("", &failure.message));
-                ItemResult {
-                    item: item.clone(),
-                    ok: false,
-                    error: Some(ErrorBody { code: code.to_owned(), message: message.to_owned() }),
-                }
-            }
+            // The node answered for this item; anything else (unreachable) ends the command.
+            Err(Failure { api: Some(error), .. }) => ItemResult { item: item.clone(), ok: false, error: Some(error) },
+            Err(failure) => return Err(failure),
         });
     }
     Ok(print_items(&results, remote.json, done))
