@@ -6,6 +6,9 @@
 //! 2. The cost of one acquisition cycle (16 due fires) with 10,000 and with 1,000,000
 //!    registered triggers, and their ratio (target ≤ 1.5).
 //! 3. Memory per registered trigger, measured by a counting allocator (target ≤ 1 KiB).
+//! 4. The store's share of one fire on the node's hot path: 10,000 every-second cron
+//!    triggers, acquired in batches of 2,000 and completed in batches of 256, as the
+//!    node's poller and completer do. µs per fire = acquisition + completion.
 //!
 //! Run: `cargo bench --bench store` (add `-- --quick` for smaller sizes).
 
@@ -199,9 +202,61 @@ async fn cycle_cost(registered: usize, cycles: usize) -> (Duration, f64) {
     (total / cycles as u32, bytes_per_trigger)
 }
 
+/// Acquires and completes every fire of `triggers` every-second cron triggers for
+/// `seconds` simulated seconds; returns (acquisition, completion) time per fire.
+async fn fire_cost(triggers: usize, seconds: usize) -> (Duration, Duration) {
+    let clock = ManualClock::new(t0());
+    let (store, _kv) = new_store(&clock);
+    register(&store, triggers / 100, 100, "cron * * * * * *", "cron").await;
+    store.heartbeat("node-0", t0(), None).await.unwrap();
+    let known = BTreeSet::new();
+    let (mut acquiring, mut completing, mut fires) = (Duration::ZERO, Duration::ZERO, 0usize);
+    for second in 1..=seconds {
+        let now = t0() + TimeDelta::seconds(second as i64);
+        clock.set_wall(now);
+        loop {
+            let request = AcquireRequest { max: 2_000, ..request("node-0", now, &known) };
+            let started = Instant::now();
+            let runs = store.acquire_due(&request).await.unwrap();
+            acquiring += started.elapsed();
+            if runs.is_empty() {
+                break;
+            }
+            fires += runs.len();
+            let completions: Vec<Completion> = runs
+                .iter()
+                .map(|run| Completion {
+                    run_id: run.run.id,
+                    node: "node-0".into(),
+                    outcome: RunOutcome::Succeeded,
+                    finished_at: now,
+                })
+                .collect();
+            let started = Instant::now();
+            for chunk in completions.chunks(256) {
+                assert!(store.complete_runs(chunk).await.iter().all(Result::is_ok));
+            }
+            completing += started.elapsed();
+        }
+    }
+    assert_eq!(fires, triggers * seconds, "every fire acquired exactly once");
+    (acquiring / fires as u32, completing / fires as u32)
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let only_cycle = std::env::args().any(|a| a == "--cycle");
+    if std::env::args().any(|a| a == "--fires") {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let (acquire, complete) = runtime.block_on(fire_cost(10_000, if quick { 3 } else { 10 }));
+        println!("4. store work per fire (10,000 every-second cron triggers)");
+        println!(
+            "acquire {:.1} µs + complete {:.1} µs per fire",
+            acquire.as_secs_f64() * 1e6,
+            complete.as_secs_f64() * 1e6
+        );
+        return;
+    }
     if !only_cycle {
         pollers_benchmark(if quick { 4_000 } else { 20_000 });
     }

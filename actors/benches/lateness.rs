@@ -30,6 +30,10 @@ use sundial_actors::job::{Job, JobResult, RunContext};
 use sundial_actors::node::{Node, NodeConfig};
 use sundial_actors::registry::JobRegistry;
 
+// The allocator the `sundial` binary uses; both schedulers measured here share it.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// (fire identity, scheduled µs, lateness µs) as recorded by the jobs.
 type Records = Arc<Mutex<Vec<(String, i64, i64)>>>;
 
@@ -184,7 +188,11 @@ async fn sundial_burst(count: usize) -> (Duration, usize) {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
-    let (loads, seconds): (&[usize], i64) = if quick { (&[10, 1_000], 3) } else { (&[10, 1_000, 10_000], 5) };
+    let (loads, seconds): (Vec<usize>, i64) = if quick { (vec![10, 1_000], 3) } else { (vec![10, 1_000, 10_000], 5) };
+    // `--load N`: only that load (for profiling one workload).
+    let args: Vec<String> = std::env::args().collect();
+    let only = args.iter().position(|a| a == "--load").and_then(|i| args.get(i + 1)).and_then(|n| n.parse().ok());
+    let loads = only.map_or(loads, |n| vec![n]);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     println!(
         "lateness of to-the-second cron fires, ms ({seconds} s measured after 1 s warm-up; sundial keeps full history)"

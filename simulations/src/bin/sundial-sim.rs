@@ -10,6 +10,10 @@
 
 use std::process::ExitCode;
 
+// As the `sundial` binary: the emulated store's small allocations are most of its work.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::Parser;
 use sundial_simulations::options::{parse_duration, parse_seed_range, BrokenStore};
 use sundial_simulations::{faults, json_line, simulate, workload, Faults, Overrides, SimOptions};

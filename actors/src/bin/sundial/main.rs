@@ -19,6 +19,11 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+// Small allocations dominate a node's store and run bookkeeping; mimalloc serves them at
+// about half the system allocator's cost.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Exit codes by error class, for scripts.
 pub(crate) mod exit {
     /// A triggered run failed or was canceled; or an unexpected error.
