@@ -67,6 +67,62 @@ pub fn acquire_slots(acquire_batch_size: u32, max_concurrent_runs: u32, running:
     free.min(acquire_batch_size as usize)
 }
 
+/// How far ahead of a fire's due time a node acquires it, so that its run is ready when
+/// it is due even when many fires fall due together.
+///
+/// Acquiring a fire (its store transaction, preparing its run) takes time, and fires due
+/// at one instant are acquired one batch after another: the last of `n` is ready about
+/// `n × cost` after the first acquisition starts. The lead is `base + 1.5 × n × cost`
+/// (the margin absorbs a cost that varies with load), capped at `max`; `cost` is learned from the node's own acquisitions (an exponentially
+/// weighted mean of time per acquired run, on the node's clock, so simulations stay
+/// deterministic), starting from a prior until the first measurement.
+///
+/// A longer lead commits fires earlier: a pause or cancel that lands within the lead
+/// before a fire no longer stops it from being taken (a canceled run still never starts
+/// its job), and a node that dies holding fires leaves them to recovery. Hence the cap.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AcquisitionLead {
+    base: Duration,
+    max: Duration,
+    /// Mean time per acquired run, in nanoseconds.
+    cost_ns: f64,
+}
+
+impl AcquisitionLead {
+    /// Weight of the newest measurement in the mean.
+    const WEIGHT: f64 = 0.25;
+    /// Acquisitions of fewer runs than this are not measured: their fixed costs would
+    /// read as a high cost per run.
+    const MIN_MEASURED_RUNS: usize = 8;
+    /// Safety factor on the measured cost.
+    const MARGIN: f64 = 1.5;
+
+    /// A lead of at least `base`, at most `max`, assuming `prior` per run until measured.
+    pub fn new(base: Duration, max: Duration, prior: Duration) -> Self {
+        Self { base, max: max.max(base), cost_ns: prior.as_nanos() as f64 }
+    }
+
+    /// Learns from one acquisition that took `elapsed` for `runs` runs.
+    pub fn observe(&mut self, runs: usize, elapsed: Duration) {
+        if runs < Self::MIN_MEASURED_RUNS {
+            return;
+        }
+        let per_run = elapsed.as_nanos() as f64 / runs as f64;
+        self.cost_ns += Self::WEIGHT * (per_run - self.cost_ns);
+    }
+
+    /// The learned (or prior) time per acquired run.
+    pub fn cost_per_run(&self) -> Duration {
+        Duration::from_nanos(self.cost_ns as u64)
+    }
+
+    /// The lead for `upcoming` fires falling due together.
+    pub fn lead(&self, upcoming: usize) -> Duration {
+        let extra = Duration::from_nanos((Self::MARGIN * self.cost_ns * upcoming as f64).min(u64::MAX as f64) as u64);
+        self.base.saturating_add(extra).min(self.max)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,5 +172,30 @@ mod tests {
         assert_eq!(acquire_slots(16, 32, 0), 16);
         assert_eq!(acquire_slots(16, 32, 20), 12);
         assert_eq!(acquire_slots(16, 32, 40), 0);
+    }
+
+    #[test]
+    fn acquisition_lead_grows_with_the_fires_due_together_up_to_its_cap() {
+        let ms = Duration::from_millis;
+        let mut lead = AcquisitionLead::new(ms(100), ms(1_000), Duration::from_micros(20));
+        assert_eq!(lead.lead(0), ms(100));
+        assert_eq!(lead.lead(1_000), ms(130));
+        assert_eq!(lead.lead(1_000_000), ms(1_000), "capped");
+        // Learns the measured cost, ignoring small acquisitions.
+        lead.observe(2, ms(50));
+        assert_eq!(lead.cost_per_run(), Duration::from_micros(20));
+        for _ in 0..50 {
+            lead.observe(1_000, ms(60));
+        }
+        let cost = lead.cost_per_run().as_nanos() as i64;
+        assert!((cost - 60_000).abs() < 100, "{cost} ns");
+        assert!(lead.lead(5_000) > ms(545) && lead.lead(5_000) < ms(555));
+        // Instant acquisitions (a paused clock) bring it down to the base.
+        for _ in 0..200 {
+            lead.observe(100, Duration::ZERO);
+        }
+        assert_eq!(lead.lead(10_000), ms(100));
+        // A cap below the base is the base.
+        assert_eq!(AcquisitionLead::new(ms(100), ms(10), Duration::ZERO).lead(10), ms(100));
     }
 }

@@ -35,7 +35,7 @@ use std::sync::{Arc, Mutex};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-pub use acquire::{fire_run_id, AcquireRequest, AcquiredRun};
+pub use acquire::{fire_run_id, AcquireRequest, AcquiredRun, DueOutlook};
 pub use complete::{Completion, CompletionResult, RunOutcome};
 pub use history::{RETENTION_BATCH, SCAN_BUDGET};
 pub use nodes::{Heartbeat, ReapResult};
@@ -414,8 +414,12 @@ pub trait JobStore: Clone + Send + Sync + 'static {
         &self,
         job: &str,
     ) -> impl std::future::Future<Output = Result<Option<records::JobRecord>, StoreError>> + Send;
-    /// Forwards to [`KvJobStore::next_due`], which states the contract.
-    fn next_due(&self) -> impl std::future::Future<Output = Result<Option<DateTime<Utc>>, StoreError>> + Send;
+    /// Forwards to [`KvJobStore::due_outlook`], which states the contract.
+    fn due_outlook(
+        &self,
+        window: std::time::Duration,
+        limit: usize,
+    ) -> impl std::future::Future<Output = Result<Option<DueOutlook>, StoreError>> + Send;
     /// Forwards to [`KvJobStore::begin_manual_run`], which states the contract.
     fn begin_manual_run(
         &self,
@@ -515,8 +519,12 @@ impl<K: Kv> JobStore for KvJobStore<K> {
     ) -> impl std::future::Future<Output = Result<Option<records::JobRecord>, StoreError>> + Send {
         KvJobStore::job_record(self, job)
     }
-    fn next_due(&self) -> impl std::future::Future<Output = Result<Option<DateTime<Utc>>, StoreError>> + Send {
-        KvJobStore::next_due(self)
+    fn due_outlook(
+        &self,
+        window: std::time::Duration,
+        limit: usize,
+    ) -> impl std::future::Future<Output = Result<Option<DueOutlook>, StoreError>> + Send {
+        KvJobStore::due_outlook(self, window, limit)
     }
     fn schedule(
         &self,

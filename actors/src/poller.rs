@@ -17,7 +17,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent
 use sundial::error::SchedulingError;
 use sundial::job::JsonObject;
 use sundial::name::JobName;
-use sundial::rules::acquire_slots;
+use sundial::rules::{acquire_slots, AcquisitionLead};
 use sundial::store::{AcquireRequest, AcquiredRun, JobStore, RunOutcome, StoreError, SyncOutcome};
 use sundial::time::Clock;
 use tokio::sync::oneshot;
@@ -32,9 +32,17 @@ use crate::stats::StoreOp;
 
 /// How late a fire in another node's shard must be before this node takes it.
 const STEAL_GRACE: Duration = Duration::from_secs(2);
-/// Fires due this soon are acquired ahead; their runs wait for their scheduled instant, so
-/// acquisition happens before the due time instead of after it.
+/// Fires due this soon are always acquired ahead; their runs wait for their scheduled
+/// instant, so acquisition happens before the due time instead of after it.
 const LOOKAHEAD: Duration = Duration::from_millis(100);
+/// The most a node acquires ahead when many fires fall due together (see
+/// [`AcquisitionLead`]).
+const MAX_LOOKAHEAD: Duration = Duration::from_secs(1);
+/// The cost per acquired run assumed until the node has measured its own: about what
+/// the embedded store and a run's preparation take on a small machine (2 cores).
+const PRIOR_COST_PER_RUN: Duration = Duration::from_micros(40);
+/// Fires counted ahead at most (counting is a read of the due index).
+const OUTLOOK_LIMIT: usize = 100_000;
 /// The shortest sleep after a cycle that left a due fire untaken, so a node never spins.
 const MIN_RETRY_WAIT: Duration = Duration::from_millis(10);
 
@@ -75,6 +83,10 @@ pub(crate) struct PollerState<S: JobStore> {
     cycles_since_refresh: u32,
     /// Re-read local jobs at the next cycle (a local change was made).
     refresh_local: bool,
+    /// How far ahead to acquire, learned from this node's acquisitions.
+    lead: AcquisitionLead,
+    /// The lookahead of the next acquisition: the lead for the fires due next.
+    lookahead: Duration,
 }
 
 /// Local jobs are re-read from the store every this many cycles (SPEC §7).
@@ -111,6 +123,8 @@ impl<S: JobStore> Actor for PollerActor<S> {
             store_runs_of_local_jobs: BTreeMap::new(),
             cycles_since_refresh: 0,
             refresh_local: true,
+            lead: AcquisitionLead::new(LOOKAHEAD, MAX_LOOKAHEAD, PRIOR_COST_PER_RUN),
+            lookahead: LOOKAHEAD,
         })
     }
 
@@ -289,20 +303,22 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
             max: slots,
             misfire_threshold: shared.options.misfire_threshold,
             steal_grace: STEAL_GRACE,
-            lookahead: LOOKAHEAD,
+            lookahead: state.lookahead,
             known_types: Some(&known_types),
             known_runs: &known_runs,
             // With a store of its own, only the leader runs scheduled triggers (SPEC §10).
             scheduled: shared.shared_store || shared.leader().is_some(),
             busy_jobs: &busy_jobs,
         };
+        let began = shared.clock.monotonic();
         match shared.store.acquire_due(&request).await {
             Ok(runs) => {
                 shared.stats.acquisition(runs.len());
-                let full = runs.len() == slots;
+                let (count, full) = (runs.len(), runs.len() == slots);
                 for run in runs {
                     start_run(myself, state, run, None, false).await;
                 }
+                state.lead.observe(count, shared.clock.monotonic().saturating_duration_since(began));
                 if full {
                     // There may be more due right now.
                     return Duration::ZERO;
@@ -319,8 +335,14 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
     // wake when it becomes ours to steal rather than spin on it.
     let now = shared.clock.now();
     let local_wait = state.local.poll_timeout().map(|due| (due - now).to_std().unwrap_or(Duration::ZERO));
-    let horizon = sundial::time::add_duration(now, LOOKAHEAD);
-    let wait = match shared.store.next_due().await {
+    let outlook = shared.store.due_outlook(MAX_LOOKAHEAD, OUTLOOK_LIMIT).await;
+    // The more fires fall due together, the earlier their acquisition starts.
+    state.lookahead = match &outlook {
+        Ok(Some(next)) => state.lead.lead(next.count),
+        _ => LOOKAHEAD,
+    };
+    let horizon = sundial::time::add_duration(now, state.lookahead);
+    let wait = match outlook.map(|o| o.map(|next| next.first)) {
         // Wake when the next fire enters the lookahead window.
         Ok(Some(due)) if due > horizon => (due - horizon).to_std().unwrap_or(Duration::ZERO),
         Ok(Some(due)) => {

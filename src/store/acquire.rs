@@ -81,6 +81,15 @@ pub struct AcquiredRun {
     pub exclusive: bool,
 }
 
+/// What is due next: see [`KvJobStore::due_outlook`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DueOutlook {
+    /// The earliest due time of any waiting fire.
+    pub first: DateTime<Utc>,
+    /// How many fires are due within the asked window of `first` (at most the asked limit).
+    pub count: usize,
+}
+
 /// The run id of fire number `fire` of the trigger incarnation `uid`: a UUID v7 stamped
 /// with the scheduled time, whose random bits are a hash of (uid, fire). The same fire
 /// always gets the same id, so a run can be created for it only once.
@@ -162,26 +171,42 @@ impl<K: Kv> KvJobStore<K> {
         .await
     }
 
-    /// The earliest due time in the due index (snapshot, one read per shard), or `None`
-    /// when nothing is waiting. A poller sleeps until then (or its poll interval).
+    /// The earliest due time in the due index, and how many fires are due within
+    /// `window` of it (counted up to `limit`), or `None` when nothing is waiting. A poller
+    /// sleeps until then (or its poll interval), and starts acquiring earlier the more
+    /// fires fall due together (see [`crate::rules::AcquisitionLead`]).
+    ///
+    /// Snapshot reads: one per shard for the earliest entry, then a range read of the
+    /// shards that have entries within the window.
     ///
     /// # Errors
     /// Store errors.
-    pub async fn next_due(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
-        let earliest = run(&self.kv, self.options.retry, |txn, _| async move {
-            let mut earliest: Option<i64> = None;
+    pub async fn due_outlook(&self, window: Duration, limit: usize) -> Result<Option<DueOutlook>, StoreError> {
+        let window = TimeDelta::from_std(window).map_or(i64::MAX, |w| w.num_microseconds().unwrap_or(i64::MAX));
+        let outlook = run(&self.kv, self.options.retry, |txn, _| async move {
+            let mut firsts = Vec::new();
             for shard in 0..DUE_SHARDS {
                 let (begin, end) = self.keys.due_shard(shard);
                 let first = txn.get_range(&RangeRequest::new(begin, end).limit(1), true).await?;
                 if let Some((key, _)) = first.pairs.first() {
-                    let (due, _, _) = self.keys.due_parts(key)?;
-                    earliest = Some(earliest.map_or(due, |e| e.min(due)));
+                    firsts.push((shard, self.keys.due_parts(key)?.0));
                 }
             }
-            Ok::<_, StoreError>(earliest)
+            let Some(earliest) = firsts.iter().map(|(_, due)| *due).min() else { return Ok(None) };
+            let until = earliest.saturating_add(window);
+            let mut count = 0;
+            for (shard, first) in firsts {
+                if first > until || count >= limit {
+                    continue;
+                }
+                let (begin, end) = self.keys.due_until(shard, until);
+                let range = RangeRequest::new(begin, end).limit(limit - count);
+                count += txn.get_range(&range, true).await?.pairs.len();
+            }
+            Ok::<_, StoreError>(Some((earliest, count)))
         })
         .await?;
-        earliest.map(instant).transpose()
+        outlook.map(|(first, count)| Ok(DueOutlook { first: instant(first)?, count })).transpose()
     }
 
     /// Runs on this node that the caller does not know: started by an earlier attempt
@@ -205,7 +230,7 @@ impl<K: Kv> KvJobStore<K> {
             // ones belong to an earlier process with this node id (see
             // `reclaim_previous_runs`).
             if record.state != RunState::Running
-                || record.started_us != micros(request.now)
+                || record.started_us != micros(request.now).max(record.scheduled_us)
                 || record.local
                 || record.cause == RunCause::Manual && record.trigger.is_none()
             {
@@ -372,7 +397,8 @@ impl<K: Kv> KvJobStore<K> {
             data,
             state: RunState::Running,
             node: request.node.to_owned(),
-            started_us: micros(request.now),
+            // A fire taken ahead starts at its scheduled time (its run waits for it).
+            started_us: micros(request.now).max(micros(scheduled)),
             finished_us: None,
             error_code: None,
             error_message: None,
