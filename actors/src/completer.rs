@@ -38,9 +38,10 @@ pub(crate) fn spawn_completer<S: JobStore>(
 ) -> AbortOnDrop<()> {
     AbortOnDrop(tokio::spawn(async move {
         while let Some(first) = inbox.recv().await {
-            // Runs woken with the one that just ended (due at the same instant) start
-            // before this batch's transaction takes the thread.
+            // Runs due at the same instant as the one that just ended start before this
+            // batch's transaction takes the thread.
             tokio::task::yield_now().await;
+            shared.starts.settled().await;
             let mut batch = vec![first];
             while batch.len() < BATCH_MAX {
                 match inbox.try_recv() {

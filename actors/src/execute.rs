@@ -80,9 +80,7 @@ pub async fn execute(
     timeout: Option<Duration>,
     middleware: Vec<Arc<dyn RunMiddleware>>,
 ) -> RunOutcome {
-    let mut prepared = prepare(job, ctx, cancel, middleware, Box::pin(std::future::ready(())));
-    prepared.started().await;
-    prepared.finish(timeout).await
+    prepare(job, ctx, cancel, middleware, Box::pin(std::future::ready(())), timeout).finish().await
 }
 
 /// A run whose job task is spawned and waits for its start: everything that can be done
@@ -91,19 +89,24 @@ pub struct PreparedRun {
     task: AbortOnDrop<JobResult>,
     started: Option<oneshot::Receiver<()>>,
     cancel: RunCancel,
+    timeout: Option<Duration>,
 }
 
 /// Spawns the job's task, in its tracing span and middleware, waiting for `gate` (the
-/// start instant) before it runs the job. A run canceled meanwhile should have its gate
-/// end at once: the job then never starts (the run ends `Canceled`, or `Failed` for a
-/// timeout). `ctx.cancel` must be
-/// `cancel`'s token.
+/// start instant) before it runs the job, and canceling it when `timeout` (counted from
+/// its start) passes. A run canceled meanwhile should have its gate end at once: the job
+/// then never starts (the run ends `Canceled`, or `Failed` for a timeout). `ctx.cancel`
+/// must be `cancel`'s token.
+///
+/// The task does all of this itself, so nothing else need be woken when the job starts:
+/// at an instant where thousands of runs start, each costs one task poll.
 pub fn prepare(
     mut job: Box<dyn DynJob>,
     ctx: RunContext,
     cancel: RunCancel,
     middleware: Vec<Arc<dyn RunMiddleware>>,
     gate: BoxFuture<'static, ()>,
+    timeout: Option<Duration>,
 ) -> PreparedRun {
     let run = &ctx.run;
     let span = tracing::info_span!(
@@ -115,6 +118,7 @@ pub fn prepare(
         attempt = run.attempt,
     );
     let (started, started_rx) = oneshot::channel();
+    let task_cancel = cancel.clone();
     let task = AbortOnDrop(tokio::spawn(
         async move {
             gate.await;
@@ -128,11 +132,24 @@ pub fn prepare(
             for layer in middleware.iter().rev() {
                 next = layer.around(&ctx, next);
             }
-            next.await
+            match timeout {
+                None => next.await,
+                Some(timeout) => {
+                    tokio::select! {
+                        biased;
+                        result = &mut next => result,
+                        () = tokio::time::sleep(timeout) => {
+                            // A job that ignores its token runs on until it returns.
+                            task_cancel.cancel(CancelReason::Timeout);
+                            next.await
+                        }
+                    }
+                }
+            }
         }
         .instrument(span),
     ));
-    PreparedRun { task, started: Some(started_rx), cancel }
+    PreparedRun { task, started: Some(started_rx), cancel, timeout }
 }
 
 impl PreparedRun {
@@ -145,25 +162,10 @@ impl PreparedRun {
         }
     }
 
-    /// Waits for the job's end, canceling it when `timeout` (counted from now) passes,
-    /// and decides the outcome.
-    pub async fn finish(mut self, timeout: Option<Duration>) -> RunOutcome {
-        self.started().await;
-        let task = &mut self.task.0;
-        let joined = match timeout {
-            None => task.await,
-            Some(timeout) => {
-                tokio::select! {
-                    biased;
-                    joined = &mut *task => joined,
-                    () = tokio::time::sleep(timeout) => {
-                        self.cancel.cancel(CancelReason::Timeout);
-                        task.await
-                    }
-                }
-            }
-        };
-        decide(joined, self.cancel.reason(), timeout)
+    /// Waits for the job's end and decides the outcome.
+    pub async fn finish(mut self) -> RunOutcome {
+        let joined = (&mut self.task.0).await;
+        decide(joined, self.cancel.reason(), self.timeout)
     }
 }
 

@@ -44,4 +44,5 @@ mod run;
 pub mod scheduler;
 #[cfg(feature = "node")]
 pub mod spec;
+mod starts;
 pub mod stats;

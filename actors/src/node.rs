@@ -34,6 +34,7 @@ use crate::lease::{DynLeaderElection, LeaseActor, LeaseMsg};
 use crate::poller::{PollerActor, PollerMsg};
 use crate::registry::JobRegistry;
 use crate::scheduler::JobScheduler;
+use crate::starts::PendingStarts;
 use crate::stats::EngineStats;
 
 /// Where a node is in its life.
@@ -71,6 +72,8 @@ pub struct NodeShared<S: JobStore> {
     last_heartbeat: Mutex<Option<MonotonicInstant>>,
     ids: Mutex<(RunIdGenerator, Entropy)>,
     pub(crate) stats: EngineStats,
+    /// Runs waiting for their start instant (bookkeeping gives way to them).
+    pub(crate) starts: Arc<PendingStarts>,
     /// Where run actors send their completions (the completer's inbox).
     completions: mpsc::UnboundedSender<CompletionRequest>,
     /// The completer's end of that channel, until the supervisor starts it.
@@ -397,7 +400,7 @@ impl Node {
             registry: config.registry,
             options: config.options,
             node_id: config.node_id,
-            clock: config.clock,
+            clock: config.clock.clone(),
             start_timer: config.start_timer,
             publisher: config.publisher,
             middleware: config.middleware,
@@ -410,6 +413,7 @@ impl Node {
             runs: Mutex::new(BTreeMap::new()),
             last_heartbeat: Mutex::new(None),
             stats: EngineStats::default(),
+            starts: Arc::new(PendingStarts::new(config.clock.clone())),
             completions,
             completion_inbox: Mutex::new(Some(completion_inbox)),
         });

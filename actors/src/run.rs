@@ -77,9 +77,11 @@ impl<S: JobStore> Actor for RunActor<S> {
         if shared.shared_store && crate::fence::heartbeat_is_stale(&shared) {
             cancel.cancel(CancelReason::Fenced);
         }
+        // Armed until the gate opens (just before the job starts), or the task is dropped.
+        let armed = shared.starts.arm(run.scheduled_at);
         let early = (run.scheduled_at - shared.clock.now()).to_std().unwrap_or_default();
         let gate: BoxFuture<'static, ()> = if early.is_zero() {
-            Box::pin(std::future::ready(()))
+            Box::pin(async move { drop(armed) })
         } else {
             let (sleep, token) = (shared.start_timer.sleep(early), task_cancel.token());
             Box::pin(async move {
@@ -88,20 +90,26 @@ impl<S: JobStore> Actor for RunActor<S> {
                     () = sleep => {}
                     () = token.cancelled() => {}
                 }
+                drop(armed);
             })
         };
-        let prepared = job.map(|job| prepare(job, ctx, task_cancel, middleware, gate));
+        let prepared = job.map(|job| prepare(job, ctx, task_cancel, middleware, gate, timeout));
         let task = tokio::spawn(async move {
             let shared = task_shared;
             let outcome = match prepared {
-                Some(mut prepared) => {
+                // Without a publisher, nothing needs to know the moment the job starts
+                // (the start time only goes into events), so this task is not woken then.
+                Some(mut prepared) if shared.publisher.is_enabled() => {
                     let started = prepared.started().await;
                     let started_at = shared.clock.now();
                     if started {
                         publish_started(&shared, &run, started_at).await;
                     }
-                    let outcome = prepared.finish(timeout).await;
-                    (outcome, started_at)
+                    (prepared.finish().await, started_at)
+                }
+                Some(prepared) => {
+                    let outcome = prepared.finish().await;
+                    (outcome, shared.clock.now())
                 }
                 // The store only hands out runs of registered types, but a type can vanish
                 // between acquisition and start only through a bug: fail the run loudly.
@@ -115,9 +123,10 @@ impl<S: JobStore> Actor for RunActor<S> {
                     (outcome, started_at)
                 }
             };
-            // Recording the end (a store transaction) waits behind the other runs due at
-            // this instant, so they start first.
+            // Recording the end (a store transaction, events, this actor's shutdown) waits
+            // until the other runs due at this instant have started.
             tokio::task::yield_now().await;
+            shared.starts.settled().await;
             let _ = myself.send_message(RunMsg::Finished(outcome.0, outcome.1));
         });
         Ok(RunState_ { args, cancel, _task: AbortOnDrop(task) })

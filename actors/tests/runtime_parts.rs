@@ -324,10 +324,10 @@ async fn a_run_canceled_before_its_start_never_runs_its_job() {
             () = token.cancelled() => {}
         }
     });
-    let mut prepared = prepare(Box::new(job), ctx(&cancel), cancel.clone(), Vec::new(), gate);
+    let mut prepared = prepare(Box::new(job), ctx(&cancel), cancel.clone(), Vec::new(), gate, None);
     cancel.cancel(CancelReason::Fenced);
     assert!(!prepared.started().await, "the job never started");
-    let outcome = prepared.finish(None).await;
+    let outcome = prepared.finish().await;
     assert!(matches!(outcome, RunOutcome::Canceled { .. }), "{outcome:?}");
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
