@@ -121,7 +121,9 @@ struct Shared {
     transaction_size_limit: usize,
 }
 
-/// A key's recent versions, oldest first; `None` is a deletion.
+/// A key's recent versions, oldest first; `None` is a deletion. The newest version is
+/// also the key's latest committed write, which is what conflict checks ask (a write
+/// that changes nothing readable, such as clearing an absent key, still adds a version).
 type Versions = Vec<(Version, Option<Box<[u8]>>)>;
 
 /// A stored key, inline up to 48 bytes (our tuple keys mostly are): B-tree searches then
@@ -135,8 +137,6 @@ struct State {
     version: Version,
     /// Added to the clock-derived version (an injected recovery jump).
     version_offset: Version,
-    /// Point writes: key → version of its latest committed write, for conflict checks.
-    write_log: BTreeMap<StoredKey, Version>,
     /// Range writes (clear_range, explicit write-conflict ranges), in commit order.
     range_log: VecDeque<(Version, Vec<u8>, Vec<u8>)>,
     /// Keys written at a version, oldest first, so old versions can be dropped.
@@ -264,14 +264,21 @@ impl State {
         Some(Duration::from_micros(micros))
     }
 
+    /// The version of the latest committed write of `key`, if it is still kept.
+    fn last_write(&self, key: &[u8]) -> Option<Version> {
+        self.data.get(key).and_then(|versions| versions.last()).map(|(v, _)| *v)
+    }
+
     /// Whether a write committed after `read_version` meets `[begin, end)`.
     fn conflicts(&self, read_version: Version, begin: &[u8], end: &[u8]) -> bool {
-        self.write_log.range::<[u8], _>((Bound::Included(begin), Bound::Excluded(end))).any(|(_, &v)| v > read_version)
+        self.data
+            .range::<[u8], _>((Bound::Included(begin), Bound::Excluded(end)))
+            .any(|(_, versions)| versions.last().is_some_and(|(v, _)| *v > read_version))
             || self.range_log.iter().any(|(v, b, e)| *v > read_version && b.as_slice() < end && begin < e.as_slice())
     }
 
     /// Checks and applies `writes` at a new version, returning it.
-    fn apply(&mut self, writes: &Writes, now_version: Version) -> Result<CommitInfo, KvError> {
+    fn apply(&mut self, writes: Writes, now_version: Version) -> Result<CommitInfo, KvError> {
         let version = now_version.max(self.version + 1);
         if version - writes.read_version > TRANSACTION_LIFE_VERSIONS_MAX {
             self.stats.too_old += 1;
@@ -279,7 +286,7 @@ impl State {
         }
         let rv = writes.read_version;
         let point_conflict = writes.read_points.iter().any(|key| {
-            self.write_log.get(key.as_slice()).is_some_and(|v| *v > rv)
+            self.last_write(key).is_some_and(|v| v > rv)
                 || self
                     .range_log
                     .iter()
@@ -291,66 +298,58 @@ impl State {
         }
         let mut stamp = [0u8; 10];
         stamp[..8].copy_from_slice(&version.to_be_bytes());
-        let mut touched: Vec<StoredKey> = Vec::new();
         for (begin, end) in &writes.cleared {
-            let keys: Vec<Vec<u8>> = self
+            let keys: Vec<StoredKey> = self
                 .data
                 .range::<[u8], _>((Bound::Included(begin.as_slice()), Bound::Excluded(end.as_slice())))
                 .filter(|(_, versions)| versions.last().is_some_and(|(_, value)| value.is_some()))
-                .map(|(key, _)| key.to_vec())
+                .map(|(key, _)| key.clone())
                 .collect();
             for key in keys {
-                self.write_version(&key, version, None);
-                touched.push(StoredKey::from_vec(key));
+                self.write_version(key, version, None);
             }
         }
-        for (key, point) in &writes.points {
-            let mut value = match &point.base {
-                Base::Unchanged => self.value_at(key, version).map(<[u8]>::to_vec),
-                Base::Set(value) => Some(value.clone()),
+        let stamped_value = writes.points.values().any(|p| matches!(p.base, Base::Stamped(..)));
+        for (key, point) in writes.points {
+            let mut value = match point.base {
+                Base::Unchanged => self.value_at(&key, version).map(<[u8]>::to_vec),
+                Base::Set(value) => Some(value),
                 Base::Cleared => None,
-                Base::Stamped(bytes, offset) => Some(atomic::stamped(bytes, *offset, &stamp)),
+                Base::Stamped(bytes, offset) => Some(atomic::stamped(&bytes, offset, &stamp)),
             };
             for (op, param) in &point.ops {
                 value = atomic::apply(*op, value.as_deref(), param);
             }
-            self.write_version(key, version, value);
-            // The point's write conflict, derived here rather than stored per write.
-            self.write_log.insert(StoredKey::from_slice(key), version);
-            touched.push(StoredKey::from_slice(key));
+            self.write_version(StoredKey::from_vec(key), version, value);
         }
-        for (bytes, offset, value) in &writes.stamped_keys {
-            let key = atomic::stamped(bytes, *offset, &stamp);
-            self.write_version(&key, version, Some(value.clone()));
-            touched.push(StoredKey::from_vec(key));
+        let stamped_key = !writes.stamped_keys.is_empty();
+        for (bytes, offset, value) in writes.stamped_keys {
+            let key = atomic::stamped(&bytes, offset, &stamp);
+            self.write_version(StoredKey::from_vec(key), version, Some(value));
         }
-        for (begin, end) in &writes.write_conflicts {
-            if is_point_range(begin, end) {
-                self.write_log.insert(StoredKey::from_slice(begin), version);
+        for (begin, end) in writes.write_conflicts {
+            if is_point_range(&begin, &end) {
+                // A conflict on one key: a version with its value unchanged.
+                let value = self.value_at(&begin, version).map(<[u8]>::to_vec);
+                self.write_version(StoredKey::from_vec(begin), version, value);
             } else {
-                self.range_log.push_back((version, begin.clone(), end.clone()));
+                self.range_log.push_back((version, begin, end));
             }
-        }
-        for key in touched {
-            self.expiry.push_back((version, key));
         }
         self.version = version;
         self.stats.commits += 1;
-        let stamped =
-            !writes.stamped_keys.is_empty() || writes.points.values().any(|p| matches!(p.base, Base::Stamped(..)));
-        Ok(CommitInfo { version, versionstamp: stamped.then_some(stamp) })
+        Ok(CommitInfo { version, versionstamp: (stamped_key || stamped_value).then_some(stamp) })
     }
 
-    fn write_version(&mut self, key: &[u8], version: Version, value: Option<Vec<u8>>) {
-        let versions = self.data.entry(StoredKey::from_slice(key)).or_default();
-        if value.is_none() && versions.last().is_none_or(|(_, v)| v.is_none()) {
-            // Clearing an absent key changes nothing readable.
-            if versions.is_empty() {
-                self.data.remove(key);
+    /// Adds a version of `key` (and schedules its old versions for collection).
+    fn write_version(&mut self, key: StoredKey, version: Version, value: Option<Vec<u8>>) {
+        match self.data.get_mut(key.as_slice()) {
+            Some(versions) => versions.push((version, value.map(Vec::into_boxed_slice))),
+            None => {
+                self.data.insert(key.clone(), vec![(version, value.map(Vec::into_boxed_slice))]);
             }
-            return;
         }
-        versions.push((version, value.map(Vec::into_boxed_slice)));
+        self.expiry.push_back((version, key));
     }
 
     /// Drops versions no live or future transaction can read, and conflict records no
@@ -367,9 +366,6 @@ impl State {
                 if versions.len() == 1 && versions[0].1.is_none() {
                     self.data.remove(key.as_slice());
                 }
-            }
-            if self.write_log.get(key.as_slice()).is_some_and(|v| *v <= horizon) {
-                self.write_log.remove(key.as_slice());
             }
         }
         while self.range_log.front().is_some_and(|(v, _, _)| *v <= horizon) {
@@ -390,7 +386,6 @@ impl MemoryKv {
             data: BTreeMap::new(),
             version: 0,
             version_offset: 0,
-            write_log: BTreeMap::new(),
             range_log: VecDeque::new(),
             expiry: VecDeque::new(),
             live_reads: BTreeMap::new(),
@@ -487,11 +482,12 @@ impl MemoryKv {
         state.late = waiting;
         for late in due {
             let now_version = self.now_version(state);
-            match state.apply(&late.writes, now_version) {
+            let read_version = late.writes.read_version;
+            match state.apply(late.writes, now_version) {
                 Ok(_) => state.stats.late_landed += 1,
                 Err(_) => state.stats.late_dropped += 1,
             }
-            state.unregister_read(late.writes.read_version);
+            state.unregister_read(read_version);
         }
     }
 }
@@ -979,7 +975,7 @@ impl MemoryTransaction {
             state.late.push(LateCommit { land_at, writes });
             return Err(KvError::new(KvError::TRANSACTION_TIMED_OUT));
         }
-        let info = state.apply(&writes, now_version)?;
+        let info = state.apply(writes, now_version)?;
         if state.chance(faults.unknown_result_committed) {
             state.stats.unknown_committed += 1;
             return Err(KvError::new(KvError::COMMIT_UNKNOWN_RESULT));
