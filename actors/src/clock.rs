@@ -54,33 +54,52 @@ impl Sleeper for TokioSleeper {
     }
 }
 
-/// A [`Sleeper`] on a dedicated real-time timer thread (`futures-timer`), precise to about
-/// [`PreciseSleeper::GRANULARITY`] rather than tokio's 1 ms tick. Runs use it to wait for
-/// their exact start time on production nodes.
+/// A [`Sleeper`] precise to a few microseconds on real time, rather than tokio's 1 ms
+/// tick. Runs use it to wait for their exact start time on production nodes.
 ///
-/// Sleeps ending within the same granule share one timer: at a to-the-second boundary a
-/// thousand runs cost one wake from the timer thread, which then wakes the rest inside the
-/// runtime. A sleep never ends early; it may end up to one granule late.
+/// Sleeps whose deadlines fall in the same [`PreciseSleeper::GRANULARITY`] window share
+/// one gate: at a to-the-second boundary a thousand runs cost one timer. The gate's task
+/// waits on a real-time timer thread (`futures-timer`) until [`PreciseSleeper::EARLY`]
+/// before the latest deadline in its window, then yields on a tokio worker until that exact
+/// instant and opens: the runs it releases are woken on a running worker instead of after
+/// a timer thread's wake-up and a parked worker's. A sleep never ends early; it ends at
+/// most the window's width late (only when other sleeps in its window end later).
 ///
 /// It follows the real monotonic clock, not tokio's: never use it under a paused runtime
 /// (simulations, actor tests), where it would wait in real time while virtual time jumps.
-/// Must be used inside a tokio runtime (each granule's timer is a task).
+/// Must be used inside a tokio runtime (each gate's timer is a task).
 #[derive(Debug, Clone)]
 pub struct PreciseSleeper {
-    /// Where granule 0 starts (any fixed instant will do).
+    /// Where window 0 starts (any fixed instant will do).
     origin: std::time::Instant,
-    /// The pending granules, each canceled when its timer fires.
-    gates: Arc<Mutex<BTreeMap<u64, CancellationToken>>>,
+    /// The pending windows: each gate's latest deadline (µs after `origin`) and its token,
+    /// canceled when the gate opens.
+    gates: Arc<Mutex<BTreeMap<u64, (u64, CancellationToken)>>>,
 }
 
 impl PreciseSleeper {
-    /// The width of the shared deadlines.
+    /// The width of the windows whose sleeps share a gate.
     pub const GRANULARITY: Duration = Duration::from_micros(100);
+    /// How long before its deadline a gate's task stops waiting on the timer thread and
+    /// starts yielding until the deadline (covers the timer thread's wake-up latency).
+    pub const EARLY: Duration = Duration::from_micros(300);
 
     /// A sleeper with no pending sleeps.
     #[allow(clippy::disallowed_methods)] // A real-time timer by definition (see the type's docs).
     pub fn new() -> Self {
         Self { origin: std::time::Instant::now(), gates: Arc::default() }
+    }
+
+    /// Whole microseconds since `origin`, now (rounded down).
+    #[allow(clippy::disallowed_methods)] // A real-time timer by definition (see the type's docs).
+    fn now_us(origin: std::time::Instant) -> u64 {
+        origin.elapsed().as_micros() as u64
+    }
+
+    /// `duration` from now, in microseconds since `origin`, rounded up (never early).
+    #[allow(clippy::disallowed_methods)] // A real-time timer by definition (see the type's docs).
+    fn deadline_us(origin: std::time::Instant, duration: Duration) -> u64 {
+        origin.elapsed().saturating_add(duration).as_nanos().div_ceil(1_000) as u64
     }
 }
 
@@ -91,27 +110,45 @@ impl Default for PreciseSleeper {
 }
 
 impl Sleeper for PreciseSleeper {
-    #[allow(clippy::disallowed_methods)] // A real-time timer by definition (see the type's docs).
     fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
         if duration.is_zero() {
             return Box::pin(std::future::ready(()));
         }
-        let granule_us = Self::GRANULARITY.as_micros();
-        let deadline = std::time::Instant::now() + duration;
-        // Round up: the shared deadline is never before this sleep's own.
-        let granule = (deadline - self.origin).as_micros().div_ceil(granule_us) as u64;
+        let deadline = Self::deadline_us(self.origin, duration);
+        let window = deadline / Self::GRANULARITY.as_micros() as u64;
         let mut gates = self.gates.lock().unwrap_or_else(PoisonError::into_inner);
-        let gate = gates.entry(granule).or_insert_with(|| {
-            let gate = CancellationToken::new();
-            let wake_at = self.origin + Duration::from_micros(granule * granule_us as u64);
-            let (fire, all) = (gate.clone(), self.gates.clone());
-            tokio::spawn(async move {
-                futures_timer::Delay::new(wake_at.saturating_duration_since(std::time::Instant::now())).await;
-                all.lock().unwrap_or_else(PoisonError::into_inner).remove(&granule);
-                fire.cancel();
-            });
-            gate
+        if let Some((latest, gate)) = gates.get_mut(&window) {
+            *latest = (*latest).max(deadline);
+            return Box::pin(gate.clone().cancelled_owned());
+        }
+        let gate = CancellationToken::new();
+        gates.insert(window, (deadline, gate.clone()));
+        let (origin, all) = (self.origin, self.gates.clone());
+        tokio::spawn(async move {
+            let early = deadline.saturating_sub(Self::EARLY.as_micros() as u64);
+            futures_timer::Delay::new(Duration::from_micros(early.saturating_sub(Self::now_us(origin)))).await;
+            loop {
+                // The latest deadline may have moved later since (sleeps that joined).
+                let due = {
+                    let mut gates = all.lock().unwrap_or_else(PoisonError::into_inner);
+                    let latest = gates.get(&window).map_or(0, |(latest, _)| *latest);
+                    if Self::now_us(origin) >= latest {
+                        Some(gates.remove(&window))
+                    } else {
+                        None
+                    }
+                };
+                match due {
+                    Some(gate) => {
+                        if let Some((_, gate)) = gate {
+                            gate.cancel();
+                        }
+                        return;
+                    }
+                    None => tokio::task::yield_now().await,
+                }
+            }
         });
-        Box::pin(gate.clone().cancelled_owned())
+        Box::pin(gate.cancelled_owned())
     }
 }
