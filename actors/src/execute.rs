@@ -80,7 +80,8 @@ pub async fn execute(
     timeout: Option<Duration>,
     middleware: Vec<Arc<dyn RunMiddleware>>,
 ) -> RunOutcome {
-    prepare(job, ctx, cancel, middleware, Box::pin(std::future::ready(())), timeout).finish().await
+    let ready = || -> BoxFuture<'static, ()> { Box::pin(std::future::ready(())) };
+    prepare(job, ctx, cancel, middleware, RunGates { start: ready(), end: ready() }, timeout).finish().await
 }
 
 /// A run whose job task is spawned and waits for its start: everything that can be done
@@ -92,11 +93,20 @@ pub struct PreparedRun {
     timeout: Option<Duration>,
 }
 
-/// Spawns the job's task, in its tracing span and middleware, waiting for `gate` (the
-/// start instant) before it runs the job, and canceling it when `timeout` (counted from
-/// its start) passes. A run canceled meanwhile should have its gate end at once: the job
-/// then never starts (the run ends `Canceled`, or `Failed` for a timeout). `ctx.cancel`
-/// must be `cancel`'s token.
+/// What a prepared run's task waits for around its job.
+pub struct RunGates {
+    /// Ends at the run's start instant, or at once when the run is canceled before it.
+    pub start: BoxFuture<'static, ()>,
+    /// Awaited after the job returns, before the run's end is reported: a node lets the
+    /// other runs due at the same instant start first.
+    pub end: BoxFuture<'static, ()>,
+}
+
+/// Spawns the job's task, in its tracing span and middleware, waiting for `gates.start`
+/// (the start instant) before it runs the job, and canceling it when `timeout` (counted
+/// from its start) passes. A run canceled meanwhile should have its start gate end at
+/// once: the job then never starts (the run ends `Canceled`, or `Failed` for a timeout).
+/// `ctx.cancel` must be `cancel`'s token.
 ///
 /// The task does all of this itself, so nothing else need be woken when the job starts:
 /// at an instant where thousands of runs start, each costs one task poll.
@@ -105,7 +115,7 @@ pub fn prepare(
     ctx: RunContext,
     cancel: RunCancel,
     middleware: Vec<Arc<dyn RunMiddleware>>,
-    gate: BoxFuture<'static, ()>,
+    gates: RunGates,
     timeout: Option<Duration>,
 ) -> PreparedRun {
     let run = &ctx.run;
@@ -121,7 +131,8 @@ pub fn prepare(
     let task_cancel = cancel.clone();
     let task = AbortOnDrop(tokio::spawn(
         async move {
-            gate.await;
+            let RunGates { start, end } = gates;
+            start.await;
             if ctx.cancel.is_cancelled() {
                 // Canceled before its start (a cancel request, the node stopping, or
                 // fenced): the job never runs; the reason decides the outcome.
@@ -132,7 +143,7 @@ pub fn prepare(
             for layer in middleware.iter().rev() {
                 next = layer.around(&ctx, next);
             }
-            match timeout {
+            let result = match timeout {
                 None => next.await,
                 Some(timeout) => {
                     tokio::select! {
@@ -145,7 +156,9 @@ pub fn prepare(
                         }
                     }
                 }
-            }
+            };
+            end.await;
+            result
         }
         .instrument(span),
     ));

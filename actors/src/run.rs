@@ -13,7 +13,7 @@ use sundial::time::Clock;
 use tokio::sync::oneshot;
 
 use crate::events::{CloudEvent, RunFacts, Topic};
-use crate::execute::{prepare, AbortOnDrop, CancelReason, RunCancel};
+use crate::execute::{prepare, AbortOnDrop, CancelReason, RunCancel, RunGates};
 use crate::job::RunContext;
 use crate::node::NodeShared;
 use crate::poller::PollerMsg;
@@ -93,7 +93,11 @@ impl<S: JobStore> Actor for RunActor<S> {
                 drop(armed);
             })
         };
-        let prepared = job.map(|job| prepare(job, ctx, task_cancel, middleware, gate, timeout));
+        let starts = shared.starts.clone();
+        // The job's end is reported once the runs due with it have started.
+        let end: BoxFuture<'static, ()> = Box::pin(async move { starts.settled().await });
+        let gates = RunGates { start: gate, end };
+        let prepared = job.map(|job| prepare(job, ctx, task_cancel, middleware, gates, timeout));
         let task = tokio::spawn(async move {
             let shared = task_shared;
             let outcome = match prepared {
@@ -124,7 +128,8 @@ impl<S: JobStore> Actor for RunActor<S> {
                 }
             };
             // Recording the end (a store transaction, events, this actor's shutdown) waits
-            // until the other runs due at this instant have started.
+            // until the other runs due at this instant have started (a job's own task
+            // waits for that too, so its end wakes nothing while they start).
             tokio::task::yield_now().await;
             shared.starts.settled().await;
             let _ = myself.send_message(RunMsg::Finished(outcome.0, outcome.1));

@@ -18,7 +18,7 @@ use sundial::time::Clock;
 use sundial_actors::events::{
     publish_logged, BroadcastPublisher, CloudEvent, EventPublisher, PublishError, RunFacts, Topic,
 };
-use sundial_actors::execute::{execute, prepare, CancelReason, RunCancel, RunMiddleware};
+use sundial_actors::execute::{execute, prepare, CancelReason, RunCancel, RunGates, RunMiddleware};
 use sundial_actors::job::{FnJob, Job, JobFailure, JobResult, RunContext};
 use sundial_actors::registry::JobRegistry;
 use uuid::Uuid;
@@ -324,7 +324,8 @@ async fn a_run_canceled_before_its_start_never_runs_its_job() {
             () = token.cancelled() => {}
         }
     });
-    let mut prepared = prepare(Box::new(job), ctx(&cancel), cancel.clone(), Vec::new(), gate, None);
+    let gates = RunGates { start: gate, end: Box::pin(std::future::ready(())) };
+    let mut prepared = prepare(Box::new(job), ctx(&cancel), cancel.clone(), Vec::new(), gates, None);
     cancel.cancel(CancelReason::Fenced);
     assert!(!prepared.started().await, "the job never started");
     let outcome = prepared.finish().await;
