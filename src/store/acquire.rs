@@ -156,6 +156,9 @@ impl<K: Kv> KvJobStore<K> {
                     return Ok(adopted);
                 }
             }
+            if !self.may_acquire(&tx, request.node).await? {
+                return Ok(Vec::new());
+            }
             let candidates = self.candidates(&tx, request).await?;
             let mut acquired = Vec::new();
             for candidate in candidates {
@@ -207,6 +210,17 @@ impl<K: Kv> KvJobStore<K> {
         })
         .await?;
         outlook.map(|(first, count)| Ok(DueOutlook { first: instant(first)?, count })).transpose()
+    }
+
+    /// Whether `node` may take fires: not when it is registered but no longer alive
+    /// (declared lost, or deregistered). Its runs would belong to a node the leader no
+    /// longer watches, and would stay `Running` for ever if it then died. Read
+    /// serializably, so a declaration racing this acquisition conflicts with it, and the
+    /// retry sees it. A node without a record (a store of its own) may.
+    async fn may_acquire(&self, tx: &Tx<'_, K::Transaction>, node: &str) -> Result<bool, StoreError> {
+        let Some(bytes) = tx.txn.get(&self.keys.node(node), false).await? else { return Ok(true) };
+        let record: NodeRecord = codec::decode(&bytes, "node record")?;
+        Ok(record.alive)
     }
 
     /// Runs on this node that the caller does not know: started by an earlier attempt

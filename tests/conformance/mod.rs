@@ -438,6 +438,9 @@ pub(crate) async fn lost_nodes_are_reaped_and_their_runs_recovered_exactly_once<
     for run in &runs {
         assert_eq!(store.run_record(run.run.id).await.unwrap().unwrap().state, RunState::Lost);
     }
+    // Declared lost, the node takes nothing (the leader no longer watches it, so its runs
+    // would never be reaped) until it heartbeats again.
+    assert!(acquire(store, "dying", secs(100), 16).await.is_empty());
     // A late completion from the lost node does not overwrite history.
     let late = complete(store, runs[0].run.id, "dying", RunOutcome::Succeeded, secs(101)).await;
     assert_eq!((late.state, late.recorded), (RunState::Lost, false));
@@ -455,6 +458,7 @@ pub(crate) async fn lost_nodes_are_reaped_and_their_runs_recovered_exactly_once<
     // The node comes back and learns it was declared lost, even if this heartbeat's own
     // commit is ambiguous and retried.
     assert!(store.heartbeat("dying", secs(102), Some(first.times_declared_lost)).await.unwrap().was_declared_lost);
+    assert!(!acquire(store, "dying", secs(103), 16).await.is_empty(), "alive again, it takes fires");
 }
 
 pub(crate) async fn cancel_requests_reach_the_running_node_until_the_run_ends<K: Kv>(store: &KvJobStore<K>) {
