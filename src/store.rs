@@ -35,7 +35,7 @@ use std::sync::{Arc, Mutex};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-pub use acquire::{fire_run_id, AcquireRequest, AcquiredRun, DueOutlook};
+pub use acquire::{fire_run_id, AcquireRequest, AcquiredRun, Acquisition, DueOutlook};
 pub use complete::{Completion, CompletionResult, RunOutcome};
 pub use history::{RETENTION_BATCH, SCAN_BUDGET};
 pub use nodes::{Heartbeat, ReapResult};
@@ -414,6 +414,13 @@ pub trait JobStore: Clone + Send + Sync + 'static {
         &self,
         job: &str,
     ) -> impl std::future::Future<Output = Result<Option<records::JobRecord>, StoreError>> + Send;
+    /// Forwards to [`KvJobStore::acquire_with_outlook`], which states the contract.
+    fn acquire_with_outlook(
+        &self,
+        request: &AcquireRequest<'_>,
+        window: std::time::Duration,
+        limit: usize,
+    ) -> impl std::future::Future<Output = Result<Acquisition, StoreError>> + Send;
     /// Forwards to [`KvJobStore::due_outlook`], which states the contract.
     fn due_outlook(
         &self,
@@ -525,6 +532,14 @@ impl<K: Kv> JobStore for KvJobStore<K> {
         limit: usize,
     ) -> impl std::future::Future<Output = Result<Option<DueOutlook>, StoreError>> + Send {
         KvJobStore::due_outlook(self, window, limit)
+    }
+    fn acquire_with_outlook(
+        &self,
+        request: &AcquireRequest<'_>,
+        window: std::time::Duration,
+        limit: usize,
+    ) -> impl std::future::Future<Output = Result<Acquisition, StoreError>> + Send {
+        KvJobStore::acquire_with_outlook(self, request, window, limit)
     }
     fn schedule(
         &self,

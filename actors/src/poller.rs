@@ -18,7 +18,7 @@ use sundial::error::SchedulingError;
 use sundial::job::JsonObject;
 use sundial::name::JobName;
 use sundial::rules::{acquire_slots, AcquisitionLead};
-use sundial::store::{AcquireRequest, AcquiredRun, JobStore, RunOutcome, StoreError, SyncOutcome};
+use sundial::store::{AcquireRequest, AcquiredRun, Acquisition, JobStore, RunOutcome, StoreError, SyncOutcome};
 use sundial::time::Clock;
 use tokio::sync::oneshot;
 use uuid::Uuid;
@@ -293,6 +293,8 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
     } else {
         acquire_slots(shared.options.acquire_batch_size, shared.options.max_concurrent_runs, state.running.len())
     };
+    // What is due next, as the acquisition saw it (saves reading every shard again).
+    let mut seen_outlook = None;
     if slots > 0 {
         let known_types: BTreeSet<String> = shared.registry.type_keys().map(str::to_owned).collect();
         let known_runs: BTreeSet<Uuid> = state.running.keys().copied().collect();
@@ -311,8 +313,9 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
             busy_jobs: &busy_jobs,
         };
         let began = shared.clock.monotonic();
-        match shared.store.acquire_due(&request).await {
-            Ok(runs) => {
+        match shared.store.acquire_with_outlook(&request, MAX_LOOKAHEAD, OUTLOOK_LIMIT).await {
+            Ok(Acquisition { runs, outlook }) => {
+                seen_outlook = Some(outlook);
                 shared.stats.acquisition(runs.len());
                 let (count, full) = (runs.len(), runs.len() == slots);
                 for run in runs {
@@ -335,7 +338,10 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
     // wake when it becomes ours to steal rather than spin on it.
     let now = shared.clock.now();
     let local_wait = state.local.poll_timeout().map(|due| (due - now).to_std().unwrap_or(Duration::ZERO));
-    let outlook = shared.store.due_outlook(MAX_LOOKAHEAD, OUTLOOK_LIMIT).await;
+    let outlook = match seen_outlook {
+        Some(outlook) => Ok(outlook),
+        None => shared.store.due_outlook(MAX_LOOKAHEAD, OUTLOOK_LIMIT).await,
+    };
     // The more fires fall due together, the earlier their acquisition starts.
     state.lookahead = match &outlook {
         Ok(Some(next)) => state.lead.lead(next.count),

@@ -198,4 +198,23 @@ mod regressions {
     fn seed_26_run_abandoned_by_a_drain_ends_with_its_process() {
         default_options(26);
     }
+
+    /// With acquisition reporting what is due next (timing changed), a node slowed past
+    /// `node_timeout` started runs after it had been declared lost (97, 313 under the
+    /// contention mix; fixed with seed 326); and a node declared lost could still commit an
+    /// acquisition, whose runs stayed `Running` for ever once it died, the leader no longer
+    /// watching it (159; fixed: a node not alive takes no fires).
+    #[test]
+    fn seeds_97_159_313_acquisitions_by_a_node_declared_lost() {
+        default_options(97);
+        default_options(159);
+        let faults = Faults::parse("crash=10,partition=10,latency=10").expect("a valid list");
+        let overrides = Overrides {
+            nodes: Some(4),
+            duration: Some(Duration::from_secs(3600)),
+            faults: Some(faults),
+            ..Overrides::default()
+        };
+        assert_clean(&run(313, &overrides));
+    }
 }

@@ -136,6 +136,16 @@ struct Candidate {
     job: String,
     trigger: String,
     key: Vec<u8>,
+    shard: u16,
+}
+
+/// What one acquisition did and saw.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Acquisition {
+    /// The runs it started.
+    pub runs: Vec<AcquiredRun>,
+    /// The due outlook after it (see [`KvJobStore::due_outlook`]).
+    pub outlook: Option<DueOutlook>,
 }
 
 impl<K: Kv> KvJobStore<K> {
@@ -145,33 +155,104 @@ impl<K: Kv> KvJobStore<K> {
     /// `SCHEDULING_UNAVAILABLE_004` when the history cap is reached by running runs, and
     /// store errors.
     pub async fn acquire_due(&self, request: &AcquireRequest<'_>) -> Result<Vec<AcquiredRun>, StoreError> {
+        Ok(self.acquire_with_outlook(request, Duration::ZERO, 0).await?.runs)
+    }
+
+    /// [`acquire_due`](Self::acquire_due), also reporting the [`due_outlook`]
+    /// (Self::due_outlook) with `window` and `limit` as the acquisition's transaction sees
+    /// the due index afterwards (its own changes included): a poller need not read every
+    /// shard again to know when to wake.
+    ///
+    /// # Errors
+    /// As [`acquire_due`](Self::acquire_due).
+    pub async fn acquire_with_outlook(
+        &self,
+        request: &AcquireRequest<'_>,
+        window: Duration,
+        limit: usize,
+    ) -> Result<Acquisition, StoreError> {
         if request.max == 0 {
-            return Ok(Vec::new());
+            let outlook = self.due_outlook(window, limit).await?;
+            return Ok(Acquisition { runs: Vec::new(), outlook });
         }
-        run(&self.kv, self.options.retry, |txn, maybe| async move {
+        let (runs, outlook) = run(&self.kv, self.options.retry, |txn, maybe| async move {
             let tx = self.tx(txn);
+            let all_shards = || -> Vec<Option<i64>> { vec![None; usize::from(DUE_SHARDS)] };
             if maybe.0 {
                 let adopted = self.adopt_unknown_runs(&tx, request).await?;
                 if !adopted.is_empty() {
-                    return Ok(adopted);
+                    let firsts = self.first_due(&tx, all_shards(), &(0..DUE_SHARDS).collect()).await?;
+                    let outlook = self.count_due(&tx, &firsts, window, limit).await?;
+                    return Ok((adopted, outlook));
                 }
             }
             if !self.may_acquire(&tx, request.node).await? {
-                return Ok(Vec::new());
+                let firsts = self.first_due(&tx, all_shards(), &(0..DUE_SHARDS).collect()).await?;
+                let outlook = self.count_due(&tx, &firsts, window, limit).await?;
+                return Ok((Vec::new(), outlook));
             }
-            let candidates = self.candidates(&tx, request).await?;
+            let (candidates, firsts) = self.candidates(&tx, request).await?;
             let mut acquired = Vec::new();
+            let mut changed = BTreeSet::new();
             for candidate in candidates {
                 if acquired.len() == request.max {
                     break;
                 }
+                // Taking (or clearing) a fire rewrites due entries of its trigger's shard.
+                changed.insert(candidate.shard);
                 if let Some(run) = self.take_fire(&tx, request, &candidate).await? {
                     acquired.push(run);
                 }
             }
-            Ok(acquired)
+            let firsts = self.first_due(&tx, firsts, &changed).await?;
+            let outlook = self.count_due(&tx, &firsts, window, limit).await?;
+            Ok::<_, StoreError>((acquired, outlook))
         })
-        .await
+        .await?;
+        let outlook = outlook.map(|(first, count)| Ok::<_, StoreError>(DueOutlook { first: instant(first)?, count }));
+        Ok(Acquisition { runs, outlook: outlook.transpose()? })
+    }
+
+    /// `firsts` (each shard's earliest due time, `None` when empty) with the shards in
+    /// `shards` read again as `tx` sees them (snapshot, own writes included).
+    async fn first_due(
+        &self,
+        tx: &Tx<'_, K::Transaction>,
+        mut firsts: Vec<Option<i64>>,
+        shards: &BTreeSet<u16>,
+    ) -> Result<Vec<Option<i64>>, StoreError> {
+        for &shard in shards {
+            let (begin, end) = self.keys.due_shard(shard);
+            let first = tx.txn.get_range(&RangeRequest::new(begin, end).limit(1), true).await?;
+            firsts[usize::from(shard)] = match first.pairs.first() {
+                Some((key, _)) => Some(self.keys.due_parts(key)?.0),
+                None => None,
+            };
+        }
+        Ok(firsts)
+    }
+
+    /// The earliest of `firsts`, and how many entries are due within `window` of it (at
+    /// most `limit`, snapshot).
+    async fn count_due(
+        &self,
+        tx: &Tx<'_, K::Transaction>,
+        firsts: &[Option<i64>],
+        window: Duration,
+        limit: usize,
+    ) -> Result<Option<(i64, usize)>, StoreError> {
+        let Some(earliest) = firsts.iter().flatten().min().copied() else { return Ok(None) };
+        let window = TimeDelta::from_std(window).map_or(i64::MAX, |w| w.num_microseconds().unwrap_or(i64::MAX));
+        let until = earliest.saturating_add(window);
+        let mut count = 0;
+        for (shard, first) in (0..DUE_SHARDS).zip(firsts) {
+            if first.is_none_or(|first| first > until) || count >= limit {
+                continue;
+            }
+            let (begin, end) = self.keys.due_until(shard, until);
+            count += tx.txn.get_range(&RangeRequest::new(begin, end).limit(limit - count), true).await?.pairs.len();
+        }
+        Ok(Some((earliest, count)))
     }
 
     /// The earliest due time in the due index, and how many fires are due within
@@ -185,28 +266,10 @@ impl<K: Kv> KvJobStore<K> {
     /// # Errors
     /// Store errors.
     pub async fn due_outlook(&self, window: Duration, limit: usize) -> Result<Option<DueOutlook>, StoreError> {
-        let window = TimeDelta::from_std(window).map_or(i64::MAX, |w| w.num_microseconds().unwrap_or(i64::MAX));
         let outlook = run(&self.kv, self.options.retry, |txn, _| async move {
-            let mut firsts = Vec::new();
-            for shard in 0..DUE_SHARDS {
-                let (begin, end) = self.keys.due_shard(shard);
-                let first = txn.get_range(&RangeRequest::new(begin, end).limit(1), true).await?;
-                if let Some((key, _)) = first.pairs.first() {
-                    firsts.push((shard, self.keys.due_parts(key)?.0));
-                }
-            }
-            let Some(earliest) = firsts.iter().map(|(_, due)| *due).min() else { return Ok(None) };
-            let until = earliest.saturating_add(window);
-            let mut count = 0;
-            for (shard, first) in firsts {
-                if first > until || count >= limit {
-                    continue;
-                }
-                let (begin, end) = self.keys.due_until(shard, until);
-                let range = RangeRequest::new(begin, end).limit(limit - count);
-                count += txn.get_range(&range, true).await?.pairs.len();
-            }
-            Ok::<_, StoreError>(Some((earliest, count)))
+            let tx = self.tx(txn);
+            let firsts = self.first_due(&tx, vec![None; usize::from(DUE_SHARDS)], &(0..DUE_SHARDS).collect()).await?;
+            self.count_due(&tx, &firsts, window, limit).await
         })
         .await?;
         outlook.map(|(first, count)| Ok(DueOutlook { first: instant(first)?, count })).transpose()
@@ -261,11 +324,13 @@ impl<K: Kv> KvJobStore<K> {
         Ok(adopted)
     }
 
+    /// The fires this node may take, in the order to take them, and each shard's
+    /// earliest due time (`None` when empty).
     async fn candidates(
         &self,
         tx: &Tx<'_, K::Transaction>,
         request: &AcquireRequest<'_>,
-    ) -> Result<Vec<Candidate>, StoreError> {
+    ) -> Result<(Vec<Candidate>, Vec<Option<i64>>), StoreError> {
         let (begin, end) = self.keys.nodes();
         let node_records = tx.txn.get_range(&RangeRequest::new(begin, end), true).await?;
         let mut nodes = vec![request.node.to_owned()];
@@ -281,9 +346,15 @@ impl<K: Kv> KvJobStore<K> {
         let lookahead = TimeDelta::from_std(request.lookahead).map_or(0, |l| l.num_microseconds().unwrap_or(0));
         let homes = self.home_shards(nodes);
         let mut candidates = Vec::new();
+        let firsts = self.first_due(tx, vec![None; usize::from(DUE_SHARDS)], &(0..DUE_SHARDS).collect()).await?;
         for shard in 0..DUE_SHARDS {
             let home = homes[usize::from(shard)];
             let until = if home { now.saturating_add(lookahead) } else { now.saturating_sub(grace) };
+            // Most shards have nothing due: their earliest entry, read anyway for the
+            // outlook, says so without a range read.
+            if firsts[usize::from(shard)].is_none_or(|first| first > until) {
+                continue;
+            }
             let (begin, end) = self.keys.due_until(shard, until);
             // Without scheduled fires, the waiting scheduled entries are skipped: read past
             // them so they cannot hide one-shot fires behind them.
@@ -299,7 +370,7 @@ impl<K: Kv> KvJobStore<K> {
                     continue;
                 }
                 let spread = if home { 0 } else { fnv(&[request.node.as_bytes(), job.as_bytes(), trigger.as_bytes()]) };
-                candidates.push(Candidate { home, spread, priority, due, job, trigger, key });
+                candidates.push(Candidate { home, spread, priority, due, job, trigger, key, shard });
             }
         }
         // Home fires by priority then due time; then stolen ones, by priority and then in
@@ -312,7 +383,7 @@ impl<K: Kv> KvJobStore<K> {
                 .then(a.due.cmp(&b.due))
                 .then_with(|| (&a.job, &a.trigger).cmp(&(&b.job, &b.trigger)))
         });
-        Ok(candidates)
+        Ok((candidates, firsts))
     }
 
     /// Which shards are home to `nodes[0]` among `nodes` (cached for the last list).
