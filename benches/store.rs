@@ -14,7 +14,7 @@
 
 #![allow(clippy::disallowed_methods)] // A benchmark measures wall time by definition.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Arc;
@@ -32,23 +32,25 @@ use sundial::time::{from_micros, ManualClock};
 /// No busy local jobs.
 static NO_JOBS: BTreeSet<String> = BTreeSet::new();
 
-/// Counts live heap bytes.
+/// Counts live heap bytes, over the allocator the `sundial` binary uses.
 struct Counting;
+
+static INNER: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 static LIVE: AtomicIsize = AtomicIsize::new(0);
 
-// SAFETY: forwards to the system allocator and only counts sizes.
+// SAFETY: forwards to mimalloc and only counts sizes.
 #[allow(unsafe_code)]
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
         // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
+        unsafe { INNER.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
         // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
+        unsafe { INNER.dealloc(ptr, layout) }
     }
 }
 

@@ -341,12 +341,18 @@ impl State {
         Ok(CommitInfo { version, versionstamp: (stamped_key || stamped_value).then_some(stamp) })
     }
 
-    /// Adds a version of `key` (and schedules its old versions for collection).
+    /// Adds a version of `key`, and schedules what collection may then do: drop the
+    /// versions this one hides, or the key itself if this is a deletion. A new key with a
+    /// value has nothing to collect (most writes: history, indexes), so it is not scheduled.
     fn write_version(&mut self, key: StoredKey, version: Version, value: Option<Vec<u8>>) {
+        let deletion = value.is_none();
         match self.data.get_mut(key.as_slice()) {
             Some(versions) => versions.push((version, value.map(Vec::into_boxed_slice))),
             None => {
                 self.data.insert(key.clone(), vec![(version, value.map(Vec::into_boxed_slice))]);
+                if !deletion {
+                    return;
+                }
             }
         }
         self.expiry.push_back((version, key));
@@ -708,7 +714,7 @@ impl KvTransaction for MemoryTransaction {
 
     fn get(&self, key: &[u8], snapshot: bool) -> impl Future<Output = Result<Option<Vec<u8>>, KvError>> + Send {
         let (result, latency) = self.with_read(|data, state| {
-            if data.is_unreadable(key, &key_after(key)) {
+            if data.unreadable.iter().any(|(b, e)| b.as_slice() <= key && key < e.as_slice()) {
                 return Err(KvError::new(KvError::ACCESSED_UNREADABLE));
             }
             let read_version = data.read_version.unwrap_or_default();
