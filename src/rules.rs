@@ -72,7 +72,7 @@ pub fn acquire_slots(acquire_batch_size: u32, max_concurrent_runs: u32, running:
 ///
 /// Acquiring a fire (its store transaction, preparing its run) takes time, and fires due
 /// at one instant are acquired one batch after another: the last of `n` is ready about
-/// `n × cost` after the first acquisition starts. The lead is `base + 1.5 × n × cost`
+/// `n × cost` after the first acquisition starts. The lead is `base + 2 × n × cost`
 /// (the margin absorbs a cost that varies with load), capped at `max`; `cost` is learned from the node's own acquisitions (an exponentially
 /// weighted mean of time per acquired run, on the node's clock, so simulations stay
 /// deterministic), starting from a prior until the first measurement.
@@ -95,7 +95,7 @@ impl AcquisitionLead {
     /// read as a high cost per run.
     const MIN_MEASURED_RUNS: usize = 8;
     /// Safety factor on the measured cost.
-    const MARGIN: f64 = 1.5;
+    const MARGIN: f64 = 2.0;
 
     /// A lead of at least `base`, at most `max`, assuming `prior` per run until measured.
     pub fn new(base: Duration, max: Duration, prior: Duration) -> Self {
@@ -114,6 +114,17 @@ impl AcquisitionLead {
     /// The learned (or prior) time per acquired run.
     pub fn cost_per_run(&self) -> Duration {
         Duration::from_nanos(self.cost_ns as u64)
+    }
+
+    /// How many fires due together already make the lead its cap: counting further
+    /// changes nothing (at least 1).
+    pub fn saturation(&self) -> usize {
+        let span = self.max.saturating_sub(self.base).as_nanos() as f64;
+        let per_fire = Self::MARGIN * self.cost_ns;
+        if per_fire <= 0.0 {
+            return usize::MAX;
+        }
+        ((span / per_fire).ceil() as usize).saturating_add(1)
     }
 
     /// The lead for `upcoming` fires falling due together.
@@ -179,7 +190,7 @@ mod tests {
         let ms = Duration::from_millis;
         let mut lead = AcquisitionLead::new(ms(100), ms(1_000), Duration::from_micros(20));
         assert_eq!(lead.lead(0), ms(100));
-        assert_eq!(lead.lead(1_000), ms(130));
+        assert_eq!(lead.lead(1_000), ms(140));
         assert_eq!(lead.lead(1_000_000), ms(1_000), "capped");
         // Learns the measured cost, ignoring small acquisitions.
         lead.observe(2, ms(50));
@@ -189,12 +200,16 @@ mod tests {
         }
         let cost = lead.cost_per_run().as_nanos() as i64;
         assert!((cost - 60_000).abs() < 100, "{cost} ns");
-        assert!(lead.lead(5_000) > ms(545) && lead.lead(5_000) < ms(555));
+        assert!(lead.lead(5_000) > ms(695) && lead.lead(5_000) < ms(705));
         // Instant acquisitions (a paused clock) bring it down to the base.
         for _ in 0..200 {
             lead.observe(100, Duration::ZERO);
         }
         assert_eq!(lead.lead(10_000), ms(100));
+        assert_eq!(lead.saturation(), usize::MAX, "free acquisitions: no count is enough");
+        let lead = AcquisitionLead::new(ms(100), ms(1_000), Duration::from_micros(40));
+        assert_eq!(lead.saturation(), 11_251);
+        assert_eq!(lead.lead(lead.saturation()), ms(1_000));
         // A cap below the base is the base.
         assert_eq!(AcquisitionLead::new(ms(100), ms(10), Duration::ZERO).lead(10), ms(100));
     }

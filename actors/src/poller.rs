@@ -41,7 +41,8 @@ const MAX_LOOKAHEAD: Duration = Duration::from_secs(1);
 /// The cost per acquired run assumed until the node has measured its own: about what
 /// the embedded store and a run's preparation take on a small machine (2 cores).
 const PRIOR_COST_PER_RUN: Duration = Duration::from_micros(40);
-/// Fires counted ahead at most (counting is a read of the due index).
+/// Fires counted ahead at most (counting is a read of the due index); fewer when the
+/// lead reaches its cap sooner.
 const OUTLOOK_LIMIT: usize = 100_000;
 /// The shortest sleep after a cycle that left a due fire untaken, so a node never spins.
 const MIN_RETRY_WAIT: Duration = Duration::from_millis(10);
@@ -87,6 +88,10 @@ pub(crate) struct PollerState<S: JobStore> {
     lead: AcquisitionLead,
     /// The lookahead of the next acquisition: the lead for the fires due next.
     lookahead: Duration,
+    /// The acquisitions since the last one that left nothing due: when the first began,
+    /// and how many runs they took. Measured as one, since the time between batches
+    /// (other work on the node) delays the last fire as much as the batches do.
+    sequence: Option<(sundial::time::MonotonicInstant, usize)>,
 }
 
 /// Local jobs are re-read from the store every this many cycles (SPEC §7).
@@ -125,6 +130,7 @@ impl<S: JobStore> Actor for PollerActor<S> {
             refresh_local: true,
             lead: AcquisitionLead::new(LOOKAHEAD, MAX_LOOKAHEAD, PRIOR_COST_PER_RUN),
             lookahead: LOOKAHEAD,
+            sequence: None,
         })
     }
 
@@ -312,16 +318,23 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
             scheduled: shared.shared_store || shared.leader().is_some(),
             busy_jobs: &busy_jobs,
         };
-        let began = shared.clock.monotonic();
-        match shared.store.acquire_with_outlook(&request, MAX_LOOKAHEAD, OUTLOOK_LIMIT).await {
-            Ok(Acquisition { runs, outlook }) => {
+        let began = state.sequence.map_or_else(|| shared.clock.monotonic(), |(began, _)| began);
+        let limit = state.lead.saturation().min(OUTLOOK_LIMIT);
+        match shared.store.acquire_with_outlook(&request, MAX_LOOKAHEAD, limit).await {
+            Ok(Acquisition { runs, outlook, more }) => {
                 seen_outlook = Some(outlook);
                 shared.stats.acquisition(runs.len());
-                let (count, full) = (runs.len(), runs.len() == slots);
+                let full = more || runs.len() == slots;
+                let taken = state.sequence.map_or(0, |(_, taken)| taken) + runs.len();
                 for run in runs {
                     start_run(myself, state, run, None, false).await;
                 }
-                state.lead.observe(count, shared.clock.monotonic().saturating_duration_since(began));
+                if full {
+                    state.sequence = Some((began, taken));
+                } else {
+                    state.sequence = None;
+                    state.lead.observe(taken, shared.clock.monotonic().saturating_duration_since(began));
+                }
                 if full {
                     // There may be more due right now.
                     return Duration::ZERO;
@@ -340,7 +353,7 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
     let local_wait = state.local.poll_timeout().map(|due| (due - now).to_std().unwrap_or(Duration::ZERO));
     let outlook = match seen_outlook {
         Some(outlook) => Ok(outlook),
-        None => shared.store.due_outlook(MAX_LOOKAHEAD, OUTLOOK_LIMIT).await,
+        None => shared.store.due_outlook(MAX_LOOKAHEAD, state.lead.saturation().min(OUTLOOK_LIMIT)).await,
     };
     // The more fires fall due together, the earlier their acquisition starts.
     state.lookahead = match &outlook {

@@ -139,13 +139,27 @@ struct Candidate {
     shard: u16,
 }
 
+/// What an acquisition found to take.
+struct Candidates {
+    /// The fires this node may take, in the order to take them.
+    ordered: Vec<Candidate>,
+    /// Each shard's earliest due time (`None` when empty).
+    firsts: Vec<Option<i64>>,
+    /// Some shard had more due than was read.
+    truncated: bool,
+}
+
 /// What one acquisition did and saw.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Acquisition {
     /// The runs it started.
     pub runs: Vec<AcquiredRun>,
-    /// The due outlook after it (see [`KvJobStore::due_outlook`]).
+    /// The due outlook after it (see [`KvJobStore::due_outlook`]); `None` when nothing is
+    /// waiting, or when `more`.
     pub outlook: Option<DueOutlook>,
+    /// More fires may be due right now (it took `max`, or read only part of a crowded
+    /// shard): the caller acquires again rather than sleeps, and the outlook is not read.
+    pub more: bool,
 }
 
 impl<K: Kv> KvJobStore<K> {
@@ -173,9 +187,9 @@ impl<K: Kv> KvJobStore<K> {
     ) -> Result<Acquisition, StoreError> {
         if request.max == 0 {
             let outlook = self.due_outlook(window, limit).await?;
-            return Ok(Acquisition { runs: Vec::new(), outlook });
+            return Ok(Acquisition { runs: Vec::new(), outlook, more: false });
         }
-        let (runs, outlook) = run(&self.kv, self.options.retry, |txn, maybe| async move {
+        let (runs, outlook, more) = run(&self.kv, self.options.retry, |txn, maybe| async move {
             let tx = self.tx(txn);
             let all_shards = || -> Vec<Option<i64>> { vec![None; usize::from(DUE_SHARDS)] };
             if maybe.0 {
@@ -183,18 +197,18 @@ impl<K: Kv> KvJobStore<K> {
                 if !adopted.is_empty() {
                     let firsts = self.first_due(&tx, all_shards(), &(0..DUE_SHARDS).collect()).await?;
                     let outlook = self.count_due(&tx, &firsts, window, limit).await?;
-                    return Ok((adopted, outlook));
+                    return Ok((adopted, outlook, false));
                 }
             }
             if !self.may_acquire(&tx, request.node).await? {
                 let firsts = self.first_due(&tx, all_shards(), &(0..DUE_SHARDS).collect()).await?;
                 let outlook = self.count_due(&tx, &firsts, window, limit).await?;
-                return Ok((Vec::new(), outlook));
+                return Ok((Vec::new(), outlook, false));
             }
-            let (candidates, firsts) = self.candidates(&tx, request).await?;
+            let Candidates { ordered, firsts, truncated } = self.candidates(&tx, request).await?;
             let mut acquired = Vec::new();
             let mut changed = BTreeSet::new();
-            for candidate in candidates {
+            for candidate in ordered {
                 if acquired.len() == request.max {
                     break;
                 }
@@ -204,13 +218,17 @@ impl<K: Kv> KvJobStore<K> {
                     acquired.push(run);
                 }
             }
+            if acquired.len() == request.max || truncated && !acquired.is_empty() {
+                // More may be due at once: the caller acquires again before it sleeps.
+                return Ok((acquired, None, true));
+            }
             let firsts = self.first_due(&tx, firsts, &changed).await?;
             let outlook = self.count_due(&tx, &firsts, window, limit).await?;
-            Ok::<_, StoreError>((acquired, outlook))
+            Ok::<_, StoreError>((acquired, outlook, false))
         })
         .await?;
         let outlook = outlook.map(|(first, count)| Ok::<_, StoreError>(DueOutlook { first: instant(first)?, count }));
-        Ok(Acquisition { runs, outlook: outlook.transpose()? })
+        Ok(Acquisition { runs, outlook: outlook.transpose()?, more })
     }
 
     /// `firsts` (each shard's earliest due time, `None` when empty) with the shards in
@@ -324,13 +342,12 @@ impl<K: Kv> KvJobStore<K> {
         Ok(adopted)
     }
 
-    /// The fires this node may take, in the order to take them, and each shard's
-    /// earliest due time (`None` when empty).
+    /// The fires this node may take, in the order to take them.
     async fn candidates(
         &self,
         tx: &Tx<'_, K::Transaction>,
         request: &AcquireRequest<'_>,
-    ) -> Result<(Vec<Candidate>, Vec<Option<i64>>), StoreError> {
+    ) -> Result<Candidates, StoreError> {
         let (begin, end) = self.keys.nodes();
         let node_records = tx.txn.get_range(&RangeRequest::new(begin, end), true).await?;
         let mut nodes = vec![request.node.to_owned()];
@@ -347,20 +364,32 @@ impl<K: Kv> KvJobStore<K> {
         let homes = self.home_shards(nodes);
         let mut candidates = Vec::new();
         let firsts = self.first_due(tx, vec![None; usize::from(DUE_SHARDS)], &(0..DUE_SHARDS).collect()).await?;
-        for shard in 0..DUE_SHARDS {
-            let home = homes[usize::from(shard)];
-            let until = if home { now.saturating_add(lookahead) } else { now.saturating_sub(grace) };
-            // Most shards have nothing due: their earliest entry, read anyway for the
-            // outlook, says so without a range read.
-            if firsts[usize::from(shard)].is_none_or(|first| first > until) {
-                continue;
+        let until = |shard: u16| {
+            if homes[usize::from(shard)] {
+                now.saturating_add(lookahead)
+            } else {
+                now.saturating_sub(grace)
             }
-            let (begin, end) = self.keys.due_until(shard, until);
+        };
+        // Most shards have nothing due: their earliest entry, read anyway for the outlook,
+        // says so without a range read.
+        let active: Vec<u16> =
+            (0..DUE_SHARDS).filter(|&s| firsts[usize::from(s)].is_some_and(|first| first <= until(s))).collect();
+        // Each shard's fair share of the batch, twice over: a large batch reads about
+        // twice what it takes, not every fire due within the lookahead. A shard cut short
+        // says so (`truncated`), and the caller acquires again.
+        let per_shard = (2 * request.max).div_ceil(active.len().max(1)).clamp(16, request.max.max(16));
+        let mut truncated = false;
+        for shard in active {
+            let home = homes[usize::from(shard)];
+            let (begin, end) = self.keys.due_until(shard, until(shard));
             // Without scheduled fires, the waiting scheduled entries are skipped: read past
             // them so they cannot hide one-shot fires behind them.
             let range = RangeRequest::new(begin, end);
-            let range = if request.scheduled { range.limit(request.max) } else { range };
-            for (key, value) in tx.txn.get_range(&range, true).await?.pairs {
+            let range = if request.scheduled { range.limit(per_shard) } else { range };
+            let read = tx.txn.get_range(&range, true).await?;
+            truncated |= read.more;
+            for (key, value) in read.pairs {
                 let (priority, one_shot) = super::due_value_parts(&value);
                 if !request.scheduled && !one_shot {
                     continue;
@@ -383,7 +412,7 @@ impl<K: Kv> KvJobStore<K> {
                 .then(a.due.cmp(&b.due))
                 .then_with(|| (&a.job, &a.trigger).cmp(&(&b.job, &b.trigger)))
         });
-        Ok((candidates, firsts))
+        Ok(Candidates { ordered: candidates, firsts, truncated })
     }
 
     /// Which shards are home to `nodes[0]` among `nodes` (cached for the last list).
