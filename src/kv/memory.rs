@@ -345,17 +345,20 @@ impl State {
     /// versions this one hides, or the key itself if this is a deletion. A new key with a
     /// value has nothing to collect (most writes: history, indexes), so it is not scheduled.
     fn write_version(&mut self, key: StoredKey, version: Version, value: Option<Vec<u8>>) {
-        let deletion = value.is_none();
-        match self.data.get_mut(key.as_slice()) {
-            Some(versions) => versions.push((version, value.map(Vec::into_boxed_slice))),
-            None => {
-                self.data.insert(key.clone(), vec![(version, value.map(Vec::into_boxed_slice))]);
-                if !deletion {
-                    return;
+        let value = value.map(Vec::into_boxed_slice);
+        match self.data.entry(key) {
+            std::collections::btree_map::Entry::Occupied(mut versions) => {
+                let key = versions.key().clone();
+                versions.get_mut().push((version, value));
+                self.expiry.push_back((version, key));
+            }
+            std::collections::btree_map::Entry::Vacant(slot) => {
+                if value.is_none() {
+                    self.expiry.push_back((version, slot.key().clone()));
                 }
+                slot.insert(vec![(version, value)]);
             }
         }
-        self.expiry.push_back((version, key));
     }
 
     /// Drops versions no live or future transaction can read, and conflict records no

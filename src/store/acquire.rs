@@ -18,7 +18,8 @@
 //! After an ambiguous commit the retry first looks at this node's running-run index: runs
 //! there that the caller does not know were taken by the earlier attempt and are returned.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -149,6 +150,54 @@ struct Candidates {
     truncated: bool,
 }
 
+/// What one acquisition transaction has already read or worked out, by name: the fires
+/// it takes mostly share a few jobs and schedules. Safe within one transaction, which
+/// never changes a job (the first read of each registers its conflict).
+#[derive(Default)]
+struct FireCache {
+    jobs: BTreeMap<String, Option<Arc<JobRecord>>>,
+    schedules: BTreeMap<String, Result<Arc<JobSchedule>, String>>,
+    /// A job's data as a run's data (for triggers without data of their own).
+    job_data: BTreeMap<String, String>,
+}
+
+impl FireCache {
+    async fn job<T: KvTransaction>(
+        &mut self,
+        tx: &Tx<'_, T>,
+        name: &str,
+    ) -> Result<Option<Arc<JobRecord>>, StoreError> {
+        if let Some(job) = self.jobs.get(name) {
+            return Ok(job.clone());
+        }
+        let job = tx.job(name).await?.map(Arc::new);
+        self.jobs.insert(name.to_owned(), job.clone());
+        Ok(job)
+    }
+
+    fn schedule(&mut self, text: &str) -> Result<Arc<JobSchedule>, String> {
+        if let Some(parsed) = self.schedules.get(text) {
+            return parsed.clone();
+        }
+        let parsed = text.parse::<JobSchedule>().map(Arc::new).map_err(|e| e.to_string());
+        self.schedules.insert(text.to_owned(), parsed.clone());
+        parsed
+    }
+
+    /// Job data ← trigger data.
+    fn merged(&mut self, job: &JobRecord, trigger: &TriggerRecord) -> Result<String, StoreError> {
+        if !trigger.data.is_empty() {
+            return merged(job, trigger);
+        }
+        if let Some(data) = self.job_data.get(&job.name) {
+            return Ok(data.clone());
+        }
+        let data = merged(job, trigger)?;
+        self.job_data.insert(job.name.clone(), data.clone());
+        Ok(data)
+    }
+}
+
 /// What one acquisition did and saw.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Acquisition {
@@ -208,13 +257,14 @@ impl<K: Kv> KvJobStore<K> {
             let Candidates { ordered, firsts, truncated } = self.candidates(&tx, request).await?;
             let mut acquired = Vec::new();
             let mut changed = BTreeSet::new();
+            let mut cache = FireCache::default();
             for candidate in ordered {
                 if acquired.len() == request.max {
                     break;
                 }
                 // Taking (or clearing) a fire rewrites due entries of its trigger's shard.
                 changed.insert(candidate.shard);
-                if let Some(run) = self.take_fire(&tx, request, &candidate).await? {
+                if let Some(run) = self.take_fire(&tx, request, &candidate, &mut cache).await? {
                     acquired.push(run);
                 }
             }
@@ -433,6 +483,7 @@ impl<K: Kv> KvJobStore<K> {
         tx: &Tx<'_, K::Transaction>,
         request: &AcquireRequest<'_>,
         candidate: &Candidate,
+        cache: &mut FireCache,
     ) -> Result<Option<AcquiredRun>, StoreError> {
         let snapshot = self.broken_acquisition();
         let trigger_bytes = tx.txn.get(&self.keys.trigger(&candidate.job, &candidate.trigger), snapshot).await?;
@@ -448,7 +499,7 @@ impl<K: Kv> KvJobStore<K> {
             tx.txn.clear(&candidate.key);
             return Ok(None);
         }
-        let Some(job) = tx.job(&candidate.job).await? else {
+        let Some(job) = cache.job(tx, &candidate.job).await? else {
             tx.delete_trigger(&trigger);
             return Ok(None);
         };
@@ -457,7 +508,7 @@ impl<K: Kv> KvJobStore<K> {
             self.put_error(tx, &trigger, reason);
             return Ok(None);
         }
-        let schedule: JobSchedule = match trigger.schedule.parse() {
+        let schedule = match cache.schedule(&trigger.schedule) {
             Ok(schedule) => schedule,
             Err(e) => {
                 self.put_error(tx, &trigger, format!("stored schedule does not parse: {e}"));
@@ -491,8 +542,8 @@ impl<K: Kv> KvJobStore<K> {
         }
         self.make_room(tx).await?;
         let (cause, attempt, retry_of, data) = match trigger.kind {
-            TriggerKind::Defined => (RunCause::Schedule, 1, None, merged(&job, &trigger)?),
-            TriggerKind::Manual => (RunCause::Manual, 1, None, merged(&job, &trigger)?),
+            TriggerKind::Defined => (RunCause::Schedule, 1, None, cache.merged(&job, &trigger)?),
+            TriggerKind::Manual => (RunCause::Manual, 1, None, cache.merged(&job, &trigger)?),
             TriggerKind::Retry { attempt, retry_of } => {
                 (RunCause::Retry, attempt, Some(retry_of), trigger.data.clone())
             }
