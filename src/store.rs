@@ -424,9 +424,10 @@ pub trait JobStore: Clone + Send + Sync + 'static {
     /// Forwards to [`KvJobStore::due_outlook`], which states the contract.
     fn due_outlook(
         &self,
+        node: &str,
         window: std::time::Duration,
         limit: usize,
-    ) -> impl std::future::Future<Output = Result<Option<DueOutlook>, StoreError>> + Send;
+    ) -> impl std::future::Future<Output = Result<DueOutlook, StoreError>> + Send;
     /// Forwards to [`KvJobStore::begin_manual_run`], which states the contract.
     fn begin_manual_run(
         &self,
@@ -528,10 +529,11 @@ impl<K: Kv> JobStore for KvJobStore<K> {
     }
     fn due_outlook(
         &self,
+        node: &str,
         window: std::time::Duration,
         limit: usize,
-    ) -> impl std::future::Future<Output = Result<Option<DueOutlook>, StoreError>> + Send {
-        KvJobStore::due_outlook(self, window, limit)
+    ) -> impl std::future::Future<Output = Result<DueOutlook, StoreError>> + Send {
+        KvJobStore::due_outlook(self, node, window, limit)
     }
     fn acquire_with_outlook(
         &self,

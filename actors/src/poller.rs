@@ -32,6 +32,8 @@ use crate::stats::StoreOp;
 
 /// How late a fire in another node's shard must be before this node takes it.
 const STEAL_GRACE: Duration = Duration::from_secs(2);
+/// How often at most a node wakes to look for other nodes' late fires.
+const STEAL_CHECK: Duration = Duration::from_secs(1);
 /// Fires due this soon are always acquired ahead; their runs wait for their scheduled
 /// instant, so acquisition happens before the due time instead of after it.
 const LOOKAHEAD: Duration = Duration::from_millis(100);
@@ -346,29 +348,46 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
             }
         }
     }
-    // Sleep until the next known due time, at most one poll interval. A fire already due
-    // that this cycle did not take belongs to another node's shard (or its job is busy):
-    // wake when it becomes ours to steal rather than spin on it.
+    // Sleep until this node's next fire enters the lookahead, at most one poll interval.
     let now = shared.clock.now();
     let local_wait = state.local.poll_timeout().map(|due| (due - now).to_std().unwrap_or(Duration::ZERO));
-    let outlook = match seen_outlook {
+    if slots == 0 {
+        // Nothing can be taken until a run ends (which wakes the poller) or the next
+        // heartbeat succeeds: no need to know what is due.
+        return local_wait.map_or(poll_interval, |local| local.min(poll_interval));
+    }
+    let outlook = match seen_outlook.flatten() {
         Some(outlook) => Ok(outlook),
-        None => shared.store.due_outlook(MAX_LOOKAHEAD, state.lead.saturation().min(OUTLOOK_LIMIT)).await,
+        None => {
+            let limit = state.lead.saturation().min(OUTLOOK_LIMIT);
+            shared.store.due_outlook(&shared.node_id, MAX_LOOKAHEAD, limit).await
+        }
     };
     // The more fires fall due together, the earlier their acquisition starts.
     state.lookahead = match &outlook {
-        Ok(Some(next)) => state.lead.lead(next.count),
+        Ok(next) if next.first.is_some() => state.lead.lead(next.count),
         _ => LOOKAHEAD,
     };
     let horizon = sundial::time::add_duration(now, state.lookahead);
-    let wait = match outlook.map(|o| o.map(|next| next.first)) {
-        // Wake when the next fire enters the lookahead window.
-        Ok(Some(due)) if due > horizon => (due - horizon).to_std().unwrap_or(Duration::ZERO),
-        Ok(Some(due)) => {
-            let stealable = sundial::time::add_duration(due, STEAL_GRACE);
-            (stealable - now).to_std().unwrap_or(poll_interval).max(MIN_RETRY_WAIT)
+    let until_stealable = |due| {
+        let stealable = sundial::time::add_duration(due, STEAL_GRACE);
+        (stealable - now).to_std().unwrap_or(Duration::ZERO).max(MIN_RETRY_WAIT)
+    };
+    let wait = match outlook {
+        Ok(next) => {
+            let home = match next.first {
+                Some(due) if due > horizon => (due - horizon).to_std().unwrap_or(Duration::ZERO),
+                // Ours and due, yet not taken (its job is busy here, or blocked): wake when
+                // any node may take it rather than spin on it.
+                Some(due) => until_stealable(due),
+                None => poll_interval,
+            };
+            // Other nodes' fires only once they are late enough to take, and checked at
+            // most every STEAL_CHECK: a node is not woken by every fire of the cluster.
+            let elsewhere = next.first_elsewhere.map_or(poll_interval, |due| until_stealable(due).max(STEAL_CHECK));
+            home.min(elsewhere)
         }
-        _ => poll_interval,
+        Err(_) => poll_interval,
     };
     local_wait.map_or(wait, |local| local.min(wait)).min(poll_interval)
 }

@@ -200,6 +200,11 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// The value among a key's `versions` at `version`.
+fn value_in(versions: &Versions, version: Version) -> Option<&[u8]> {
+    versions.iter().rev().find(|(v, _)| *v <= version).and_then(|(_, value)| value.as_deref())
+}
+
 fn overlaps(a: &(Vec<u8>, Vec<u8>), b_begin: &[u8], b_end: &[u8]) -> bool {
     a.0.as_slice() < b_end && b_begin < a.1.as_slice()
 }
@@ -234,8 +239,7 @@ fn subtract(begin: &[u8], end: &[u8], holes: &[(Vec<u8>, Vec<u8>)]) -> Vec<(Vec<
 impl State {
     /// The value of `key` at `version`.
     fn value_at(&self, key: &[u8], version: Version) -> Option<&[u8]> {
-        let versions = self.data.get(key)?;
-        versions.iter().rev().find(|(v, _)| *v <= version).and_then(|(_, value)| value.as_deref())
+        value_in(self.data.get(key)?, version)
     }
 
     fn register_read(&mut self, version: Version) {
@@ -748,18 +752,20 @@ impl KvTransaction for MemoryTransaction {
             let read_version = data.read_version.unwrap_or_default();
             let limit = request.limit.unwrap_or(usize::MAX);
             let range = (Bound::Included(begin), Bound::Excluded(end));
-            // Merge stored keys with this transaction's point writes, in order.
-            let stored = state.data.range::<[u8], _>(range).map(|(k, _)| k.as_slice());
-            let written = data.points.range::<[u8], _>(range).map(|(k, _)| k.as_slice());
-            let keys: Box<dyn Iterator<Item = &[u8]>> = if request.reverse {
+            // Merge stored keys with this transaction's point writes, in order. A stored
+            // key comes with its versions, so it is not looked up again.
+            let stored = state.data.range::<[u8], _>(range).map(|(k, v)| (k.as_slice(), Some(v)));
+            let written = data.points.range::<[u8], _>(range).map(|(k, _)| (k.as_slice(), None));
+            let keys: Box<dyn Iterator<Item = (&[u8], Option<&Versions>)>> = if request.reverse {
                 Box::new(merge(stored.rev(), written.rev(), true))
             } else {
                 Box::new(merge(stored, written, false))
             };
             let mut pairs = Vec::new();
             let mut more = false;
-            for key in keys {
-                if let Some(value) = data.resolve(key, state.value_at(key, read_version))? {
+            for (key, versions) in keys {
+                let stored = versions.and_then(|versions| value_in(versions, read_version));
+                if let Some(value) = data.resolve(key, stored)? {
                     if pairs.len() == limit {
                         more = true;
                         break;
@@ -993,13 +999,13 @@ impl MemoryTransaction {
     }
 }
 
-/// Merges two sorted key streams (ascending, or descending when `reverse`), yielding each
-/// key once.
-fn merge<'a>(
-    a: impl Iterator<Item = &'a [u8]>,
-    b: impl Iterator<Item = &'a [u8]>,
+/// Merges two streams sorted by key (ascending, or descending when `reverse`), yielding
+/// each key once (`a`'s item when both have it).
+fn merge<'a, T>(
+    a: impl Iterator<Item = (&'a [u8], T)>,
+    b: impl Iterator<Item = (&'a [u8], T)>,
     reverse: bool,
-) -> impl Iterator<Item = &'a [u8]> {
+) -> impl Iterator<Item = (&'a [u8], T)> {
     let mut a = a.peekable();
     let mut b = b.peekable();
     std::iter::from_fn(move || {
@@ -1007,7 +1013,7 @@ fn merge<'a>(
             (None, None) => return None,
             (Some(_), None) => true,
             (None, Some(_)) => false,
-            (Some(x), Some(y)) => {
+            (Some((x, _)), Some((y, _))) => {
                 if x == y {
                     b.next();
                     true
@@ -1039,11 +1045,12 @@ mod tests {
 
     #[test]
     fn merge_streams() {
-        let a: Vec<&[u8]> = vec![b"a", b"c", b"e"];
-        let b: Vec<&[u8]> = vec![b"b", b"c", b"f"];
-        let forward: Vec<&[u8]> = merge(a.iter().copied(), b.iter().copied(), false).collect();
-        assert_eq!(forward, vec![&b"a"[..], b"b", b"c", b"e", b"f"]);
-        let backward: Vec<&[u8]> = merge(a.iter().rev().copied(), b.iter().rev().copied(), true).collect();
+        let a: Vec<(&[u8], char)> = vec![(b"a", 'a'), (b"c", 'a'), (b"e", 'a')];
+        let b: Vec<(&[u8], char)> = vec![(b"b", 'b'), (b"c", 'b'), (b"f", 'b')];
+        let forward: Vec<(&[u8], char)> = merge(a.iter().copied(), b.iter().copied(), false).collect();
+        assert_eq!(forward, vec![(&b"a"[..], 'a'), (b"b", 'b'), (b"c", 'a'), (b"e", 'a'), (b"f", 'b')]);
+        let backward: Vec<&[u8]> =
+            merge(a.iter().rev().copied(), b.iter().rev().copied(), true).map(|(k, _)| k).collect();
         assert_eq!(backward, vec![&b"f"[..], b"e", b"c", b"b", b"a"]);
     }
 }

@@ -82,13 +82,35 @@ pub struct AcquiredRun {
     pub exclusive: bool,
 }
 
-/// What is due next: see [`KvJobStore::due_outlook`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What is due next, for one node: see [`KvJobStore::due_outlook`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DueOutlook {
-    /// The earliest due time of any waiting fire.
-    pub first: DateTime<Utc>,
-    /// How many fires are due within the asked window of `first` (at most the asked limit).
+    /// The earliest due time of a waiting fire in the node's home shards (the fires it
+    /// takes on time).
+    pub first: Option<DateTime<Utc>>,
+    /// How many fires of its home shards are due within the asked window of `first` (at
+    /// most the asked limit).
     pub count: usize,
+    /// The earliest due time of a waiting fire in the other shards (which it takes only
+    /// once they are `steal_grace` late).
+    pub first_elsewhere: Option<DateTime<Utc>>,
+}
+
+/// [`DueOutlook`] in store units.
+struct RawOutlook {
+    first: Option<i64>,
+    count: usize,
+    first_elsewhere: Option<i64>,
+}
+
+impl RawOutlook {
+    fn outlook(self) -> Result<DueOutlook, StoreError> {
+        Ok(DueOutlook {
+            first: self.first.map(instant).transpose()?,
+            count: self.count,
+            first_elsewhere: self.first_elsewhere.map(instant).transpose()?,
+        })
+    }
 }
 
 /// The run id of fire number `fire` of the trigger incarnation `uid`: a UUID v7 stamped
@@ -146,6 +168,8 @@ struct Candidates {
     ordered: Vec<Candidate>,
     /// Each shard's earliest due time (`None` when empty).
     firsts: Vec<Option<i64>>,
+    /// Which shards are this node's home.
+    homes: Vec<bool>,
     /// Some shard had more due than was read.
     truncated: bool,
 }
@@ -203,8 +227,7 @@ impl FireCache {
 pub struct Acquisition {
     /// The runs it started.
     pub runs: Vec<AcquiredRun>,
-    /// The due outlook after it (see [`KvJobStore::due_outlook`]); `None` when nothing is
-    /// waiting, or when `more`.
+    /// The due outlook after it (see [`KvJobStore::due_outlook`]); `None` when `more`.
     pub outlook: Option<DueOutlook>,
     /// More fires may be due right now (it took `max`, or read only part of a crowded
     /// shard): the caller acquires again rather than sleeps, and the outlook is not read.
@@ -235,26 +258,23 @@ impl<K: Kv> KvJobStore<K> {
         limit: usize,
     ) -> Result<Acquisition, StoreError> {
         if request.max == 0 {
-            let outlook = self.due_outlook(window, limit).await?;
-            return Ok(Acquisition { runs: Vec::new(), outlook, more: false });
+            let outlook = self.due_outlook(request.node, window, limit).await?;
+            return Ok(Acquisition { runs: Vec::new(), outlook: Some(outlook), more: false });
         }
         let (runs, outlook, more) = run(&self.kv, self.options.retry, |txn, maybe| async move {
             let tx = self.tx(txn);
-            let all_shards = || -> Vec<Option<i64>> { vec![None; usize::from(DUE_SHARDS)] };
             if maybe.0 {
                 let adopted = self.adopt_unknown_runs(&tx, request).await?;
                 if !adopted.is_empty() {
-                    let firsts = self.first_due(&tx, all_shards(), &(0..DUE_SHARDS).collect()).await?;
-                    let outlook = self.count_due(&tx, &firsts, window, limit).await?;
-                    return Ok((adopted, outlook, false));
+                    let outlook = self.outlook_in(&tx, request.node, window, limit).await?;
+                    return Ok((adopted, Some(outlook), false));
                 }
             }
             if !self.may_acquire(&tx, request.node).await? {
-                let firsts = self.first_due(&tx, all_shards(), &(0..DUE_SHARDS).collect()).await?;
-                let outlook = self.count_due(&tx, &firsts, window, limit).await?;
-                return Ok((Vec::new(), outlook, false));
+                let outlook = self.outlook_in(&tx, request.node, window, limit).await?;
+                return Ok((Vec::new(), Some(outlook), false));
             }
-            let Candidates { ordered, firsts, truncated } = self.candidates(&tx, request).await?;
+            let Candidates { ordered, firsts, homes, truncated } = self.candidates(&tx, request).await?;
             let mut acquired = Vec::new();
             let mut changed = BTreeSet::new();
             let mut cache = FireCache::default();
@@ -273,12 +293,11 @@ impl<K: Kv> KvJobStore<K> {
                 return Ok((acquired, None, true));
             }
             let firsts = self.first_due(&tx, firsts, &changed).await?;
-            let outlook = self.count_due(&tx, &firsts, window, limit).await?;
-            Ok::<_, StoreError>((acquired, outlook, false))
+            let outlook = self.count_due(&tx, &firsts, &homes, window, limit).await?;
+            Ok::<_, StoreError>((acquired, Some(outlook), false))
         })
         .await?;
-        let outlook = outlook.map(|(first, count)| Ok::<_, StoreError>(DueOutlook { first: instant(first)?, count }));
-        Ok(Acquisition { runs, outlook: outlook.transpose()?, more })
+        Ok(Acquisition { runs, outlook: outlook.map(RawOutlook::outlook).transpose()?, more })
     }
 
     /// `firsts` (each shard's earliest due time, `None` when empty) with the shards in
@@ -300,47 +319,81 @@ impl<K: Kv> KvJobStore<K> {
         Ok(firsts)
     }
 
-    /// The earliest of `firsts`, and how many entries are due within `window` of it (at
-    /// most `limit`, snapshot).
+    /// The outlook from `firsts` (each shard's earliest due time) for the node whose
+    /// home shards are `homes`: its earliest home fire and how many home fires are due
+    /// within `window` of it (at most `limit`, snapshot), and the earliest other fire.
     async fn count_due(
         &self,
         tx: &Tx<'_, K::Transaction>,
         firsts: &[Option<i64>],
+        homes: &[bool],
         window: Duration,
         limit: usize,
-    ) -> Result<Option<(i64, usize)>, StoreError> {
-        let Some(earliest) = firsts.iter().flatten().min().copied() else { return Ok(None) };
+    ) -> Result<RawOutlook, StoreError> {
+        let earliest =
+            |home: bool| firsts.iter().zip(homes).filter(|(_, h)| **h == home).filter_map(|(first, _)| *first).min();
+        let (first, first_elsewhere) = (earliest(true), earliest(false));
+        let Some(first_home) = first else { return Ok(RawOutlook { first, count: 0, first_elsewhere }) };
         let window = TimeDelta::from_std(window).map_or(i64::MAX, |w| w.num_microseconds().unwrap_or(i64::MAX));
-        let until = earliest.saturating_add(window);
+        let until = first_home.saturating_add(window);
         let mut count = 0;
-        for (shard, first) in (0..DUE_SHARDS).zip(firsts) {
-            if first.is_none_or(|first| first > until) || count >= limit {
+        for ((shard, first), home) in (0..DUE_SHARDS).zip(firsts).zip(homes) {
+            if !home || first.is_none_or(|first| first > until) || count >= limit {
                 continue;
             }
             let (begin, end) = self.keys.due_until(shard, until);
             count += tx.txn.get_range(&RangeRequest::new(begin, end).limit(limit - count), true).await?.pairs.len();
         }
-        Ok(Some((earliest, count)))
+        Ok(RawOutlook { first, count, first_elsewhere })
     }
 
-    /// The earliest due time in the due index, and how many fires are due within
-    /// `window` of it (counted up to `limit`), or `None` when nothing is waiting. A poller
-    /// sleeps until then (or its poll interval), and starts acquiring earlier the more
-    /// fires fall due together (see [`crate::rules::AcquisitionLead`]).
+    /// The outlook for `node` as `tx` sees the due index (snapshot reads).
+    async fn outlook_in(
+        &self,
+        tx: &Tx<'_, K::Transaction>,
+        node: &str,
+        window: Duration,
+        limit: usize,
+    ) -> Result<RawOutlook, StoreError> {
+        let homes = self.homes_of(tx, node).await?;
+        let firsts = self.first_due(tx, vec![None; usize::from(DUE_SHARDS)], &(0..DUE_SHARDS).collect()).await?;
+        self.count_due(tx, &firsts, &homes, window, limit).await
+    }
+
+    /// What is due next for `node`: the earliest fire of its home shards (the shards it
+    /// takes on time, by rendezvous hashing over the live nodes) and how many of them are
+    /// due within `window` of it (counted up to `limit`), and the earliest fire of the
+    /// other shards (which it takes only once they are late). A poller sleeps until the
+    /// first, starting earlier the more fires fall due together (see
+    /// [`crate::rules::AcquisitionLead`]), and checks the others now and then: it is not
+    /// woken by every fire of the cluster.
     ///
-    /// Snapshot reads: one per shard for the earliest entry, then a range read of the
-    /// shards that have entries within the window.
+    /// Snapshot reads: the node list, one read per shard for the earliest entry, then a
+    /// range read of the home shards that have entries within the window.
     ///
     /// # Errors
     /// Store errors.
-    pub async fn due_outlook(&self, window: Duration, limit: usize) -> Result<Option<DueOutlook>, StoreError> {
+    pub async fn due_outlook(&self, node: &str, window: Duration, limit: usize) -> Result<DueOutlook, StoreError> {
         let outlook = run(&self.kv, self.options.retry, |txn, _| async move {
             let tx = self.tx(txn);
-            let firsts = self.first_due(&tx, vec![None; usize::from(DUE_SHARDS)], &(0..DUE_SHARDS).collect()).await?;
-            self.count_due(&tx, &firsts, window, limit).await
+            self.outlook_in(&tx, node, window, limit).await
         })
         .await?;
-        outlook.map(|(first, count)| Ok(DueOutlook { first: instant(first)?, count })).transpose()
+        outlook.outlook()
+    }
+
+    /// Which shards are home to `node` among the live nodes (snapshot).
+    async fn homes_of(&self, tx: &Tx<'_, K::Transaction>, node: &str) -> Result<Vec<bool>, StoreError> {
+        let (begin, end) = self.keys.nodes();
+        let node_records = tx.txn.get_range(&RangeRequest::new(begin, end), true).await?;
+        let mut nodes = vec![node.to_owned()];
+        for (_, value) in &node_records.pairs {
+            let record: NodeRecord = codec::decode(value, "node record")?;
+            if record.alive && record.node != node {
+                nodes.push(record.node);
+            }
+        }
+        Ok(self.home_shards(nodes))
     }
 
     /// Whether `node` may take fires: not when it is registered but no longer alive
@@ -398,20 +451,11 @@ impl<K: Kv> KvJobStore<K> {
         tx: &Tx<'_, K::Transaction>,
         request: &AcquireRequest<'_>,
     ) -> Result<Candidates, StoreError> {
-        let (begin, end) = self.keys.nodes();
-        let node_records = tx.txn.get_range(&RangeRequest::new(begin, end), true).await?;
-        let mut nodes = vec![request.node.to_owned()];
-        for (_, value) in &node_records.pairs {
-            let node: NodeRecord = codec::decode(value, "node record")?;
-            if node.alive && node.node != request.node {
-                nodes.push(node.node);
-            }
-        }
+        let homes = self.homes_of(tx, request.node).await?;
         let now = micros(request.now);
         let grace =
             TimeDelta::from_std(request.steal_grace).map_or(i64::MAX, |g| g.num_microseconds().unwrap_or(i64::MAX));
         let lookahead = TimeDelta::from_std(request.lookahead).map_or(0, |l| l.num_microseconds().unwrap_or(0));
-        let homes = self.home_shards(nodes);
         let mut candidates = Vec::new();
         let firsts = self.first_due(tx, vec![None; usize::from(DUE_SHARDS)], &(0..DUE_SHARDS).collect()).await?;
         let until = |shard: u16| {
@@ -462,7 +506,7 @@ impl<K: Kv> KvJobStore<K> {
                 .then(a.due.cmp(&b.due))
                 .then_with(|| (&a.job, &a.trigger).cmp(&(&b.job, &b.trigger)))
         });
-        Ok(Candidates { ordered: candidates, firsts, truncated })
+        Ok(Candidates { ordered: candidates, firsts, homes, truncated })
     }
 
     /// Which shards are home to `nodes[0]` among `nodes` (cached for the last list).

@@ -14,7 +14,8 @@ use sundial::job::{
 };
 use sundial::kv::Kv;
 use sundial::name::{JobName, TriggerKey, TriggerName};
-use sundial::store::{AcquireRequest, AcquiredRun, Completion, CompletionResult, KvJobStore, RunOutcome};
+use sundial::schedule::format_instant;
+use sundial::store::{AcquireRequest, AcquiredRun, Completion, CompletionResult, DueOutlook, KvJobStore, RunOutcome};
 use sundial::time::from_micros;
 use uuid::Uuid;
 
@@ -48,6 +49,7 @@ macro_rules! for_each_scenario {
             a_restarted_process_reclaims_the_runs_its_predecessor_left,
             a_job_deleted_and_added_again_waits_for_its_old_run,
             batched_completions_act_as_each_one_alone,
+            the_due_outlook_splits_home_fires_from_the_others,
         );
     };
 }
@@ -773,4 +775,39 @@ pub(crate) async fn batched_completions_act_as_each_one_alone<K: Kv>(store: &KvJ
         "SCHEDULING_NOTFOUND_004: run not found or already finished: 00000000-0000-0000-0000-00000000004d"
     );
     assert!(results[1..].iter().all(|r| r.as_ref().is_ok_and(|r| r.recorded)), "{results:?}");
+}
+
+/// Each node's outlook covers its home shards (`first`, `count`) and the others
+/// (`first_elsewhere`); across the live nodes every waiting fire is home to exactly one.
+pub(crate) async fn the_due_outlook_splits_home_fires_from_the_others<K: Kv>(store: &KvJobStore<K>) {
+    let day = Duration::from_secs(86_400);
+    assert_eq!(store.due_outlook("a", day, 1_000).await.unwrap(), DueOutlook::default(), "nothing waiting");
+    let triggers: Vec<(String, String)> =
+        (0..40).map(|i| (format!("t{i}"), format!("once {}", format_instant(secs(10 + i % 7))))).collect();
+    let triggers: Vec<(&str, &str)> = triggers.iter().map(|(n, s)| (n.as_str(), s.as_str())).collect();
+    let mut def = job("o", &triggers);
+    def.allow_concurrent = true;
+    store.schedule(&[def], t0()).await;
+    // Alone (not even registered), every shard is home.
+    let alone = store.due_outlook("a", day, 1_000).await.unwrap();
+    assert_eq!((alone.first, alone.count, alone.first_elsewhere), (Some(secs(10)), 40, None));
+    assert_eq!(store.due_outlook("a", Duration::from_secs(1), 1_000).await.unwrap().count, 12, "due at 10 s or 11 s");
+    assert_eq!(store.due_outlook("a", day, 5).await.unwrap().count, 5, "counted up to the limit");
+    // Two live nodes share the shards.
+    store.heartbeat("a", t0(), None).await.unwrap();
+    store.heartbeat("b", t0(), None).await.unwrap();
+    let a = store.due_outlook("a", day, 1_000).await.unwrap();
+    let b = store.due_outlook("b", day, 1_000).await.unwrap();
+    assert_eq!(a.count + b.count, 40, "each fire is home to one node: {a:?} {b:?}");
+    assert!(a.count > 0 && b.count > 0, "{a:?} {b:?}");
+    for (me, other) in [(a, b), (b, a)] {
+        assert_eq!(me.first.into_iter().chain(me.first_elsewhere).min(), Some(secs(10)));
+        assert_eq!(me.first_elsewhere, other.first, "one node's elsewhere is the other's home");
+    }
+    // An acquisition reports the same outlook, after its own changes.
+    let none_known = BTreeSet::new();
+    let taken = store.acquire_with_outlook(&request("a", secs(10), 100, &none_known), day, 1_000).await.unwrap();
+    let after = taken.outlook.expect("not full, so the outlook was read");
+    assert_eq!(after, store.due_outlook("a", day, 1_000).await.unwrap());
+    assert_eq!(after.count, a.count - taken.runs.len(), "{a:?} {after:?} took {}", taken.runs.len());
 }
