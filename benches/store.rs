@@ -101,6 +101,7 @@ fn request<'a>(node: &'a str, now: DateTime<Utc>, known: &'a BTreeSet<uuid::Uuid
         known_runs: known,
         scheduled: true,
         busy_jobs: &NO_JOBS,
+        steal: true,
     }
 }
 

@@ -4,10 +4,13 @@
 //! works), heartbeat (shared store), act on cancel requests for this node, and acquire due
 //! fires into free slots (`min(acquire_batch_size, max_concurrent_runs − running)`) — with a
 //! store of its own and no leadership, only one-shot fires (enqueue, retry) —
-//! starting a [`crate::run`] actor for each; fires due within a short lookahead are taken
-//! too and their runs wait for their exact time. Then it sleeps until the earlier of the next
-//! known due time (less the lookahead) and `poll_interval`; local changes (`Wake`) and freed slots cut the sleep
-//! short, so runs start within milliseconds of their due time.
+//! starting a [`crate::run`] actor for each. Fires due within the lookahead are taken too
+//! and their runs wait, ready, for their exact time; the lookahead grows with the number
+//! of fires due together, so that their acquisition ends before they are due
+//! ([`AcquisitionLead`]). Then it sleeps until its home shards' next fire enters the
+//! lookahead (other nodes' shards are read at most every five seconds, for fires late
+//! enough to steal), at most `poll_interval`; local changes (`Wake`) and freed slots cut the sleep
+//! short, so runs start within microseconds of their due time.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -32,8 +35,9 @@ use crate::stats::StoreOp;
 
 /// How late a fire in another node's shard must be before this node takes it.
 const STEAL_GRACE: Duration = Duration::from_secs(2);
-/// How often at most a node wakes to look for other nodes' late fires.
-const STEAL_CHECK: Duration = Duration::from_secs(1);
+/// How often at most a node reads the other nodes' shards for late fires to steal (a
+/// dead node's fires wait `STEAL_GRACE` plus up to this until taken elsewhere).
+const STEAL_CHECK: Duration = Duration::from_secs(5);
 /// Fires due this soon are always acquired ahead; their runs wait for their scheduled
 /// instant, so acquisition happens before the due time instead of after it.
 const LOOKAHEAD: Duration = Duration::from_millis(100);
@@ -46,6 +50,8 @@ const PRIOR_COST_PER_RUN: Duration = Duration::from_micros(40);
 /// Fires counted ahead at most (counting is a read of the due index); fewer when the
 /// lead reaches its cap sooner.
 const OUTLOOK_LIMIT: usize = 100_000;
+/// How long a full node waits after a slot frees before it acquires again.
+const REFILL_DELAY: Duration = Duration::from_millis(5);
 /// The shortest sleep after a cycle that left a due fire untaken, so a node never spins.
 const MIN_RETRY_WAIT: Duration = Duration::from_millis(10);
 
@@ -94,6 +100,10 @@ pub(crate) struct PollerState<S: JobStore> {
     /// and how many runs they took. Measured as one, since the time between batches
     /// (other work on the node) delays the last fire as much as the batches do.
     sequence: Option<(sundial::time::MonotonicInstant, usize)>,
+    /// A cycle to fill freed slots is scheduled.
+    refill_pending: bool,
+    /// When this node last read the other nodes' shards.
+    last_steal_check: Option<sundial::time::MonotonicInstant>,
 }
 
 /// Local jobs are re-read from the store every this many cycles (SPEC §7).
@@ -133,6 +143,8 @@ impl<S: JobStore> Actor for PollerActor<S> {
             lead: AcquisitionLead::new(LOOKAHEAD, MAX_LOOKAHEAD, PRIOR_COST_PER_RUN),
             lookahead: LOOKAHEAD,
             sequence: None,
+            refill_pending: false,
+            last_steal_check: None,
         })
     }
 
@@ -144,6 +156,7 @@ impl<S: JobStore> Actor for PollerActor<S> {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             PollerMsg::Tick(tick) if tick == state.tick => {
+                state.refill_pending = false;
                 let wait = cycle(&myself, state).await;
                 state.tick += 1;
                 let next = state.tick;
@@ -177,10 +190,14 @@ impl<S: JobStore> Actor for PollerActor<S> {
                         let _ = myself.send_message(PollerMsg::Tick(state.tick));
                     }
                 }
-                if was_full {
-                    // A slot freed up: fill it now rather than at the next tick.
+                if was_full && !state.refill_pending {
+                    // A slot freed up: fill it soon rather than at the next tick, after
+                    // other runs ending meanwhile have freed theirs (one acquisition for
+                    // them all, not one per slot).
+                    state.refill_pending = true;
                     state.tick += 1;
-                    let _ = myself.send_message(PollerMsg::Tick(state.tick));
+                    let next = state.tick;
+                    myself.send_after(REFILL_DELAY, move || PollerMsg::Tick(next));
                 }
             }
             PollerMsg::Trigger(job, data, reply) => {
@@ -303,6 +320,12 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
     };
     // What is due next, as the acquisition saw it (saves reading every shard again).
     let mut seen_outlook = None;
+    // Other nodes' shards are read (for late fires to steal) at most every STEAL_CHECK.
+    let now_mono = shared.clock.monotonic();
+    let steal = state.last_steal_check.is_none_or(|last| now_mono.saturating_duration_since(last) >= STEAL_CHECK);
+    if steal && slots > 0 {
+        state.last_steal_check = Some(now_mono);
+    }
     if slots > 0 {
         let known_types: BTreeSet<String> = shared.registry.type_keys().map(str::to_owned).collect();
         let known_runs: BTreeSet<Uuid> = state.running.keys().copied().collect();
@@ -319,6 +342,7 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
             // With a store of its own, only the leader runs scheduled triggers (SPEC §10).
             scheduled: shared.shared_store || shared.leader().is_some(),
             busy_jobs: &busy_jobs,
+            steal,
         };
         let began = state.sequence.map_or_else(|| shared.clock.monotonic(), |(began, _)| began);
         let limit = state.lead.saturation().min(OUTLOOK_LIMIT);
@@ -384,6 +408,7 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
             };
             // Other nodes' fires only once they are late enough to take, and checked at
             // most every STEAL_CHECK: a node is not woken by every fire of the cluster.
+            // (Not read this cycle: the next periodic cycle looks.)
             let elsewhere = next.first_elsewhere.map_or(poll_interval, |due| until_stealable(due).max(STEAL_CHECK));
             home.min(elsewhere)
         }

@@ -67,6 +67,9 @@ pub struct AcquireRequest<'a> {
     /// Jobs whose fires this node must leave waiting now: local non-concurrent jobs with a
     /// run on this node (their "not concurrent" is judged per node, outside the store).
     pub busy_jobs: &'a BTreeSet<String>,
+    /// Also look at the other nodes' shards, for fires `steal_grace` late. Reading them
+    /// costs a read per shard: a poller asks now and then, not at every fire of its own.
+    pub steal: bool,
 }
 
 /// A run the node must now execute.
@@ -228,6 +231,7 @@ pub struct Acquisition {
     /// The runs it started.
     pub runs: Vec<AcquiredRun>,
     /// The due outlook after it (see [`KvJobStore::due_outlook`]); `None` when `more`.
+    /// Without `steal`, the other nodes' shards were not read: `first_elsewhere` is `None`.
     pub outlook: Option<DueOutlook>,
     /// More fires may be due right now (it took `max`, or read only part of a crowded
     /// shard): the caller acquires again rather than sleeps, and the outlook is not read.
@@ -312,7 +316,7 @@ impl<K: Kv> KvJobStore<K> {
             let (begin, end) = self.keys.due_shard(shard);
             let first = tx.txn.get_range(&RangeRequest::new(begin, end).limit(1), true).await?;
             firsts[usize::from(shard)] = match first.pairs.first() {
-                Some((key, _)) => Some(self.keys.due_parts(key)?.0),
+                Some((key, _)) => Some(self.keys.due_time(key)?),
                 None => None,
             };
         }
@@ -457,7 +461,8 @@ impl<K: Kv> KvJobStore<K> {
             TimeDelta::from_std(request.steal_grace).map_or(i64::MAX, |g| g.num_microseconds().unwrap_or(i64::MAX));
         let lookahead = TimeDelta::from_std(request.lookahead).map_or(0, |l| l.num_microseconds().unwrap_or(0));
         let mut candidates = Vec::new();
-        let firsts = self.first_due(tx, vec![None; usize::from(DUE_SHARDS)], &(0..DUE_SHARDS).collect()).await?;
+        let read: BTreeSet<u16> = (0..DUE_SHARDS).filter(|&s| request.steal || homes[usize::from(s)]).collect();
+        let firsts = self.first_due(tx, vec![None; usize::from(DUE_SHARDS)], &read).await?;
         let until = |shard: u16| {
             if homes[usize::from(shard)] {
                 now.saturating_add(lookahead)

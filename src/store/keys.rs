@@ -31,6 +31,7 @@
 //! Times are microseconds since the Unix epoch (tuple integers sort correctly, negatives
 //! included); run ids are UUIDs (v7, so they sort by creation time).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use foundationdb_tuple::{Subspace, TuplePack, TupleUnpack};
@@ -159,6 +160,12 @@ impl Keyspace {
     /// Every due entry of `shard`.
     pub fn due_shard(&self, shard: u16) -> KeyRange {
         self.due_shards[usize::from(shard % DUE_SHARDS)].1.clone()
+    }
+
+    /// The due time of a due key (without decoding its names).
+    pub fn due_time(&self, key: &[u8]) -> Result<i64, StoreError> {
+        let (_, _, due, _, _): (i64, i64, i64, Cow<'_, str>, Cow<'_, str>) = self.unpack(key)?;
+        Ok(due)
     }
 
     /// `(due_us, job, trigger)` of a due key.
@@ -364,6 +371,7 @@ mod tests {
         assert!(begin <= early && early < end && late < end);
         assert!(keys.due(3, 1_001, "a", "t") >= end);
         assert_eq!(keys.due_parts(&late).unwrap(), (1_000, "a".to_owned(), "t".to_owned()));
+        assert_eq!(keys.due_time(&early).unwrap(), -5);
     }
 
     #[test]

@@ -97,6 +97,7 @@ pub(crate) fn request<'a>(
         known_runs: known,
         scheduled: true,
         busy_jobs: &NO_JOBS,
+        steal: true,
     }
 }
 
