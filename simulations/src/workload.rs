@@ -59,6 +59,19 @@ pub enum Op {
     Restore(JobName),
 }
 
+impl Op {
+    /// The job whose state this operation changes, for the ones whose order matters
+    /// (pause/resume, schedule, unschedule, restore).
+    pub fn ordered_job(&self) -> Option<&JobName> {
+        match self {
+            Op::Pause(job) | Op::Resume(job) | Op::Unschedule(job) | Op::Restore(job) => Some(job),
+            Op::PauseTrigger(key) | Op::ResumeTrigger(key) => Some(&key.job),
+            Op::Schedule(def) => Some(&def.name),
+            Op::Trigger(..) | Op::Enqueue(..) | Op::Cancel(_) => None,
+        }
+    }
+}
+
 /// Jobs and operations.
 #[derive(Debug, Clone)]
 pub struct Workload {

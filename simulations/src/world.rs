@@ -115,9 +115,14 @@ struct Slot {
 /// Timeline actions (faults, their ends, operations, phase changes).
 enum Action {
     Fault(Fault),
-    Restart { slot: usize, new_id: bool },
+    Restart {
+        slot: usize,
+        new_id: bool,
+    },
     Heal(Heal),
     Op(Op),
+    /// An operation the store refused, tried again.
+    RetryOp(Op),
     Sample,
     EndSafety,
 }
@@ -156,6 +161,10 @@ struct World {
     jumped_ahead: Duration,
     unavailable_windows: u32,
     partitions: BTreeMap<String, u32>,
+    /// Per job, its operations being retried after a refusal: the job's later operations
+    /// wait behind them, as an operator's would, so a retried pause never lands after the
+    /// resume that was meant to follow it.
+    retrying: BTreeMap<sundial::name::JobName, u32>,
 }
 
 impl World {
@@ -209,6 +218,7 @@ impl World {
             jumped_ahead: Duration::ZERO,
             unavailable_windows: 0,
             partitions: BTreeMap::new(),
+            retrying: BTreeMap::new(),
         };
         world.main().await
     }
@@ -294,7 +304,8 @@ impl World {
                 }
             }
             Action::Heal(heal) => self.heal(heal),
-            Action::Op(op) => self.op(op).await,
+            Action::Op(op) => self.op(op, false).await,
+            Action::RetryOp(op) => self.op(op, true).await,
             Action::Sample => self.sample().await,
             Action::EndSafety => self.end_safety().await,
         }
@@ -517,11 +528,20 @@ impl World {
         }
     }
 
-    async fn op(&mut self, op: Op) {
-        self.count("operations");
+    async fn op(&mut self, op: Op, retry: bool) {
+        if !retry {
+            self.count("operations");
+        }
+        let job = op.ordered_job().cloned();
+        if let Some(job) = job.as_ref().filter(|job| !retry && self.retrying.contains_key(*job)) {
+            // An earlier operation on this job is still being retried: wait behind it.
+            self.world(format!("{op:?} waits behind a refused operation on {job}; again in 10s"));
+            self.at(self.elapsed() + OP_RETRY, Action::Op(op));
+            return;
+        }
         let Some(scheduler) = self.any_scheduler() else {
             self.world(format!("no node up for {op:?}; again in 10s"));
-            self.at(self.elapsed() + OP_RETRY, Action::Op(op));
+            self.refused(op, retry);
             return;
         };
         // An operator retries what the store refused while unavailable.
@@ -567,9 +587,33 @@ impl World {
         };
         if refused {
             self.world(format!("{text}; again in 10s"));
-            self.at(self.elapsed() + OP_RETRY, Action::Op(op));
+            self.refused(op, retry);
         } else {
             self.world(text);
+            if retry {
+                if let Some(job) = job {
+                    self.done_retrying(&job);
+                }
+            }
+        }
+    }
+
+    /// Schedules a refused operation's next try, holding back its job's later ones.
+    fn refused(&mut self, op: Op, retry: bool) {
+        if !retry {
+            if let Some(job) = op.ordered_job() {
+                *self.retrying.entry(job.clone()).or_default() += 1;
+            }
+        }
+        self.at(self.elapsed() + OP_RETRY, Action::RetryOp(op));
+    }
+
+    fn done_retrying(&mut self, job: &sundial::name::JobName) {
+        if let Some(count) = self.retrying.get_mut(job) {
+            *count -= 1;
+            if *count == 0 {
+                self.retrying.remove(job);
+            }
         }
     }
 

@@ -217,4 +217,22 @@ mod regressions {
         };
         assert_clean(&run(313, &overrides));
     }
+
+    /// Simulator and checker fixes. 396 (contention mix): a pause the store refused was
+    /// retried until after the resume meant to follow it, leaving the job paused for good
+    /// while the checker expected it resumed (an operator's later operations on a job now
+    /// wait behind a refused one). 83: a run taken ahead, on a node whose clock was behind,
+    /// for a start just after the end was judged stuck (the checker allows for the skew).
+    #[test]
+    fn seeds_83_396_operator_order_and_runs_taken_ahead_at_the_end() {
+        default_options(83);
+        let faults = Faults::parse("crash=10,partition=10,latency=10").expect("a valid list");
+        let overrides = Overrides {
+            nodes: Some(4),
+            duration: Some(Duration::from_secs(3600)),
+            faults: Some(faults),
+            ..Overrides::default()
+        };
+        assert_clean(&run(396, &overrides));
+    }
 }
