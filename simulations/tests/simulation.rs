@@ -94,6 +94,19 @@ mod regressions {
         assert_clean(&run(seed, &Overrides::default()));
     }
 
+    /// The contention mix of the sweeps: four nodes for an hour, crashes, partitions and
+    /// store latency at ten an hour each.
+    fn contention_mix(seed: u64) {
+        let faults = Faults::parse("crash=10,partition=10,latency=10").expect("a valid list");
+        let overrides = Overrides {
+            nodes: Some(4),
+            duration: Some(Duration::from_secs(3600)),
+            faults: Some(faults),
+            ..Overrides::default()
+        };
+        assert_clean(&run(seed, &overrides));
+    }
+
     /// An enqueued or retry trigger unblocked while its job was paused stayed paused.
     #[test]
     fn seed_2_one_shot_trigger_paused_forever() {
@@ -181,14 +194,7 @@ mod regressions {
     /// (fixed: a node with a stale heartbeat starts no job).
     #[test]
     fn seed_326_contention_runs_started_by_a_node_already_declared_lost() {
-        let faults = Faults::parse("crash=10,partition=10,latency=10").expect("a valid list");
-        let overrides = Overrides {
-            nodes: Some(4),
-            duration: Some(Duration::from_secs(3600)),
-            faults: Some(faults),
-            ..Overrides::default()
-        };
-        assert_clean(&run(326, &overrides));
+        contention_mix(326);
     }
 
     /// A run a drain abandoned (its job ignored cancellation) was never logged as ending
@@ -208,14 +214,7 @@ mod regressions {
     fn seeds_97_159_313_acquisitions_by_a_node_declared_lost() {
         default_options(97);
         default_options(159);
-        let faults = Faults::parse("crash=10,partition=10,latency=10").expect("a valid list");
-        let overrides = Overrides {
-            nodes: Some(4),
-            duration: Some(Duration::from_secs(3600)),
-            faults: Some(faults),
-            ..Overrides::default()
-        };
-        assert_clean(&run(313, &overrides));
+        contention_mix(313);
     }
 
     /// Simulator and checker fixes. 396 (contention mix): a pause the store refused was
@@ -226,13 +225,6 @@ mod regressions {
     #[test]
     fn seeds_83_396_operator_order_and_runs_taken_ahead_at_the_end() {
         default_options(83);
-        let faults = Faults::parse("crash=10,partition=10,latency=10").expect("a valid list");
-        let overrides = Overrides {
-            nodes: Some(4),
-            duration: Some(Duration::from_secs(3600)),
-            faults: Some(faults),
-            ..Overrides::default()
-        };
-        assert_clean(&run(396, &overrides));
+        contention_mix(396);
     }
 }

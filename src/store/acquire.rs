@@ -248,10 +248,10 @@ impl<K: Kv> KvJobStore<K> {
         Ok(self.acquire_with_outlook(request, Duration::ZERO, 0).await?.runs)
     }
 
-    /// [`acquire_due`](Self::acquire_due), also reporting the [`due_outlook`]
-    /// (Self::due_outlook) with `window` and `limit` as the acquisition's transaction sees
-    /// the due index afterwards (its own changes included): a poller need not read every
-    /// shard again to know when to wake.
+    /// [`acquire_due`](Self::acquire_due), also reporting the
+    /// [`due_outlook`](Self::due_outlook) with `window` and `limit` as the acquisition's
+    /// transaction sees the due index afterwards (its own changes included): a poller need
+    /// not read every shard again to know when to wake.
     ///
     /// # Errors
     /// As [`acquire_due`](Self::acquire_due).
