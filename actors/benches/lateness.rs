@@ -224,6 +224,19 @@ async fn sundial_burst(count: usize) -> (Duration, usize) {
     scheduler.stop(Duration::from_secs(5)).await;
     let records = records.lock().unwrap();
     let last = records.iter().map(|(_, _, lateness)| *lateness).max().unwrap_or(0);
+    if std::env::var_os("BENCH_PER_SECOND").is_some() {
+        let mut lateness: Vec<i64> = records.iter().map(|(_, _, l)| *l).collect();
+        lateness.sort_unstable();
+        let at = |p: f64| lateness.get(((lateness.len() as f64 - 1.0) * p) as usize).copied().unwrap_or(0);
+        eprintln!(
+            "sundial burst lateness µs: p10 {} p50 {} p90 {} p99 {} max {}",
+            at(0.1),
+            at(0.5),
+            at(0.9),
+            at(0.99),
+            last
+        );
+    }
     (Duration::from_micros(last.max(0) as u64), records.len())
 }
 
