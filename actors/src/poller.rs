@@ -373,6 +373,8 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
         }
     }
     // Sleep until this node's next fire enters the lookahead, at most one poll interval.
+    // (A successful acquisition reached the fires due by `acquired_until`.)
+    let acquired_until = seen_outlook.is_some().then(|| sundial::time::add_duration(now, state.lookahead));
     let now = shared.clock.now();
     let local_wait = state.local.poll_timeout().map(|due| (due - now).to_std().unwrap_or(Duration::ZERO));
     if slots == 0 {
@@ -401,6 +403,9 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
         Ok(next) => {
             let home = match next.first {
                 Some(due) if due > horizon => (due - horizon).to_std().unwrap_or(Duration::ZERO),
+                // Fires this cycle's acquisition did not reach (the lead grew, or time
+                // passed while it ran): acquire them now.
+                Some(due) if acquired_until.is_some_and(|reached| due > reached) => Duration::ZERO,
                 // Ours and due, yet not taken (its job is busy here, or blocked): wake when
                 // any node may take it rather than spin on it.
                 Some(due) => until_stealable(due),

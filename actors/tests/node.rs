@@ -344,3 +344,57 @@ async fn a_code_job_override_survives_a_restart_until_the_code_changes() {
     assert_eq!(store.status(&name("report")).await.unwrap().unwrap().origin, sundial::job::JobOrigin::Code);
     third.stop(Duration::from_secs(1)).await;
 }
+
+/// Many fires due at one instant, on a store whose every operation takes time: the node
+/// learns what an acquisition costs and starts acquiring early enough that every run of
+/// the next such burst starts on time (the first burst, before any measurement, uses a
+/// prior meant for real stores and is late here, where each store operation costs a tick
+/// of the paused clock).
+#[tokio::test(start_paused = true)]
+async fn fires_due_together_are_acquired_early_enough_to_start_on_time() {
+    use sundial::job::JobTriggerDefinition;
+    use sundial::kv::memory::KvFaults;
+    use sundial::name::TriggerName;
+
+    let clock = Arc::new(TokioClock::new(t0()));
+    let log: Log = Arc::default();
+    let (c, l) = (clock.clone(), log.clone());
+    let registry = JobRegistry::builder()
+        .add_job_type_as("test.record", move || Recorder { clock: c.clone(), log: l.clone() })
+        .build()
+        .unwrap();
+    let faults = KvFaults { latency_max: Duration::from_micros(100), ..KvFaults::default() };
+    let options = MemoryKvOptions { faults, ..MemoryKvOptions::default() };
+    let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), options);
+    let store = KvJobStore::new(kv, registry.calendars().clone(), Entropy::from_seed(1), StoreOptions::default());
+    let options =
+        SchedulerOptions { max_concurrent_runs: 5_000, acquire_batch_size: 100, ..SchedulerOptions::default() };
+    let config = NodeConfig::new(store.clone(), registry, options, "burst-node", clock.clone(), Entropy::from_seed(2));
+    let scheduler = Node::start(config, None).await.unwrap();
+    let bursts = [t0() + chrono::TimeDelta::seconds(5), t0() + chrono::TimeDelta::seconds(15)];
+    let mut defs = Vec::new();
+    for (b, due) in bursts.iter().enumerate() {
+        for j in 0..3 {
+            let mut def = JobDefinition::new(name(&format!("burst-{b}-{j}")), JobTypeKey::new("test.record").unwrap());
+            def.allow_concurrent = true;
+            for t in 0..50 {
+                let trigger = TriggerName::new(format!("t{t}")).unwrap();
+                def.triggers.push(JobTriggerDefinition::new(trigger, sundial::JobSchedule::once(*due)));
+            }
+            defs.push(def);
+        }
+    }
+    assert!(scheduler.schedule(defs).await.iter().all(Result::is_ok));
+    scheduler.serve();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let runs = log.lock().unwrap().clone();
+    assert_eq!(runs.len(), 300, "every fire ran once");
+    let latest = |due| runs.iter().filter(|(s, _)| *s == due).map(|(s, started)| *started - *s).max().unwrap();
+    assert!(latest(bursts[0]) > chrono::TimeDelta::milliseconds(100), "the first burst, unmeasured, was late");
+    assert!(
+        latest(bursts[1]) < chrono::TimeDelta::milliseconds(5),
+        "the second burst's last run started {} late",
+        latest(bursts[1])
+    );
+    scheduler.stop(Duration::from_secs(1)).await;
+}
