@@ -400,12 +400,12 @@ impl<K: Kv> KvJobStore<K> {
         Ok(self.home_shards(nodes))
     }
 
-    /// Whether `node` may take fires: not when it is registered but no longer alive
+    /// Whether `node` may take fires or record runs: not when it is registered but no longer alive
     /// (declared lost, or deregistered). Its runs would belong to a node the leader no
     /// longer watches, and would stay `Running` for ever if it then died. Read
     /// serializably, so a declaration racing this acquisition conflicts with it, and the
     /// retry sees it. A node without a record (a store of its own) may.
-    async fn may_acquire(&self, tx: &Tx<'_, K::Transaction>, node: &str) -> Result<bool, StoreError> {
+    pub(super) async fn may_acquire(&self, tx: &Tx<'_, K::Transaction>, node: &str) -> Result<bool, StoreError> {
         let Some(bytes) = tx.txn.get(&self.keys.node(node), false).await? else { return Ok(true) };
         let record: NodeRecord = codec::decode(&bytes, "node record")?;
         Ok(record.alive)

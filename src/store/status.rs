@@ -319,6 +319,12 @@ impl<K: Kv> KvJobStore<K> {
             if tx.run(job_run.id).await?.is_some() {
                 return Ok::<_, StoreError>(());
             }
+            if !self.may_acquire(&tx, node).await? {
+                // Declared lost: the leader no longer watches this node, so a run recorded
+                // now would stay `Running` for ever if the node then died.
+                let reason = format!("node '{node}' was declared lost");
+                return Err(crate::error::SchedulingError::SchedulerNotRunning { reason }.into());
+            }
             self.make_room(&tx).await?;
             let record = RunRecord::running(job_run, node, now, false, true);
             tx.put_run(None, &record);

@@ -441,9 +441,14 @@ pub(crate) async fn lost_nodes_are_reaped_and_their_runs_recovered_exactly_once<
     for run in &runs {
         assert_eq!(store.run_record(run.run.id).await.unwrap().unwrap().state, RunState::Lost);
     }
-    // Declared lost, the node takes nothing (the leader no longer watches it, so its runs
-    // would never be reaped) until it heartbeats again.
+    // Declared lost, the node takes nothing and records no local run (the leader no longer
+    // watches it, so its runs would never be reaped) until it heartbeats again.
     assert!(acquire(store, "dying", secs(100), 16).await.is_empty());
+    let mut local = runs[0].run.clone();
+    local.id = Uuid::from_u128(0x10ca1);
+    let refused = store.begin_local_run(&local, "dying", secs(100)).await.unwrap_err();
+    assert_eq!(sundial::SchedulingError::from(refused).code(), "SCHEDULING_UNAVAILABLE_001");
+    assert!(store.run_record(local.id).await.unwrap().is_none(), "nothing recorded");
     // A late completion from the lost node does not overwrite history.
     let late = complete(store, runs[0].run.id, "dying", RunOutcome::Succeeded, secs(101)).await;
     assert_eq!((late.state, late.recorded), (RunState::Lost, false));
