@@ -332,6 +332,11 @@ impl<K: Kv> KvJobStore<K> {
                     });
                 }
             }
+            if !self.may_acquire(&tx, node).await? {
+                // Declared lost: a run started now would never be reaped if the node died.
+                let reason = format!("node '{node}' was declared lost");
+                return Err(SchedulingError::SchedulerNotRunning { reason }.into());
+            }
             if exclusive {
                 let mut slot = tx.slot(job.as_str()).await?;
                 if slot.holder.is_some() {

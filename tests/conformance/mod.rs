@@ -449,6 +449,10 @@ pub(crate) async fn lost_nodes_are_reaped_and_their_runs_recovered_exactly_once<
     let refused = store.begin_local_run(&local, "dying", secs(100)).await.unwrap_err();
     assert_eq!(sundial::SchedulingError::from(refused).code(), "SCHEDULING_UNAVAILABLE_001");
     assert!(store.run_record(local.id).await.unwrap().is_none(), "nothing recorded");
+    let (plain, data) = (name("plain"), Default::default());
+    let manual = store.begin_manual_run(&plain, &data, "dying", Uuid::from_u128(0xa11), secs(100));
+    let refused = manual.await.unwrap_err();
+    assert_eq!(sundial::SchedulingError::from(refused).code(), "SCHEDULING_UNAVAILABLE_001", "no manual run either");
     // A late completion from the lost node does not overwrite history.
     let late = complete(store, runs[0].run.id, "dying", RunOutcome::Succeeded, secs(101)).await;
     assert_eq!((late.state, late.recorded), (RunState::Lost, false));
