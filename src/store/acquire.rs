@@ -245,7 +245,7 @@ impl<K: Kv> KvJobStore<K> {
     /// `SCHEDULING_UNAVAILABLE_004` when the history cap is reached by running runs, and
     /// store errors.
     pub async fn acquire_due(&self, request: &AcquireRequest<'_>) -> Result<Vec<AcquiredRun>, StoreError> {
-        Ok(self.acquire_with_outlook(request, Duration::ZERO, 0).await?.runs)
+        Ok(self.acquire(request, None).await?.runs)
     }
 
     /// [`acquire_due`](Self::acquire_due), also reporting the
@@ -261,22 +261,38 @@ impl<K: Kv> KvJobStore<K> {
         window: Duration,
         limit: usize,
     ) -> Result<Acquisition, StoreError> {
+        self.acquire(request, Some((window, limit))).await
+    }
+
+    /// Acquisition, reading the outlook (`window`, `limit`) only when asked for it.
+    async fn acquire(
+        &self,
+        request: &AcquireRequest<'_>,
+        wanted: Option<(Duration, usize)>,
+    ) -> Result<Acquisition, StoreError> {
         if request.max == 0 {
-            let outlook = self.due_outlook(request.node, window, limit).await?;
-            return Ok(Acquisition { runs: Vec::new(), outlook: Some(outlook), more: false });
+            let outlook = match wanted {
+                Some((window, limit)) => Some(self.due_outlook(request.node, window, limit).await?),
+                None => None,
+            };
+            return Ok(Acquisition { runs: Vec::new(), outlook, more: false });
         }
         let (runs, outlook, more) = run(&self.kv, self.options.retry, |txn, maybe| async move {
             let tx = self.tx(txn);
+            let outlook_now = |tx| async move {
+                match wanted {
+                    Some((window, limit)) => self.outlook_in(tx, request.node, window, limit).await.map(Some),
+                    None => Ok(None),
+                }
+            };
             if maybe.0 {
                 let adopted = self.adopt_unknown_runs(&tx, request).await?;
                 if !adopted.is_empty() {
-                    let outlook = self.outlook_in(&tx, request.node, window, limit).await?;
-                    return Ok((adopted, Some(outlook), false));
+                    return Ok((adopted, outlook_now(&tx).await?, false));
                 }
             }
-            if !self.may_acquire(&tx, request.node).await? {
-                let outlook = self.outlook_in(&tx, request.node, window, limit).await?;
-                return Ok((Vec::new(), Some(outlook), false));
+            if !self.node_may_run(&tx, request.node).await? {
+                return Ok((Vec::new(), outlook_now(&tx).await?, false));
             }
             let Candidates { ordered, firsts, homes, truncated } = self.candidates(&tx, request).await?;
             let mut acquired = Vec::new();
@@ -292,10 +308,12 @@ impl<K: Kv> KvJobStore<K> {
                     acquired.push(run);
                 }
             }
-            if acquired.len() == request.max || truncated && !acquired.is_empty() {
-                // More may be due at once: the caller acquires again before it sleeps.
-                return Ok((acquired, None, true));
-            }
+            let more = acquired.len() == request.max || truncated && !acquired.is_empty();
+            let Some((window, limit)) = wanted.filter(|_| !more) else {
+                // More may be due at once (the caller acquires again before it sleeps), or
+                // no outlook was asked for.
+                return Ok((acquired, None, more));
+            };
             let firsts = self.first_due(&tx, firsts, &changed).await?;
             let outlook = self.count_due(&tx, &firsts, &homes, window, limit).await?;
             Ok::<_, StoreError>((acquired, Some(outlook), false))
@@ -400,12 +418,12 @@ impl<K: Kv> KvJobStore<K> {
         Ok(self.home_shards(nodes))
     }
 
-    /// Whether `node` may take fires or record runs: not when it is registered but no longer alive
-    /// (declared lost, or deregistered). Its runs would belong to a node the leader no
+    /// Whether `node` may take fires or start runs: not when it is registered but no
+    /// longer alive (declared lost, or deregistered). Its runs would belong to a node the leader no
     /// longer watches, and would stay `Running` for ever if it then died. Read
     /// serializably, so a declaration racing this acquisition conflicts with it, and the
     /// retry sees it. A node without a record (a store of its own) may.
-    pub(super) async fn may_acquire(&self, tx: &Tx<'_, K::Transaction>, node: &str) -> Result<bool, StoreError> {
+    pub(super) async fn node_may_run(&self, tx: &Tx<'_, K::Transaction>, node: &str) -> Result<bool, StoreError> {
         let Some(bytes) = tx.txn.get(&self.keys.node(node), false).await? else { return Ok(true) };
         let record: NodeRecord = codec::decode(&bytes, "node record")?;
         Ok(record.alive)

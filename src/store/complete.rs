@@ -332,7 +332,7 @@ impl<K: Kv> KvJobStore<K> {
                     });
                 }
             }
-            if !self.may_acquire(&tx, node).await? {
+            if !self.node_may_run(&tx, node).await? {
                 // Declared lost: a run started now would never be reaped if the node died.
                 let reason = format!("node '{node}' was declared lost");
                 return Err(SchedulingError::SchedulerNotRunning { reason }.into());

@@ -319,7 +319,7 @@ impl<K: Kv> KvJobStore<K> {
             if tx.run(job_run.id).await?.is_some() {
                 return Ok::<_, StoreError>(());
             }
-            if !self.may_acquire(&tx, node).await? {
+            if !self.node_may_run(&tx, node).await? {
                 // Declared lost: the leader no longer watches this node, so a run recorded
                 // now would stay `Running` for ever if the node then died.
                 let reason = format!("node '{node}' was declared lost");
