@@ -91,13 +91,11 @@ impl PreciseSleeper {
     }
 
     /// Whole microseconds since `origin`, now (rounded down).
-    #[allow(clippy::disallowed_methods)] // A real-time timer by definition (see the type's docs).
     fn now_us(origin: std::time::Instant) -> u64 {
         origin.elapsed().as_micros() as u64
     }
 
     /// `duration` from now, in microseconds since `origin`, rounded up (never early).
-    #[allow(clippy::disallowed_methods)] // A real-time timer by definition (see the type's docs).
     fn deadline_us(origin: std::time::Instant, duration: Duration) -> u64 {
         origin.elapsed().saturating_add(duration).as_nanos().div_ceil(1_000) as u64
     }

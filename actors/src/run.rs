@@ -127,11 +127,9 @@ impl<S: JobStore> Actor for RunActor<S> {
                     (outcome, started_at)
                 }
             };
-            // Recording the end (a store transaction, events, this actor's shutdown) waits
-            // until the other runs due at this instant have started (a job's own task
-            // waits for that too, so its end wakes nothing while they start).
-            tokio::task::yield_now().await;
-            shared.starts.settled().await;
+            // Recording the end (a store transaction, events, this actor's shutdown) comes
+            // after the other runs due at this instant have started: the job's task waited
+            // for them (its end gate) before it ended.
             let _ = myself.send_message(RunMsg::Finished(outcome.0, outcome.1));
         });
         Ok(RunState_ { args, cancel, _task: AbortOnDrop(task) })

@@ -84,6 +84,9 @@ impl PendingStarts {
 
     /// Waits until no armed run is due at or before now, or [`SETTLE_MAX`] passed.
     pub(crate) async fn settled(&self) {
+        if !self.starting() {
+            return;
+        }
         let wait = async {
             loop {
                 let mut notified = pin!(self.settled.notified());
