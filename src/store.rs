@@ -39,7 +39,7 @@ pub use acquire::{fire_run_id, AcquireRequest, AcquiredRun, Acquisition, DueOutl
 pub use complete::{Completion, CompletionResult, RunOutcome};
 pub use history::{RETENTION_BATCH, SCAN_BUDGET};
 pub use nodes::{Heartbeat, ReapResult};
-pub use status::{JobStatus, LocalJob, SyncOutcome, TriggerStatus};
+pub use status::{JobStatus, LocalJob, LocalJobs, SyncOutcome, TriggerStatus};
 
 use crate::calendar::Calendars;
 use crate::entropy::Entropy;
@@ -195,7 +195,10 @@ impl<T: KvTransaction> Tx<'_, T> {
         bytes.map(|b| codec::decode(&b, "job record")).transpose()
     }
 
+    /// Writes a job record. Every job write bumps the local-jobs stamp: the job may be
+    /// local now or may have been local before.
     pub(crate) fn put_job(&self, job: &JobRecord) {
+        self.touch_local_jobs();
         self.txn.set(&self.keys.job(&job.name), &codec::encode(job));
         let local = self.keys.local_job(&job.name);
         if job.run_on_every_instance {
@@ -208,6 +211,7 @@ impl<T: KvTransaction> Tx<'_, T> {
     /// Deletes a job record. Its slot stays while a run holds it: that run still runs, and
     /// a job re-added under the same name must wait for it (its end clears the slot).
     pub(crate) async fn delete_job(&self, name: &str) -> Result<(), StoreError> {
+        self.touch_local_jobs();
         self.txn.clear(&self.keys.job(name));
         self.txn.clear(&self.keys.local_job(name));
         if self.slot(name).await?.holder.is_none() {
@@ -230,6 +234,10 @@ impl<T: KvTransaction> Tx<'_, T> {
     /// Writes `new` (replacing `old`), moving its due and blocked entries. `local` triggers
     /// (of jobs that run on every node) never enter the due index.
     pub(crate) fn put_trigger(&self, old: Option<&TriggerRecord>, new: &TriggerRecord, local: bool) {
+        if local {
+            // A local trigger's pause is part of the local jobs' listing.
+            self.touch_local_jobs();
+        }
         if let Some(old) = old {
             self.clear_trigger_indexes(old);
         }
@@ -242,6 +250,11 @@ impl<T: KvTransaction> Tx<'_, T> {
             _ => {}
         }
         self.txn.set(&self.keys.trigger(&new.job, &new.name), &codec::encode(new));
+    }
+
+    /// Marks the local jobs as changed. An atomic add: writers never conflict on it.
+    fn touch_local_jobs(&self) {
+        self.txn.atomic_op(&self.keys.local_jobs_stamp(), &1u64.to_le_bytes(), crate::kv::AtomicOp::Add);
     }
 
     pub(crate) fn delete_trigger(&self, old: &TriggerRecord) {
@@ -454,8 +467,11 @@ pub trait JobStore: Clone + Send + Sync + 'static {
         &self,
         completions: &[Completion],
     ) -> impl std::future::Future<Output = Vec<Result<CompletionResult, StoreError>>> + Send;
-    /// Forwards to [`KvJobStore::local_jobs`], which states the contract.
-    fn local_jobs(&self) -> impl std::future::Future<Output = Result<Vec<LocalJob>, StoreError>> + Send;
+    /// Forwards to [`KvJobStore::local_jobs_since`], which states the contract.
+    fn local_jobs_since(
+        &self,
+        known: Option<u64>,
+    ) -> impl std::future::Future<Output = Result<Option<LocalJobs>, StoreError>> + Send;
     /// Forwards to [`KvJobStore::heartbeat`], which states the contract.
     fn heartbeat(
         &self,
@@ -627,8 +643,11 @@ impl<K: Kv> JobStore for KvJobStore<K> {
     ) -> impl std::future::Future<Output = Vec<Result<CompletionResult, StoreError>>> + Send {
         KvJobStore::complete_runs(self, completions)
     }
-    fn local_jobs(&self) -> impl std::future::Future<Output = Result<Vec<LocalJob>, StoreError>> + Send {
-        KvJobStore::local_jobs(self)
+    fn local_jobs_since(
+        &self,
+        known: Option<u64>,
+    ) -> impl std::future::Future<Output = Result<Option<LocalJobs>, StoreError>> + Send {
+        KvJobStore::local_jobs_since(self, known)
     }
     fn heartbeat(
         &self,

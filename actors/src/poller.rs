@@ -92,6 +92,8 @@ pub(crate) struct PollerState<S: JobStore> {
     cycles_since_refresh: u32,
     /// Re-read local jobs at the next cycle (a local change was made).
     refresh_local: bool,
+    /// The local-jobs stamp of the last listing: an unchanged stamp skips the rebuild.
+    local_stamp: Option<u64>,
     /// How far ahead to acquire, learned from this node's acquisitions.
     lead: AcquisitionLead,
     /// The lookahead of the next acquisition: the lead for the fires due next.
@@ -140,6 +142,7 @@ impl<S: JobStore> Actor for PollerActor<S> {
             store_runs_of_local_jobs: BTreeMap::new(),
             cycles_since_refresh: 0,
             refresh_local: true,
+            local_stamp: None,
             lead: AcquisitionLead::new(LOOKAHEAD, MAX_LOOKAHEAD, PRIOR_COST_PER_RUN),
             lookahead: LOOKAHEAD,
             sequence: None,
@@ -431,11 +434,17 @@ async fn run_local<S: JobStore>(
     let shared = state.shared.clone();
     state.cycles_since_refresh += 1;
     if state.refresh_local || state.cycles_since_refresh >= LOCAL_REFRESH_CYCLES {
-        match shared.store.local_jobs().await {
-            Ok(jobs) => {
-                let jobs: Vec<_> =
-                    jobs.into_iter().filter(|j| shared.registry.has_type(j.definition.job_type.as_str())).collect();
-                state.local.refresh(jobs, now, shared.registry.calendars());
+        match shared.store.local_jobs_since(state.local_stamp).await {
+            Ok(listing) => {
+                if let Some(listing) = listing {
+                    let jobs: Vec<_> = listing
+                        .jobs
+                        .into_iter()
+                        .filter(|j| shared.registry.has_type(j.definition.job_type.as_str()))
+                        .collect();
+                    state.local.refresh(jobs, now, shared.registry.calendars());
+                    state.local_stamp = Some(listing.stamp);
+                }
                 state.refresh_local = false;
                 state.cycles_since_refresh = 0;
             }

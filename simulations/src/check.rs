@@ -298,7 +298,7 @@ fn fires_accounted(
         let latest = resumed.entry(job).or_default();
         *latest = (*latest).max(*at);
     }
-    let threshold = crate::world::node_options().misfire_threshold;
+    let threshold = crate::world::node_options(inputs.options).misfire_threshold;
     let misfired_by = TimeDelta::from_std(threshold).unwrap_or_default() - TimeDelta::seconds(1);
     for def in definitions.values() {
         let lateness_from =

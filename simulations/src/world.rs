@@ -44,15 +44,18 @@ const OP_RETRY: Duration = Duration::from_secs(10);
 /// How often the store's run states are sampled for the transition checker.
 const SAMPLE_EVERY: Duration = Duration::from_secs(10);
 
-/// The node options every simulated node runs with: short timeouts so recovery happens
-/// within the phases.
-pub fn node_options() -> SchedulerOptions {
+/// The node options every simulated node of `options` runs with: short timeouts so
+/// recovery happens within the phases, and room for two runs per job across the cluster
+/// (at least 64 per node), as an operator would size it: a saturated cluster delays fires
+/// by design, which the liveness checker would rightly report.
+pub fn node_options(options: &SimOptions) -> SchedulerOptions {
+    let per_node = u32::try_from((options.jobs * 2).div_ceil(options.nodes.max(1))).unwrap_or(u32::MAX);
     SchedulerOptions {
         poll_interval: Duration::from_secs(1),
         lease_ttl: Duration::from_secs(10),
         node_timeout: Duration::from_secs(30),
         housekeeping_interval: Duration::from_secs(10),
-        max_concurrent_runs: 64,
+        max_concurrent_runs: per_node.max(64),
         ..SchedulerOptions::default()
     }
 }
@@ -352,8 +355,14 @@ impl World {
             &node_id,
             Entropy::from_seed(stream ^ 2),
         );
-        let mut config =
-            NodeConfig::new(store, registry, node_options(), &node_id, clock, Entropy::from_seed(stream ^ 3));
+        let mut config = NodeConfig::new(
+            store,
+            registry,
+            node_options(&self.options),
+            &node_id,
+            clock,
+            Entropy::from_seed(stream ^ 3),
+        );
         config.shared_store = true;
         config.election = Some(Arc::new(election));
         config.name_prefix = format!("{}/{slot}.{number}", self.prefix);

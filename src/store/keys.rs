@@ -58,6 +58,7 @@ const CANCEL: i64 = 11;
 const LOCAL_JOB: i64 = 12;
 const RUN_COUNT: i64 = 13;
 const JOB_RUNNING: i64 = 14;
+const LOCAL_STAMP: i64 = 15;
 
 const BY_JOB: i64 = 0;
 const BY_TIME: i64 = 1;
@@ -323,6 +324,11 @@ impl Keyspace {
     /// `(13)`: the stored-run counter.
     pub fn run_count(&self) -> Vec<u8> {
         self.pack(&(RUN_COUNT,))
+    }
+
+    /// `(15)`: the local-jobs stamp, so a node rereads local jobs only when they changed.
+    pub fn local_jobs_stamp(&self) -> Vec<u8> {
+        self.pack(&(LOCAL_STAMP,))
     }
 
     /// Every key of this store.

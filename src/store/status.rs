@@ -80,6 +80,16 @@ pub struct LocalJob {
     pub revision: u64,
 }
 
+/// The local jobs as of one local-jobs stamp.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalJobs {
+    /// The stamp they were read at: pass it to the next
+    /// [`local_jobs_since`](KvJobStore::local_jobs_since).
+    pub stamp: u64,
+    /// Every local job.
+    pub jobs: Vec<LocalJob>,
+}
+
 /// Rebuilds a definition from records.
 fn definition_of(job: &JobRecord, triggers: &[TriggerRecord]) -> Result<JobDefinition, StoreError> {
     let corrupt = |what: &str| StoreError::Corrupt(format!("job '{}': bad {what}", job.name));
@@ -281,8 +291,27 @@ impl<K: Kv> KvJobStore<K> {
     /// # Errors
     /// Store errors.
     pub async fn local_jobs(&self) -> Result<Vec<LocalJob>, StoreError> {
+        Ok(self.local_jobs_since(None).await?.map(|listing| listing.jobs).unwrap_or_default())
+    }
+
+    /// Every local job (snapshot) with the stamp it was read at, or `None` when the stamp
+    /// is still `known`: nothing a node's local triggers depend on changed since that
+    /// listing. A node polls this every few cycles, so an unchanged cluster costs one read.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn local_jobs_since(&self, known: Option<u64>) -> Result<Option<LocalJobs>, StoreError> {
         run(&self.kv, self.options.retry, |txn, _| async move {
             let tx = self.tx(txn);
+            let stamp = tx.txn.get(&self.keys.local_jobs_stamp(), true).await?;
+            let stamp = stamp.map_or(Ok(0), |bytes| {
+                <[u8; 8]>::try_from(bytes.as_slice())
+                    .map(u64::from_le_bytes)
+                    .map_err(|_| StoreError::Corrupt("local-jobs stamp is not 8 bytes".into()))
+            })?;
+            if known == Some(stamp) {
+                return Ok(None);
+            }
             let (begin, end) = self.keys.local_jobs();
             let listing = tx.txn.get_range(&RangeRequest::new(begin, end), true).await?;
             let mut jobs = Vec::new();
@@ -303,7 +332,7 @@ impl<K: Kv> KvJobStore<K> {
                     revision: job.revision,
                 });
             }
-            Ok::<_, StoreError>(jobs)
+            Ok::<_, StoreError>(Some(LocalJobs { stamp, jobs }))
         })
         .await
     }

@@ -15,7 +15,9 @@ use sundial::job::{
 use sundial::kv::Kv;
 use sundial::name::{JobName, TriggerKey, TriggerName};
 use sundial::schedule::format_instant;
-use sundial::store::{AcquireRequest, AcquiredRun, Completion, CompletionResult, DueOutlook, KvJobStore, RunOutcome};
+use sundial::store::{
+    AcquireRequest, AcquiredRun, Completion, CompletionResult, DueOutlook, KvJobStore, LocalJobs, RunOutcome,
+};
 use sundial::time::from_micros;
 use uuid::Uuid;
 
@@ -43,6 +45,7 @@ macro_rules! for_each_scenario {
             status_shows_triggers_running_and_last_result,
             code_jobs_sync_with_the_fingerprint_rules_and_restore,
             local_jobs_stay_out_of_acquisition_but_their_runs_go_to_history,
+            local_jobs_are_reread_only_after_a_change,
             lookahead_takes_fires_due_soon_with_their_own_time,
             without_scheduled_fires_only_one_shot_triggers_are_taken,
             a_one_shot_trigger_unblocked_while_its_job_is_paused_still_runs,
@@ -607,6 +610,53 @@ pub(crate) async fn local_jobs_stay_out_of_acquisition_but_their_runs_go_to_hist
     let done = complete(store, job_run.id, "n1", failure, secs(6)).await;
     assert_eq!(done.retry_trigger, None, "local jobs retry in process, not in the store");
     assert_eq!(store.count_runs(&sundial::job::JobRunQuery::default()).await.unwrap(), 1);
+}
+
+/// `local_jobs_since` answers `None` while nothing a node's local triggers depend on
+/// changed, and a fresh listing after each kind of change: a local job defined, a trigger
+/// of it paused, the job paused, turned into a cluster job, and deleted. Runs, acquisitions
+/// and completions change nothing.
+pub(crate) async fn local_jobs_are_reread_only_after_a_change<K: Kv>(store: &KvJobStore<K>) {
+    let first = store.local_jobs_since(None).await.unwrap().expect("the first read always lists");
+    assert!(first.jobs.is_empty());
+    assert_eq!(store.local_jobs_since(Some(first.stamp)).await.unwrap(), None);
+    let mut local = job("local", &[("t", "cron * * * * * *")]);
+    local.run_on_every_instance = true;
+    let mut cluster = job("cluster", &[("t", "cron * * * * * *")]);
+    cluster.allow_concurrent = true;
+    store.schedule(&[local.clone(), cluster], t0()).await;
+    let listed = store.local_jobs_since(Some(first.stamp)).await.unwrap().expect("a local job was defined");
+    assert_eq!(listed.jobs.len(), 1);
+    let mut stamp = listed.stamp;
+
+    // Cluster work leaves the stamp alone.
+    let runs = acquire(store, "n1", secs(5), 16).await;
+    assert_eq!(runs.len(), 1);
+    complete(store, runs[0].run.id, "n1", RunOutcome::Succeeded, secs(5)).await;
+    assert_eq!(store.local_jobs_since(Some(stamp)).await.unwrap(), None, "cluster runs change no local job");
+
+    let check = |what: &str, listing: Option<LocalJobs>, stamp: &mut u64, expect: &dyn Fn(&LocalJobs) -> bool| {
+        let listing = listing.unwrap_or_else(|| panic!("{what}: the stamp did not move"));
+        assert!(expect(&listing), "{what}: {listing:?}");
+        assert!(listing.stamp > *stamp);
+        *stamp = listing.stamp;
+    };
+    let key = TriggerKey::new(name("local"), TriggerName::new("t").unwrap());
+    store.set_triggers_paused(std::slice::from_ref(&key), true).await[0].as_ref().unwrap();
+    let paused_one = |l: &LocalJobs| l.jobs[0].paused_triggers.len() == 1;
+    check("trigger paused", store.local_jobs_since(Some(stamp)).await.unwrap(), &mut stamp, &paused_one);
+    store.set_jobs_paused(&[name("local")], true).await[0].as_ref().unwrap();
+    check("job paused", store.local_jobs_since(Some(stamp)).await.unwrap(), &mut stamp, &|l| l.jobs[0].paused);
+    local.run_on_every_instance = false;
+    store.schedule(&[local], t0()).await[0].as_ref().unwrap();
+    check("no longer local", store.local_jobs_since(Some(stamp)).await.unwrap(), &mut stamp, &|l| l.jobs.is_empty());
+    let mut again = job("local", &[("t", "cron * * * * * *")]);
+    again.run_on_every_instance = true;
+    store.schedule(&[again], t0()).await[0].as_ref().unwrap();
+    check("local again", store.local_jobs_since(Some(stamp)).await.unwrap(), &mut stamp, &|l| l.jobs.len() == 1);
+    store.unschedule(&[name("local")]).await[0].as_ref().unwrap();
+    check("deleted", store.local_jobs_since(Some(stamp)).await.unwrap(), &mut stamp, &|l| l.jobs.is_empty());
+    assert_eq!(store.local_jobs_since(Some(stamp)).await.unwrap(), None);
 }
 
 /// A fire due within the lookahead is taken early with its own scheduled time (not a
