@@ -753,12 +753,17 @@ impl KvTransaction for MemoryTransaction {
             let limit = request.limit.unwrap_or(usize::MAX);
             let range = (Bound::Included(begin), Bound::Excluded(end));
             // Merge stored keys with this transaction's point writes, in order. A stored
-            // key comes with its versions, so it is not looked up again.
-            let stored = state.data.range::<[u8], _>(range).map(|(k, v)| (k.as_slice(), Some(v)));
+            // key comes with its versions, so it is not looked up again. The stored range
+            // is open at the far end and cut by comparison: a B-tree range with both ends
+            // searches for both, and most reads here stop after a few keys.
             let written = data.points.range::<[u8], _>(range).map(|(k, _)| (k.as_slice(), None));
             let keys: Box<dyn Iterator<Item = (&[u8], Option<&Versions>)>> = if request.reverse {
-                Box::new(merge(stored.rev(), written.rev(), true))
+                let stored = state.data.range::<[u8], _>((Bound::Unbounded, Bound::Excluded(end))).rev();
+                let stored = stored.map(|(k, v)| (k.as_slice(), Some(v))).take_while(|(k, _)| *k >= begin);
+                Box::new(merge(stored, written.rev(), true))
             } else {
+                let stored = state.data.range::<[u8], _>((Bound::Included(begin), Bound::Unbounded));
+                let stored = stored.map(|(k, v)| (k.as_slice(), Some(v))).take_while(|(k, _)| *k < end);
                 Box::new(merge(stored, written, false))
             };
             let mut pairs = Vec::new();
