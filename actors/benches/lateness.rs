@@ -8,8 +8,9 @@
 //! cron matches that one second); and, in the full run, 100,000 fires/s sustained for 20 s.
 //!
 //! Run: `cargo bench -p sundial-actors --bench lateness` (`-- --quick`: smaller, shorter;
-//! `-- --load N`: that cron load and the burst only; `-- --sustained`: only the
-//! 100,000 fires/s run). `BENCH_PER_SECOND=1` prints sundial's lateness per second.
+//! `-- --load N`: that cron load and the burst only; `-- --burst`: only the burst;
+//! `-- --sustained`: only the 100,000 fires/s run). `BENCH_PER_SECOND=1` prints sundial's
+//! lateness per second and the burst's distribution.
 
 #![allow(clippy::disallowed_methods)] // A benchmark measures real time by definition.
 
@@ -42,6 +43,12 @@ const WARM_UP_SECONDS: i64 = 2;
 
 /// (fire identity, scheduled µs, lateness µs) as recorded by the jobs.
 type Records = Arc<Mutex<Vec<(String, i64, i64)>>>;
+
+/// Records with room for `fires`: a record list growing while jobs start would measure
+/// its own reallocation (fresh pages, under the lock every job takes), not the scheduler.
+fn records_for(fires: usize) -> Records {
+    Arc::new(Mutex::new(Vec::with_capacity(fires)))
+}
 
 struct Recording {
     clock: Arc<dyn Clock>,
@@ -89,15 +96,17 @@ fn next_second(t: DateTime<Utc>) -> DateTime<Utc> {
     t.with_nanosecond(0).unwrap() + TimeDelta::seconds(1)
 }
 
-/// A node on the embedded store with `triggers` triggers of `schedule`, 100 per job.
+/// A node on the embedded store with `triggers` triggers of `schedule`, 100 per job,
+/// recording up to `fires` runs without reallocating.
 async fn sundial_node(
     node: &str,
     triggers: usize,
     schedule: &str,
     options: SchedulerOptions,
+    fires: usize,
 ) -> (sundial_actors::scheduler::JobScheduler<KvJobStore<MemoryKv>>, Records, Arc<dyn Clock>) {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
-    let records: Records = Arc::default();
+    let records = records_for(fires);
     let (c, r) = (clock.clone(), records.clone());
     let registry = JobRegistry::builder()
         .add_job_type_as("bench.record", move || Recording { clock: c.clone(), records: r.clone() })
@@ -132,7 +141,8 @@ async fn sundial_cron(load: usize, seconds: i64, node: &str) -> Summary {
         acquire_batch_size: load.clamp(16, 2_000) as u32,
         ..SchedulerOptions::default()
     };
-    let (scheduler, records, clock) = sundial_node(node, load, "cron * * * * * *", options).await;
+    let (scheduler, records, clock) =
+        sundial_node(node, load, "cron * * * * * *", options, expected_fires(load, seconds)).await;
     scheduler.serve();
     // Warm up, then measure whole seconds. A node that starts with thousands of fires due
     // within its first second cannot acquire them ahead (it was not running): its first
@@ -162,14 +172,20 @@ async fn sundial_cron(load: usize, seconds: i64, node: &str) -> Summary {
 async fn apalis_cron(load: usize, seconds: i64) -> Summary {
     let from = next_second(Utc::now()) + TimeDelta::seconds(WARM_UP_SECONDS);
     let to = from + TimeDelta::seconds(seconds);
-    let records = apalis_workers(load, "* * * * * *", to).await;
+    let records = apalis_workers(load, "* * * * * *", to, expected_fires(load, seconds)).await;
     summarize(&records, from.timestamp_micros(), to.timestamp_micros(), load * seconds as usize)
 }
 
+/// Room for every fire of a cron run at `load` fires/s measured for `seconds`: the warm-up,
+/// the measured seconds, and the time either scheduler runs on after them.
+fn expected_fires(load: usize, seconds: i64) -> usize {
+    load * (WARM_UP_SECONDS + seconds + 4) as usize
+}
+
 /// `count` apalis-cron workers on `schedule` (the `cron` crate's dialect), run until
-/// `until` and half a second more; what their jobs recorded.
-async fn apalis_workers(count: usize, schedule: &str, until: DateTime<Utc>) -> Vec<(String, i64, i64)> {
-    let records: Records = Arc::default();
+/// `until` and half a second more; what their jobs recorded (room for `fires`).
+async fn apalis_workers(count: usize, schedule: &str, until: DateTime<Utc>, fires: usize) -> Vec<(String, i64, i64)> {
+    let records = records_for(fires);
     let mut workers = Vec::new();
     for i in 0..count {
         let schedule = cron::Schedule::from_str(schedule).unwrap();
@@ -200,7 +216,7 @@ async fn apalis_workers(count: usize, schedule: &str, until: DateTime<Utc>) -> V
 async fn apalis_burst(count: usize) -> (Duration, usize) {
     let due = next_second(Utc::now()) + TimeDelta::seconds(2);
     let schedule = due.format("%S %M %H %d %m * %Y").to_string();
-    let records = apalis_workers(count, &schedule, due + TimeDelta::seconds(2)).await;
+    let records = apalis_workers(count, &schedule, due + TimeDelta::seconds(2), count).await;
     let at_due: Vec<i64> =
         records.iter().filter(|(_, s, _)| *s == due.timestamp_micros()).map(|(_, _, lateness)| *lateness).collect();
     let last = at_due.iter().copied().max().unwrap_or(0);
@@ -218,7 +234,7 @@ async fn sundial_burst(count: usize) -> (Duration, usize) {
         acquire_batch_size: 2_000,
         ..SchedulerOptions::default()
     };
-    let (scheduler, records, clock) = sundial_node("burst-node", count, &schedule, options).await;
+    let (scheduler, records, clock) = sundial_node("burst-node", count, &schedule, options, count).await;
     scheduler.serve();
     tokio::time::sleep((due - clock.now()).to_std().unwrap_or_default() + Duration::from_secs(3)).await;
     scheduler.stop(Duration::from_secs(5)).await;
@@ -249,7 +265,9 @@ fn main() {
     let loads = only.map_or(loads, |n| vec![n]);
     // `--sustained`: only the 100,000 fires/s run.
     let sustained_only = args.iter().any(|a| a == "--sustained");
-    let loads = if sustained_only { Vec::new() } else { loads };
+    // `--burst`: only the one-shot burst.
+    let burst_only = args.iter().any(|a| a == "--burst");
+    let loads = if sustained_only || burst_only { Vec::new() } else { loads };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     println!(
         "lateness of to-the-second cron fires, ms ({seconds} s measured after {WARM_UP_SECONDS} s warm-up, both schedulers; sundial keeps full history)"
@@ -296,7 +314,7 @@ fn main() {
     if !sustained_only {
         burst(&runtime);
     }
-    if quick || only.is_some() {
+    if quick || only.is_some() || burst_only {
         return;
     }
     // Sustained: 100,000 fires/s for 20 s on one node (the peer at the same load).

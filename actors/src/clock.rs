@@ -15,7 +15,8 @@ use chrono::{DateTime, Utc};
 use sundial::kv::BoxFuture;
 use sundial::time::{add_duration, Clock, MonotonicInstant, Sleeper};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+
+use crate::gate::Gate;
 
 /// A [`Clock`] on tokio's timer: wall time is `start_wall` plus the time elapsed on tokio's
 /// clock since creation; monotonic time is that elapsed time.
@@ -72,9 +73,8 @@ impl Sleeper for TokioSleeper {
 pub struct PreciseSleeper {
     /// Where window 0 starts (any fixed instant will do).
     origin: std::time::Instant,
-    /// The pending windows: each gate's latest deadline (µs after `origin`) and its token,
-    /// canceled when the gate opens.
-    gates: Arc<Mutex<BTreeMap<u64, (u64, CancellationToken)>>>,
+    /// The pending windows: each one's latest deadline (µs after `origin`) and its gate.
+    gates: Arc<Mutex<BTreeMap<u64, (u64, Arc<Gate>)>>>,
 }
 
 impl PreciseSleeper {
@@ -117,9 +117,9 @@ impl Sleeper for PreciseSleeper {
         let mut gates = self.gates.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((latest, gate)) = gates.get_mut(&window) {
             *latest = (*latest).max(deadline);
-            return Box::pin(gate.clone().cancelled_owned());
+            return Box::pin(gate.clone().wait());
         }
-        let gate = CancellationToken::new();
+        let gate = Arc::new(Gate::default());
         gates.insert(window, (deadline, gate.clone()));
         let (origin, all) = (self.origin, self.gates.clone());
         tokio::spawn(async move {
@@ -139,7 +139,7 @@ impl Sleeper for PreciseSleeper {
                 match due {
                     Some(gate) => {
                         if let Some((_, gate)) = gate {
-                            gate.cancel();
+                            gate.open();
                         }
                         return;
                     }
@@ -147,6 +147,6 @@ impl Sleeper for PreciseSleeper {
                 }
             }
         });
-        Box::pin(gate.cancelled_owned())
+        Box::pin(gate.wait())
     }
 }

@@ -32,6 +32,7 @@ pub mod execute;
 #[cfg(feature = "fdb")]
 pub mod fdb;
 mod fence;
+mod gate;
 mod housekeeper;
 pub mod job;
 #[cfg(feature = "node")]

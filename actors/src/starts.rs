@@ -15,25 +15,69 @@
 //! bookkeeping back for long.
 
 use std::collections::BTreeMap;
-use std::pin::pin;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sundial::time::Clock;
-use tokio::sync::Notify;
+
+use crate::gate::Gate;
 
 /// The longest bookkeeping waits for the runs due now to start.
 pub(crate) const SETTLE_MAX: Duration = Duration::from_millis(50);
 
 /// The armed runs of one node, by start instant.
+///
+/// Built for thousands of runs disarming at one instant from every worker: a disarm is an
+/// atomic decrement (only the last run of an instant takes the lock), "is anything
+/// starting?" is an atomic load, and every bookkeeping waiter waits on one shared gate.
 #[derive(Debug)]
 pub(crate) struct PendingStarts {
     clock: Arc<dyn Clock>,
-    /// Start instant (µs) → armed runs due then.
-    armed: Mutex<BTreeMap<i64, usize>>,
-    /// Woken when no armed run is due any more.
-    settled: Notify,
+    inner: Mutex<Inner>,
+    /// The earliest instant (µs) with an armed run, `i64::MAX` when none.
+    earliest: AtomicI64,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// Start instant (µs) → how many runs due then are armed.
+    armed: BTreeMap<i64, Arc<AtomicUsize>>,
+    /// What bookkeeping waits on, opened when nothing due is armed any more.
+    settle: Option<Settle>,
+}
+
+/// The gate bookkeeping waits on.
+#[derive(Debug, Default)]
+struct Settle {
+    gate: Arc<Gate>,
+    /// Whether its [`SETTLE_MAX`] timer runs (from its first waiter on).
+    timed: bool,
+    /// Runs armed since it was made: the waiters it has room for.
+    armed: usize,
+}
+
+impl Inner {
+    /// The gate bookkeeping waits on now (a fresh one when the last was opened by its
+    /// timer).
+    fn settle(&mut self) -> &mut Settle {
+        if self.settle.as_ref().is_some_and(|settle| settle.gate.is_open()) {
+            self.settle = None;
+        }
+        self.settle.get_or_insert_with(Settle::default)
+    }
+
+    /// The earliest instant that still has an armed run, forgetting emptied ones.
+    fn earliest(&mut self) -> i64 {
+        while let Some(entry) = self.armed.first_entry() {
+            if entry.get().load(Ordering::Acquire) > 0 {
+                return *entry.key();
+            }
+            entry.remove();
+        }
+        i64::MAX
+    }
 }
 
 /// An armed run; disarms it when dropped (its job started, it was canceled before its
@@ -41,77 +85,90 @@ pub(crate) struct PendingStarts {
 #[derive(Debug)]
 pub(crate) struct Armed {
     starts: Arc<PendingStarts>,
-    at_us: i64,
+    count: Arc<AtomicUsize>,
 }
 
 impl Drop for Armed {
     fn drop(&mut self) {
-        self.starts.disarm(self.at_us);
+        if self.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.starts.instant_started();
+        }
     }
 }
 
 impl PendingStarts {
     pub(crate) fn new(clock: Arc<dyn Clock>) -> Self {
-        Self { clock, armed: Mutex::default(), settled: Notify::new() }
+        Self { clock, inner: Mutex::default(), earliest: AtomicI64::new(i64::MAX) }
     }
 
     /// Arms a run due to start at `at`.
     pub(crate) fn arm(self: &Arc<Self>, at: DateTime<Utc>) -> Armed {
         let at_us = at.timestamp_micros();
-        *self.lock().entry(at_us).or_insert(0) += 1;
-        Armed { starts: self.clone(), at_us }
+        let mut inner = self.lock();
+        let count = inner.armed.entry(at_us).or_default().clone();
+        count.fetch_add(1, Ordering::AcqRel);
+        self.earliest.fetch_min(at_us, Ordering::AcqRel);
+        // Room for this run's bookkeeping to wait, made now: a list growing while
+        // thousands of runs start together costs fresh memory on the critical path.
+        let settle = inner.settle();
+        settle.armed += 1;
+        settle.gate.reserve(settle.armed);
+        Armed { starts: self.clone(), count }
     }
 
-    fn disarm(&self, at_us: i64) {
-        let mut armed = self.lock();
-        if let Some(count) = armed.get_mut(&at_us) {
-            *count -= 1;
-            if *count == 0 {
-                armed.remove(&at_us);
-            }
-        }
-        let settled = !is_starting(&armed, self.now_us());
-        drop(armed);
-        if settled {
-            self.settled.notify_waiters();
+    /// The last armed run of an instant started: recompute the earliest, and open the
+    /// waiters' gate when nothing due is armed any more.
+    fn instant_started(&self) {
+        let mut inner = self.lock();
+        // Under the lock: an arm for the same instant since the decrement keeps it.
+        let earliest = inner.earliest();
+        self.earliest.store(earliest, Ordering::Release);
+        let gate = (earliest > self.now_us()).then(|| inner.settle.take()).flatten();
+        drop(inner);
+        if let Some(settle) = gate {
+            settle.gate.open();
         }
     }
 
     /// Whether some armed run is due at or before now.
     pub(crate) fn starting(&self) -> bool {
-        is_starting(&self.lock(), self.now_us())
+        self.earliest.load(Ordering::Acquire) <= self.now_us()
     }
 
-    /// Waits until no armed run is due at or before now, or [`SETTLE_MAX`] passed.
+    /// Waits until no armed run is due at or before now, or at most [`SETTLE_MAX`].
     pub(crate) async fn settled(&self) {
         if !self.starting() {
             return;
         }
-        let wait = async {
-            loop {
-                let mut notified = pin!(self.settled.notified());
-                // Registered before the check, so a disarm between the two still wakes us.
-                notified.as_mut().enable();
-                if !self.starting() {
-                    return;
-                }
-                notified.await;
+        let gate = {
+            let mut inner = self.lock();
+            // Checked again under the lock, which a settling disarm holds to take the gate.
+            if !self.starting() {
+                return;
             }
+            let Settle { gate, timed, .. } = inner.settle();
+            if !*timed {
+                *timed = true;
+                // One timer for every waiter: a run armed for an instant its timer has not
+                // reached yet (the clock jumped) holds bookkeeping back only this long.
+                let timeout = gate.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(SETTLE_MAX).await;
+                    timeout.open();
+                });
+            }
+            gate.clone()
         };
-        let _ = tokio::time::timeout(SETTLE_MAX, wait).await;
+        gate.wait().await;
     }
 
     fn now_us(&self) -> i64 {
         self.clock.now().timestamp_micros()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<i64, usize>> {
-        self.armed.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
-}
-
-fn is_starting(armed: &BTreeMap<i64, usize>, now_us: i64) -> bool {
-    armed.keys().next().is_some_and(|&first| first <= now_us)
 }
 
 #[cfg(test)]
