@@ -40,6 +40,9 @@ use uuid::Uuid;
 use super::StoreError;
 use crate::kv::strinc;
 
+/// Bytes most keys take after the root prefix (ids, times and names).
+const KEY_ROOM: usize = 72;
+
 /// Number of due-index shards. Fixed: changing it changes where due entries live.
 pub const DUE_SHARDS: u16 = 64;
 
@@ -99,7 +102,14 @@ impl Keyspace {
     }
 
     fn pack<T: TuplePack>(&self, t: &T) -> Vec<u8> {
-        self.root.pack(t)
+        // Sized once for our keys (a prefix and a few short elements): the tuple encoder
+        // appends element by element, and growing from the prefix's exact size took
+        // several reallocations per key on the acquisition path.
+        let prefix = self.root.bytes();
+        let mut key = Vec::with_capacity(prefix.len() + KEY_ROOM);
+        key.extend_from_slice(prefix);
+        foundationdb_tuple::pack_into(t, &mut key);
+        key
     }
 
     /// All keys of `t`'s subspace.
@@ -352,6 +362,16 @@ pub fn shard_of(job: &str, trigger: &str) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_are_the_tuple_layers_encoding() {
+        let keys = Keyspace::new(b"\x02app\x00".to_vec());
+        let run = Uuid::from_u128(7);
+        let long = "j".repeat(200);
+        assert_eq!(keys.job(&long), keys.root.pack(&(JOB, long.as_str())));
+        assert_eq!(keys.due(5, -3, "a", "b"), keys.root.pack(&(DUE, 5i64, -3i64, "a", "b")));
+        assert_eq!(keys.run(run), keys.root.pack(&(RUN, run)));
+    }
 
     #[test]
     fn precomputed_due_ranges_equal_packed_ones() {
