@@ -363,6 +363,53 @@ async fn unavailability_and_partitions() {
     assert_eq!(get(&node1, "k").await.as_deref(), Some("from 2"));
 }
 
+/// Records every injected delay instead of sleeping.
+#[derive(Debug, Default)]
+struct RecordingSleeper(std::sync::Mutex<Vec<Duration>>);
+
+impl sundial::time::Sleeper for RecordingSleeper {
+    fn sleep(&self, duration: Duration) -> sundial::kv::BoxFuture<'static, ()> {
+        self.0.lock().unwrap().push(duration);
+        Box::pin(std::future::ready(()))
+    }
+}
+
+#[tokio::test]
+async fn an_observer_is_touched_by_no_fault() {
+    let faults = KvFaults {
+        latency_max: Duration::from_millis(500),
+        spurious_conflict: 1.0,
+        unknown_result_committed: 1.0,
+        ..KvFaults::default()
+    };
+    let sleeper = Arc::new(RecordingSleeper::default());
+    let options = MemoryKvOptions { seed: 7, faults, ..MemoryKvOptions::default() };
+    let kv = MemoryKv::with_options(Arc::new(clock()), sleeper.clone(), options);
+    let node = kv.client("node-1");
+    let observer = kv.observer();
+    // The system under test sees every fault.
+    let t = node.create_transaction().unwrap();
+    t.get(b"k", false).await.unwrap();
+    t.set(b"k", b"v");
+    assert_eq!(code(t.commit().await), KvError::NOT_COMMITTED);
+    assert!(!sleeper.0.lock().unwrap().is_empty(), "the node's operations were delayed");
+    // The observer sees none: no delay, no spurious conflict, no ambiguous result, and
+    // neither unavailability nor a partition of another client cuts it off.
+    sleeper.0.lock().unwrap().clear();
+    let t = observer.create_transaction().unwrap();
+    t.get(b"k", false).await.unwrap();
+    t.set(b"k", b"seen");
+    assert_eq!(code(t.commit().await), 0);
+    kv.set_unavailable(true);
+    kv.set_partitioned("node-1", true);
+    assert_eq!(get(&observer, "k").await.as_deref(), Some("seen"));
+    assert!(sleeper.0.lock().unwrap().is_empty(), "no operation of the observer was delayed");
+    assert_eq!(
+        node.create_transaction().unwrap().get(b"k", false).await.unwrap_err().code(),
+        KvError::TRANSACTION_TIMED_OUT
+    );
+}
+
 #[tokio::test]
 async fn old_versions_are_collected() {
     let (kv, clock) = store();

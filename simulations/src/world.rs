@@ -186,7 +186,7 @@ impl World {
             MemoryKvOptions { seed: options.seed, faults: safety_faults.clone(), ..MemoryKvOptions::default() },
         );
         let observer = KvJobStore::new(
-            kv.client("observer"),
+            kv.observer(),
             Arc::new(crate::world_calendars()),
             Entropy::from_seed(options.seed ^ 0x6f62),
             StoreOptions::default(),

@@ -227,4 +227,14 @@ mod regressions {
         default_options(83);
         contention_mix(396);
     }
+
+    /// 300 jobs, all faults (a simulator fix): under store latency the world's own state
+    /// sampling (a read per run that ended) took minutes of simulated time, and the fault
+    /// plan waited behind it, so latency windows ran into the liveness phase and a node's
+    /// acquisitions failed as too old there. The observer is now outside the faults.
+    #[test]
+    fn seed_5_with_300_jobs_world_slowed_by_its_own_observation() {
+        let faults = Faults::parse("all").expect("a valid fault list");
+        assert_clean(&run(5, &Overrides { jobs: Some(300), faults: Some(faults), ..Overrides::default() }));
+    }
 }

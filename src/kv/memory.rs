@@ -106,6 +106,8 @@ pub struct MemoryKvStats {
 pub struct MemoryKv {
     shared: Arc<Shared>,
     client: Option<Arc<str>>,
+    /// An observer outside the system under test: injected faults never touch it.
+    exempt: bool,
 }
 
 impl fmt::Debug for MemoryKv {
@@ -411,13 +413,30 @@ impl MemoryKv {
         };
         let shared =
             Shared { state: Mutex::new(state), clock, sleeper, transaction_size_limit: options.transaction_size_limit };
-        Self { shared: Arc::new(shared), client: None }
+        Self { shared: Arc::new(shared), client: None, exempt: false }
     }
 
     /// A handle on the same store whose operations come from client `name` (for
     /// partitions).
     pub fn client(&self, name: &str) -> MemoryKv {
-        Self { shared: self.shared.clone(), client: Some(Arc::from(name)) }
+        Self { shared: self.shared.clone(), client: Some(Arc::from(name)), exempt: false }
+    }
+
+    /// A handle on the same store for an observer outside the system under test (a
+    /// simulator's checkers): no injected fault — latency, unavailability, partition,
+    /// spurious conflict or ambiguous commit — ever touches its operations, so watching
+    /// the store neither slows nor changes what it watches.
+    pub fn observer(&self) -> MemoryKv {
+        Self { shared: self.shared.clone(), client: None, exempt: true }
+    }
+
+    /// The injected latency of one operation of this handle.
+    fn latency(&self, state: &mut State) -> Option<Duration> {
+        if self.exempt {
+            None
+        } else {
+            state.latency()
+        }
     }
 
     /// Replaces the injected faults.
@@ -478,7 +497,7 @@ impl MemoryKv {
         let mut state = lock(&self.shared.state);
         self.land_late_commits(&mut state);
         let partitioned = self.client.as_deref().is_some_and(|c| state.partitioned.contains(c));
-        if state.unavailable || partitioned {
+        if (state.unavailable || partitioned) && !self.exempt {
             state.stats.unavailable += 1;
             return Err((state, KvError::new(KvError::TRANSACTION_TIMED_OUT)));
         }
@@ -670,11 +689,11 @@ impl MemoryTransaction {
         let mut state = match kv.enter() {
             Ok(state) => state,
             Err((mut state, error)) => {
-                let latency = state.latency();
+                let latency = kv.latency(&mut state);
                 return (Err(error), latency);
             }
         };
-        let latency = state.latency();
+        let latency = kv.latency(&mut state);
         let now_version = kv.now_version(&state);
         let read_version = match data.read_version {
             Some(version) => version,
@@ -929,11 +948,11 @@ impl MemoryTransaction {
                 if let Some(version) = read_version {
                     state.unregister_read(version);
                 }
-                let latency = state.latency();
+                let latency = kv.latency(&mut state);
                 return (Err(error), latency);
             }
         };
-        let latency = state.latency();
+        let latency = kv.latency(&mut state);
         let now_version = kv.now_version(&state);
         let result = self.commit_locked(&mut data, &mut state, now_version);
         if let Some(version) = read_version {
@@ -974,7 +993,7 @@ impl MemoryTransaction {
             points: std::mem::take(&mut data.points),
             stamped_keys: std::mem::take(&mut data.stamped_keys),
         };
-        let faults = state.faults.clone();
+        let faults = if self.inner.kv.exempt { KvFaults::default() } else { state.faults.clone() };
         // FDB can only abort a transaction that has something to conflict on.
         let has_reads = !writes.read_conflicts.is_empty() || !writes.read_points.is_empty();
         if has_reads && state.chance(faults.spurious_conflict) {
