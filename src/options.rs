@@ -23,7 +23,9 @@ pub struct SchedulerOptions {
     pub node_id: Option<String>,
     /// `max_concurrent_runs` (≥ 1, default 32): runs at once on this node.
     pub max_concurrent_runs: u32,
-    /// `acquire_batch_size` (≥ 1, default 16): triggers acquired per cycle at most.
+    /// `acquire_batch_size` (≥ 1, default 16): triggers acquired per cycle at most. A node
+    /// asks for less while its acquisitions outgrow the store's transaction limits (see
+    /// [`AcquisitionBatch`](crate::rules::AcquisitionBatch)).
     pub acquire_batch_size: u32,
     /// `misfire_threshold_seconds` (≥ 0, default 60): lateness that counts as misfire.
     pub misfire_threshold: Duration,

@@ -67,6 +67,44 @@ pub fn acquire_slots(acquire_batch_size: u32, max_concurrent_runs: u32, running:
     free.min(acquire_batch_size as usize)
 }
 
+/// How many fires one acquisition may take: the configured `acquire_batch_size`, halved
+/// each time an acquisition's transaction outgrew the store's limits (too old: FDB's five
+/// seconds; too large), and grown back by a quarter after each acquisition that
+/// committed.
+///
+/// An acquisition reads a few keys per fire one after another, so on a slow store a batch
+/// that fits in five seconds on a fast one never commits, and a node that kept asking for
+/// it would take nothing at all. Halving finds a batch that fits within a few cycles;
+/// growing back slowly keeps it from overshooting again at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AcquisitionBatch {
+    configured: u32,
+    current: u32,
+}
+
+impl AcquisitionBatch {
+    /// The configured batch (at least 1).
+    pub fn new(acquire_batch_size: u32) -> Self {
+        let configured = acquire_batch_size.max(1);
+        Self { configured, current: configured }
+    }
+
+    /// The batch to ask for now.
+    pub fn current(&self) -> u32 {
+        self.current
+    }
+
+    /// An acquisition failed for its size: halve (at least 1).
+    pub fn shrink(&mut self) {
+        self.current = (self.current / 2).max(1);
+    }
+
+    /// An acquisition committed: grow by a quarter (at least 1), up to the configured batch.
+    pub fn grow(&mut self) {
+        self.current = self.current.saturating_add((self.current / 4).max(1)).min(self.configured);
+    }
+}
+
 /// How far ahead of a fire's due time a node acquires it, so that its run is ready when
 /// it is due even when many fires fall due together.
 ///
@@ -191,6 +229,30 @@ mod tests {
         assert_eq!(acquire_slots(16, 32, 0), 16);
         assert_eq!(acquire_slots(16, 32, 20), 12);
         assert_eq!(acquire_slots(16, 32, 40), 0);
+    }
+
+    #[test]
+    fn the_batch_halves_when_too_big_and_grows_back_by_quarters() {
+        let mut batch = AcquisitionBatch::new(100);
+        assert_eq!(batch.current(), 100);
+        batch.grow();
+        assert_eq!(batch.current(), 100, "never beyond the configured batch");
+        for expected in [50, 25, 12, 6, 3, 1, 1] {
+            batch.shrink();
+            assert_eq!(batch.current(), expected);
+        }
+        let grown: Vec<u32> = (0..6)
+            .map(|_| {
+                batch.grow();
+                batch.current()
+            })
+            .collect();
+        assert_eq!(grown, vec![2, 3, 4, 5, 6, 7]);
+        for _ in 0..40 {
+            batch.grow();
+        }
+        assert_eq!(batch.current(), 100);
+        assert_eq!(AcquisitionBatch::new(0).current(), 1, "a zero batch is one");
     }
 
     #[test]

@@ -19,8 +19,9 @@ use std::time::Duration;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use sundial::error::SchedulingError;
 use sundial::job::JsonObject;
+use sundial::kv::{AsKvError, KvError};
 use sundial::name::JobName;
-use sundial::rules::{acquire_slots, AcquisitionLead};
+use sundial::rules::{acquire_slots, AcquisitionBatch, AcquisitionLead};
 use sundial::store::{AcquireRequest, AcquiredRun, Acquisition, JobStore, RunOutcome, StoreError, SyncOutcome};
 use sundial::time::Clock;
 use tokio::sync::oneshot;
@@ -96,6 +97,8 @@ pub(crate) struct PollerState<S: JobStore> {
     local_stamp: Option<u64>,
     /// How far ahead to acquire, learned from this node's acquisitions.
     lead: AcquisitionLead,
+    /// How many fires to acquire at once: smaller while acquisitions outgrow the store.
+    batch: AcquisitionBatch,
     /// The lookahead of the next acquisition: the lead for the fires due next.
     lookahead: Duration,
     /// The acquisitions since the last one that left nothing due: when the first began,
@@ -131,8 +134,10 @@ impl<S: JobStore> Actor for PollerActor<S> {
         shared: Arc<NodeShared<S>>,
     ) -> Result<Self::State, ActorProcessingErr> {
         let _ = myself.send_message(PollerMsg::Tick(0));
+        let batch = AcquisitionBatch::new(shared.options.acquire_batch_size);
         Ok(PollerState {
             shared,
+            batch,
             running: BTreeMap::new(),
             synced: false,
             reclaimed: false,
@@ -319,7 +324,7 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
     let slots = if shared.shared_store && !alive {
         0
     } else {
-        acquire_slots(shared.options.acquire_batch_size, shared.options.max_concurrent_runs, state.running.len())
+        acquire_slots(state.batch.current(), shared.options.max_concurrent_runs, state.running.len())
     };
     // What is due next, as the acquisition saw it (saves reading every shard again).
     let mut seen_outlook = None;
@@ -351,6 +356,7 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
         let limit = state.lead.saturation().min(OUTLOOK_LIMIT);
         match shared.store.acquire_with_outlook(&request, MAX_LOOKAHEAD, limit).await {
             Ok(Acquisition { runs, outlook, more }) => {
+                state.batch.grow();
                 seen_outlook = Some(outlook);
                 shared.stats.acquisition(runs.len());
                 let full = more || runs.len() == slots;
@@ -371,7 +377,13 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
             }
             Err(error) => {
                 shared.stats.store_error(StoreOp::Acquire);
-                tracing::warn!(%error, "acquisition failed");
+                let too_big = error.as_kv_error().is_some_and(|e| {
+                    [KvError::TRANSACTION_TOO_OLD, KvError::TRANSACTION_TOO_LARGE].contains(&e.code())
+                });
+                if too_big {
+                    state.batch.shrink();
+                }
+                tracing::warn!(%error, batch = state.batch.current(), "acquisition failed");
             }
         }
     }

@@ -398,3 +398,48 @@ async fn fires_due_together_are_acquired_early_enough_to_start_on_time() {
     );
     scheduler.stop(Duration::from_secs(1)).await;
 }
+
+/// On a store so slow that the configured batch cannot be acquired within FDB's five
+/// seconds (every attempt fails as too old), the node halves its batch until one commits,
+/// and every fire runs: asking again for the same batch would never take anything.
+#[tokio::test(start_paused = true)]
+async fn a_batch_too_big_for_a_slow_store_shrinks_until_it_commits() {
+    use sundial::job::JobTriggerDefinition;
+    use sundial::kv::memory::KvFaults;
+    use sundial::name::TriggerName;
+
+    let clock = Arc::new(TokioClock::new(t0()));
+    let log: Log = Arc::default();
+    let (c, l) = (clock.clone(), log.clone());
+    let registry = JobRegistry::builder()
+        .add_job_type_as("test.record", move || Recorder { clock: c.clone(), log: l.clone() })
+        .build()
+        .unwrap();
+    // About 20 ms per store operation: 100 fires in one transaction take well over 5 s.
+    let faults = KvFaults { latency_max: Duration::from_millis(40), ..KvFaults::default() };
+    let options = MemoryKvOptions { faults, ..MemoryKvOptions::default() };
+    let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), options);
+    let store = KvJobStore::new(kv, registry.calendars().clone(), Entropy::from_seed(1), StoreOptions::default());
+    let options =
+        SchedulerOptions { max_concurrent_runs: 1_000, acquire_batch_size: 100, ..SchedulerOptions::default() };
+    let config = NodeConfig::new(store.clone(), registry, options, "slow-node", clock.clone(), Entropy::from_seed(2));
+    let scheduler = Node::start(config, None).await.unwrap();
+    let due = t0() + chrono::TimeDelta::seconds(10);
+    let defs: Vec<JobDefinition> = (0..2)
+        .map(|j| {
+            let mut def = JobDefinition::new(name(&format!("slow-{j}")), JobTypeKey::new("test.record").unwrap());
+            def.allow_concurrent = true;
+            for t in 0..50 {
+                let trigger = TriggerName::new(format!("t{t}")).unwrap();
+                def.triggers.push(JobTriggerDefinition::new(trigger, sundial::JobSchedule::once(due)));
+            }
+            def
+        })
+        .collect();
+    assert!(scheduler.schedule(defs).await.iter().all(Result::is_ok));
+    scheduler.serve();
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    let ran = log.lock().unwrap().len();
+    assert_eq!(ran, 100, "every fire ran once");
+    scheduler.stop(Duration::from_secs(1)).await;
+}
