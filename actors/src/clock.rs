@@ -74,8 +74,11 @@ pub struct PreciseSleeper {
     /// Where window 0 starts (any fixed instant will do).
     origin: std::time::Instant,
     /// The pending windows: each one's latest deadline (µs after `origin`) and its gate.
-    gates: Arc<Mutex<BTreeMap<u64, (u64, Arc<Gate>)>>>,
+    gates: Arc<Mutex<Windows>>,
 }
+
+/// Window number → (latest deadline in it, µs after the origin; its gate).
+type Windows = BTreeMap<u64, (u64, Arc<Gate>)>;
 
 impl PreciseSleeper {
     /// The width of the windows whose sleeps share a gate.

@@ -345,16 +345,14 @@ async fn a_code_job_override_survives_a_restart_until_the_code_changes() {
     third.stop(Duration::from_secs(1)).await;
 }
 
-/// Many fires due at one instant, on a store whose every operation takes time: the node
-/// learns what an acquisition costs and starts acquiring early enough that every run of
-/// the next such burst starts on time (the first burst, before any measurement, uses a
-/// prior meant for real stores and is late here, where each store operation costs a tick
-/// of the paused clock).
-#[tokio::test(start_paused = true)]
-async fn fires_due_together_are_acquired_early_enough_to_start_on_time() {
-    use sundial::job::JobTriggerDefinition;
+/// A node recording its runs' start times, on a store whose every operation takes up to
+/// `latency` (a paused clock), acquiring at most `batch` fires at once.
+async fn recorder_on_a_slow_store(
+    node: &str,
+    latency: Duration,
+    batch: u32,
+) -> (sundial_actors::scheduler::JobScheduler<KvJobStore<MemoryKv>>, Log) {
     use sundial::kv::memory::KvFaults;
-    use sundial::name::TriggerName;
 
     let clock = Arc::new(TokioClock::new(t0()));
     let log: Log = Arc::default();
@@ -363,27 +361,42 @@ async fn fires_due_together_are_acquired_early_enough_to_start_on_time() {
         .add_job_type_as("test.record", move || Recorder { clock: c.clone(), log: l.clone() })
         .build()
         .unwrap();
-    let faults = KvFaults { latency_max: Duration::from_micros(100), ..KvFaults::default() };
+    let faults = KvFaults { latency_max: latency, ..KvFaults::default() };
     let options = MemoryKvOptions { faults, ..MemoryKvOptions::default() };
     let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), options);
     let store = KvJobStore::new(kv, registry.calendars().clone(), Entropy::from_seed(1), StoreOptions::default());
     let options =
-        SchedulerOptions { max_concurrent_runs: 5_000, acquire_batch_size: 100, ..SchedulerOptions::default() };
-    let config = NodeConfig::new(store.clone(), registry, options, "burst-node", clock.clone(), Entropy::from_seed(2));
-    let scheduler = Node::start(config, None).await.unwrap();
-    let bursts = [t0() + chrono::TimeDelta::seconds(5), t0() + chrono::TimeDelta::seconds(15)];
-    let mut defs = Vec::new();
-    for (b, due) in bursts.iter().enumerate() {
-        for j in 0..3 {
-            let mut def = JobDefinition::new(name(&format!("burst-{b}-{j}")), JobTypeKey::new("test.record").unwrap());
+        SchedulerOptions { max_concurrent_runs: 5_000, acquire_batch_size: batch, ..SchedulerOptions::default() };
+    let config = NodeConfig::new(store, registry, options, node, clock, Entropy::from_seed(2));
+    (Node::start(config, None).await.unwrap(), log)
+}
+
+/// `jobs` concurrent jobs of 50 one-shot triggers each, all due at `due`.
+fn one_shots(prefix: &str, jobs: usize, due: DateTime<Utc>) -> Vec<JobDefinition> {
+    (0..jobs)
+        .map(|j| {
+            let mut def = JobDefinition::new(name(&format!("{prefix}-{j}")), JobTypeKey::new("test.record").unwrap());
             def.allow_concurrent = true;
             for t in 0..50 {
-                let trigger = TriggerName::new(format!("t{t}")).unwrap();
-                def.triggers.push(JobTriggerDefinition::new(trigger, sundial::JobSchedule::once(*due)));
+                let trigger = sundial::name::TriggerName::new(format!("t{t}")).unwrap();
+                def.triggers.push(sundial::job::JobTriggerDefinition::new(trigger, sundial::JobSchedule::once(due)));
             }
-            defs.push(def);
-        }
-    }
+            def
+        })
+        .collect()
+}
+
+/// Many fires due at one instant, on a store whose every operation takes time: the node
+/// learns what an acquisition costs and starts acquiring early enough that every run of
+/// the next such burst starts on time (the first burst, before any measurement, uses a
+/// prior meant for real stores and is late here, where each store operation costs a tick
+/// of the paused clock).
+#[tokio::test(start_paused = true)]
+async fn fires_due_together_are_acquired_early_enough_to_start_on_time() {
+    let (scheduler, log) = recorder_on_a_slow_store("burst-node", Duration::from_micros(100), 100).await;
+    let bursts = [t0() + chrono::TimeDelta::seconds(5), t0() + chrono::TimeDelta::seconds(15)];
+    let defs: Vec<JobDefinition> =
+        bursts.iter().enumerate().flat_map(|(b, due)| one_shots(&format!("burst-{b}"), 3, *due)).collect();
     assert!(scheduler.schedule(defs).await.iter().all(Result::is_ok));
     scheduler.serve();
     tokio::time::sleep(Duration::from_secs(20)).await;
@@ -404,39 +417,10 @@ async fn fires_due_together_are_acquired_early_enough_to_start_on_time() {
 /// and every fire runs: asking again for the same batch would never take anything.
 #[tokio::test(start_paused = true)]
 async fn a_batch_too_big_for_a_slow_store_shrinks_until_it_commits() {
-    use sundial::job::JobTriggerDefinition;
-    use sundial::kv::memory::KvFaults;
-    use sundial::name::TriggerName;
-
-    let clock = Arc::new(TokioClock::new(t0()));
-    let log: Log = Arc::default();
-    let (c, l) = (clock.clone(), log.clone());
-    let registry = JobRegistry::builder()
-        .add_job_type_as("test.record", move || Recorder { clock: c.clone(), log: l.clone() })
-        .build()
-        .unwrap();
     // About 20 ms per store operation: 100 fires in one transaction take well over 5 s.
-    let faults = KvFaults { latency_max: Duration::from_millis(40), ..KvFaults::default() };
-    let options = MemoryKvOptions { faults, ..MemoryKvOptions::default() };
-    let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), options);
-    let store = KvJobStore::new(kv, registry.calendars().clone(), Entropy::from_seed(1), StoreOptions::default());
-    let options =
-        SchedulerOptions { max_concurrent_runs: 1_000, acquire_batch_size: 100, ..SchedulerOptions::default() };
-    let config = NodeConfig::new(store.clone(), registry, options, "slow-node", clock.clone(), Entropy::from_seed(2));
-    let scheduler = Node::start(config, None).await.unwrap();
+    let (scheduler, log) = recorder_on_a_slow_store("slow-node", Duration::from_millis(40), 100).await;
     let due = t0() + chrono::TimeDelta::seconds(10);
-    let defs: Vec<JobDefinition> = (0..2)
-        .map(|j| {
-            let mut def = JobDefinition::new(name(&format!("slow-{j}")), JobTypeKey::new("test.record").unwrap());
-            def.allow_concurrent = true;
-            for t in 0..50 {
-                let trigger = TriggerName::new(format!("t{t}")).unwrap();
-                def.triggers.push(JobTriggerDefinition::new(trigger, sundial::JobSchedule::once(due)));
-            }
-            def
-        })
-        .collect();
-    assert!(scheduler.schedule(defs).await.iter().all(Result::is_ok));
+    assert!(scheduler.schedule(one_shots("slow", 2, due)).await.iter().all(Result::is_ok));
     scheduler.serve();
     tokio::time::sleep(Duration::from_secs(600)).await;
     let ran = log.lock().unwrap().len();
