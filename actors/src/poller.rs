@@ -365,15 +365,13 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
                     start_run(myself, state, run, None, false).await;
                 }
                 if full {
+                    // There may be more due right now: acquire again at once, measuring
+                    // the batches as one sequence.
                     state.sequence = Some((began, taken));
-                } else {
-                    state.sequence = None;
-                    state.lead.observe(taken, shared.clock.monotonic().saturating_duration_since(began));
-                }
-                if full {
-                    // There may be more due right now.
                     return Duration::ZERO;
                 }
+                state.sequence = None;
+                state.lead.observe(taken, shared.clock.monotonic().saturating_duration_since(began));
             }
             Err(error) => {
                 shared.stats.store_error(StoreOp::Acquire);
