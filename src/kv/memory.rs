@@ -126,7 +126,9 @@ struct Shared {
 /// A key's recent versions, oldest first; `None` is a deletion. The newest version is
 /// also the key's latest committed write, which is what conflict checks ask (a write
 /// that changes nothing readable, such as clearing an absent key, still adds a version).
-type Versions = Vec<(Version, Option<Box<[u8]>>)>;
+/// Most keys have one version (history and index entries are written once): it is kept
+/// inline, without an allocation of its own.
+type Versions = smallvec::SmallVec<[(Version, Option<Box<[u8]>>); 1]>;
 
 /// A stored key, inline up to 48 bytes (our tuple keys mostly are): B-tree searches then
 /// compare keys in contiguous memory instead of chasing one heap pointer per comparison,
@@ -362,7 +364,7 @@ impl State {
                 if value.is_none() {
                     self.expiry.push_back((version, slot.key().clone()));
                 }
-                slot.insert(vec![(version, value)]);
+                slot.insert(smallvec::smallvec![(version, value)]);
             }
         }
     }
@@ -482,7 +484,7 @@ impl MemoryKv {
     /// How many key versions are stored (current values plus versions kept for live
     /// transactions); shows that old versions are collected.
     pub fn stored_versions(&self) -> usize {
-        lock(&self.shared.state).data.values().map(Vec::len).sum()
+        lock(&self.shared.state).data.values().map(|versions| versions.len()).sum()
     }
 
     /// The current version: the clock's microseconds (plus any injected jump), never

@@ -23,7 +23,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use super::jobs::instant;
@@ -117,14 +116,27 @@ impl RawOutlook {
 }
 
 /// The run id of fire number `fire` of the trigger incarnation `uid`: a UUID v7 stamped
-/// with the scheduled time, whose random bits are a hash of (uid, fire). The same fire
-/// always gets the same id, so a run can be created for it only once.
+/// with the scheduled time, whose random bits are a mix of (uid, fire). The same fire
+/// always gets the same id, so a run can be created for it only once; two fires of one
+/// incarnation never share an id (the first 64 random bits are a bijection of `fire` for a
+/// given `uid`). A mixer, not a cryptographic hash: nothing here is secret, and this runs
+/// once per fire on the acquisition path.
 pub fn fire_run_id(uid: u64, fire: u32, scheduled_us: i64) -> Uuid {
-    let digest = Sha256::new().chain_update(uid.to_le_bytes()).chain_update(fire.to_le_bytes()).finalize();
+    let first = mix64(uid ^ u64::from(fire).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let second = mix64(first ^ 0xd6e8_feb8_6659_fd93);
     let mut random = [0u8; 10];
-    random.copy_from_slice(&digest[..10]);
+    random[..8].copy_from_slice(&first.to_le_bytes());
+    random[8..].copy_from_slice(&second.to_le_bytes()[..2]);
     let millis = u64::try_from(scheduled_us.div_euclid(1000)).unwrap_or(0);
     uuid::Builder::from_unix_timestamp_millis(millis, &random).into_uuid()
+}
+
+/// SplitMix64's finalizer: a bijection on `u64` whose output bits each depend on every
+/// input bit.
+fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// FNV-1a over byte strings, with a separator (stable across processes).
@@ -177,19 +189,20 @@ struct Candidates {
     truncated: bool,
 }
 
-/// What one acquisition transaction has already read or worked out, by name: the fires
-/// it takes mostly share a few jobs and schedules. Safe within one transaction, which
-/// never changes a job (the first read of each registers its conflict).
+/// What one acquisition or completion transaction has already read or worked out, by
+/// name: the fires it takes (the runs it completes) mostly share a few jobs and schedules.
+/// Safe within one transaction, which never changes a job (the first read of each
+/// registers its conflict).
 #[derive(Default)]
-struct FireCache {
+pub(super) struct ReadCache {
     jobs: BTreeMap<String, Option<Arc<JobRecord>>>,
     schedules: BTreeMap<String, Result<Arc<JobSchedule>, String>>,
     /// A job's data as a run's data (for triggers without data of their own).
     job_data: BTreeMap<String, String>,
 }
 
-impl FireCache {
-    async fn job<T: KvTransaction>(
+impl ReadCache {
+    pub(super) async fn job<T: KvTransaction>(
         &mut self,
         tx: &Tx<'_, T>,
         name: &str,
@@ -297,7 +310,7 @@ impl<K: Kv> KvJobStore<K> {
             let Candidates { ordered, firsts, homes, truncated } = self.candidates(&tx, request).await?;
             let mut acquired = Vec::new();
             let mut changed = BTreeSet::new();
-            let mut cache = FireCache::default();
+            let mut cache = ReadCache::default();
             for candidate in ordered {
                 if acquired.len() == request.max {
                     break;
@@ -545,7 +558,7 @@ impl<K: Kv> KvJobStore<K> {
         tx: &Tx<'_, K::Transaction>,
         request: &AcquireRequest<'_>,
         candidate: &Candidate,
-        cache: &mut FireCache,
+        cache: &mut ReadCache,
     ) -> Result<Option<AcquiredRun>, StoreError> {
         let snapshot = self.broken_acquisition();
         let trigger_bytes = tx.txn.get(&self.keys.trigger(&candidate.job, &candidate.trigger), snapshot).await?;
@@ -778,6 +791,20 @@ mod tests {
         assert_eq!(a.get_version_num(), 7);
         assert_ne!(a, fire_run_id(1, 1, 1_800_000_000_000_000));
         assert_ne!(a, fire_run_id(2, 0, 1_800_000_000_000_000));
+    }
+
+    #[test]
+    fn fire_ids_do_not_collide_across_fires_and_neighbouring_incarnations() {
+        // All at one scheduled millisecond, so only the mixed bits tell them apart.
+        let mut seen = std::collections::HashSet::new();
+        for uid in 0..300u64 {
+            for fire in 0..300u32 {
+                assert!(seen.insert(fire_run_id(uid, fire, 1_800_000_000_000_000)), "uid {uid} fire {fire}");
+            }
+        }
+        for fire in [0, 1, u32::MAX - 1, u32::MAX] {
+            assert!(seen.insert(fire_run_id(u64::MAX, fire, 1_800_000_000_000_000)));
+        }
     }
 
     #[test]

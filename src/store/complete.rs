@@ -4,6 +4,7 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use super::acquire::ReadCache;
 use super::jobs::{instant, one_shot_record, settle};
 use super::records::{JobRecord, RunRecord, TriggerKind};
 use super::{job_run_of, micros, parse_data, AcquiredRun, KvJobStore, StoreError, Tx};
@@ -80,7 +81,7 @@ impl<K: Kv> KvJobStore<K> {
     pub async fn complete_run(&self, completion: &Completion) -> Result<CompletionResult, StoreError> {
         let retry_uid = self.random_u64();
         let (result, blocked_left, job) = run(&self.kv, self.options.retry, |txn, maybe| async move {
-            self.complete_in(&self.tx(txn), completion, retry_uid, maybe).await
+            self.complete_in(&self.tx(txn), completion, retry_uid, maybe, &mut ReadCache::default()).await
         })
         .await?;
         if blocked_left {
@@ -108,9 +109,10 @@ impl<K: Kv> KvJobStore<K> {
             let uids = &uids;
             async move {
                 let tx = self.tx(txn);
+                let mut cache = ReadCache::default();
                 let mut out = Vec::with_capacity(completions.len());
                 for (completion, uid) in completions.iter().zip(uids) {
-                    out.push(self.complete_in(&tx, completion, *uid, maybe).await?);
+                    out.push(self.complete_in(&tx, completion, *uid, maybe, &mut cache).await?);
                 }
                 Ok::<_, StoreError>(out)
             }
@@ -145,6 +147,7 @@ impl<K: Kv> KvJobStore<K> {
         completion: &Completion,
         retry_uid: u64,
         maybe: MaybeCommitted,
+        cache: &mut ReadCache,
     ) -> Result<(CompletionResult, bool, String), StoreError> {
         let id = completion.run_id;
         let stored = tx.run(id).await?.ok_or_else(|| SchedulingError::RunNotFound { run_id: id.to_string() })?;
@@ -167,9 +170,9 @@ impl<K: Kv> KvJobStore<K> {
         };
         tx.put_run(Some(&stored), &ended);
         tx.txn.clear(&self.keys.cancel(&stored.node, id));
-        let job = tx.job(&stored.job).await?;
-        let blocked_left = self.release(tx, &stored, job.as_ref()).await?;
-        self.finish_interval_trigger(tx, &stored, job.as_ref(), completion.finished_at).await?;
+        let job = cache.job(tx, &stored.job).await?;
+        let blocked_left = self.release(tx, &stored, job.as_deref()).await?;
+        self.finish_interval_trigger(tx, &stored, job.as_deref(), completion.finished_at).await?;
         let mut retry_trigger = None;
         if let (RunOutcome::Failed { .. }, false, Some(job)) = (&completion.outcome, stored.local, &job) {
             retry_trigger = self.write_retry(tx, &stored, job, retry_uid, completion.finished_at)?;
