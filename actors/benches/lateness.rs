@@ -67,12 +67,32 @@ impl Job for Recording {
 }
 
 struct Summary {
+    /// Process CPU time per fire that ran, µs (both cores; `NaN` where unknown).
+    cpu_per_fire_us: f64,
     p50: f64,
     p90: f64,
     p99: f64,
     max: f64,
     missed: usize,
     duplicated: usize,
+}
+
+/// The process's CPU time so far (user + system, all threads), from `/proc/self/stat`.
+fn process_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) ends with ')'.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // Linux reports in USER_HZ, 100 per second on every architecture we run on.
+    Some(Duration::from_millis(ticks * 10))
+}
+
+/// CPU µs per fire between two `process_cpu` readings.
+fn cpu_per_fire(before: Option<Duration>, after: Option<Duration>, fires: usize) -> f64 {
+    match (before, after) {
+        (Some(b), Some(a)) if fires > 0 => (a - b).as_secs_f64() * 1e6 / fires as f64,
+        _ => f64::NAN,
+    }
 }
 
 /// Lateness percentiles (ms) over fires scheduled in `[from, to)`, against `expected` fires.
@@ -89,7 +109,15 @@ fn summarize(records: &[(String, i64, i64)], from: i64, to: i64, expected: usize
     let pct = |p: f64| {
         lateness.get(((lateness.len() as f64 - 1.0) * p).round() as usize).map_or(f64::NAN, |us| *us as f64 / 1000.0)
     };
-    Summary { p50: pct(0.5), p90: pct(0.9), p99: pct(0.99), max: pct(1.0), missed, duplicated }
+    Summary {
+        cpu_per_fire_us: f64::NAN,
+        p50: pct(0.5),
+        p90: pct(0.9),
+        p99: pct(0.99),
+        max: pct(1.0),
+        missed,
+        duplicated,
+    }
 }
 
 fn next_second(t: DateTime<Utc>) -> DateTime<Utc> {
@@ -143,6 +171,7 @@ async fn sundial_cron(load: usize, seconds: i64, node: &str) -> Summary {
     };
     let (scheduler, records, clock) =
         sundial_node(node, load, "cron * * * * * *", options, expected_fires(load, seconds)).await;
+    let cpu_before = process_cpu();
     scheduler.serve();
     // Warm up, then measure whole seconds. A node that starts with thousands of fires due
     // within its first second cannot acquire them ahead (it was not running): its first
@@ -152,6 +181,7 @@ async fn sundial_cron(load: usize, seconds: i64, node: &str) -> Summary {
     tokio::time::sleep((to - clock.now()).to_std().unwrap_or_default() + Duration::from_millis(500)).await;
     scheduler.stop(Duration::from_secs(5)).await;
     let records = records.lock().unwrap().clone();
+    let cpu = cpu_per_fire(cpu_before, process_cpu(), records.len());
     if std::env::var_os("BENCH_PER_SECOND").is_some() {
         let mut per: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
         for (_, s, l) in &records {
@@ -166,14 +196,21 @@ async fn sundial_cron(load: usize, seconds: i64, node: &str) -> Summary {
             );
         }
     }
-    summarize(&records, from.timestamp_micros(), to.timestamp_micros(), load * seconds as usize)
+    Summary {
+        cpu_per_fire_us: cpu,
+        ..summarize(&records, from.timestamp_micros(), to.timestamp_micros(), load * seconds as usize)
+    }
 }
 
 async fn apalis_cron(load: usize, seconds: i64) -> Summary {
     let from = next_second(Utc::now()) + TimeDelta::seconds(WARM_UP_SECONDS);
     let to = from + TimeDelta::seconds(seconds);
+    let cpu_before = process_cpu();
     let records = apalis_workers(load, "* * * * * *", to, expected_fires(load, seconds)).await;
-    summarize(&records, from.timestamp_micros(), to.timestamp_micros(), load * seconds as usize)
+    Summary {
+        cpu_per_fire_us: cpu_per_fire(cpu_before, process_cpu(), records.len()),
+        ..summarize(&records, from.timestamp_micros(), to.timestamp_micros(), load * seconds as usize)
+    }
 }
 
 /// Room for every fire of a cron run at `load` fires/s measured for `seconds`: the warm-up,
@@ -290,6 +327,7 @@ fn main() {
         "p99 ratio"
     );
     println!("{:>8} | {:^43} | {:^43} |", "", "sundial", "apalis + apalis-cron");
+    let mut cpu = Vec::new();
     for (i, &load) in loads.iter().enumerate() {
         let ours = runtime.block_on(sundial_cron(load, seconds, &format!("bench-{i}")));
         let peer = runtime.block_on(apalis_cron(load, seconds));
@@ -310,6 +348,11 @@ fn main() {
             peer.duplicated,
             peer.p99 / ours.p99
         );
+        cpu.push((load, ours.cpu_per_fire_us, peer.cpu_per_fire_us));
+    }
+    // Where the time goes, in one number: CPU (both cores) per fire that ran.
+    for (load, ours, peer) in cpu {
+        println!("{load:>8} fires/s: process CPU per fire {ours:.1} µs on sundial, {peer:.1} µs on apalis");
     }
     if !sustained_only {
         burst(&runtime);
@@ -324,8 +367,8 @@ fn main() {
     println!("\nsustained {load} fires/s for {seconds} s (target: 0 missed, p99 <= 50 ms)");
     for (name, s) in [("sundial", &ours), ("apalis", &peer)] {
         println!(
-            "{name:>8}: p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms, {} missed, {} duplicated",
-            s.p50, s.p90, s.p99, s.max, s.missed, s.duplicated
+            "{name:>8}: p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms, {} missed, {} duplicated, CPU {:.1} µs per fire",
+            s.p50, s.p90, s.p99, s.max, s.missed, s.duplicated, s.cpu_per_fire_us
         );
     }
 }
