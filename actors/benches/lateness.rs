@@ -33,6 +33,7 @@ use sundial_actors::clock::{PreciseSleeper, TokioSleeper};
 use sundial_actors::job::{Job, JobResult, RunContext};
 use sundial_actors::node::{Node, NodeConfig};
 use sundial_actors::registry::JobRegistry;
+use sundial_actors::stats::EngineWork;
 
 // The allocator the `sundial` binary uses; both schedulers measured here share it.
 #[global_allocator]
@@ -69,6 +70,8 @@ impl Job for Recording {
 struct Summary {
     /// Process CPU time per fire that ran, µs (both cores; `NaN` where unknown).
     cpu_per_fire_us: f64,
+    /// sundial only: time per fire in acquisition, completion and run actor starts, µs.
+    engine_per_fire_us: Option<[f64; 3]>,
     p50: f64,
     p90: f64,
     p99: f64,
@@ -111,6 +114,7 @@ fn summarize(records: &[(String, i64, i64)], from: i64, to: i64, expected: usize
     };
     Summary {
         cpu_per_fire_us: f64::NAN,
+        engine_per_fire_us: None,
         p50: pct(0.5),
         p90: pct(0.9),
         p99: pct(0.99),
@@ -179,9 +183,16 @@ async fn sundial_cron(load: usize, seconds: i64, node: &str) -> Summary {
     let from = next_second(clock.now()) + TimeDelta::seconds(WARM_UP_SECONDS);
     let to = from + TimeDelta::seconds(seconds);
     tokio::time::sleep((to - clock.now()).to_std().unwrap_or_default() + Duration::from_millis(500)).await;
+    let engine = scheduler.counters();
     scheduler.stop(Duration::from_secs(5)).await;
     let records = records.lock().unwrap().clone();
     let cpu = cpu_per_fire(cpu_before, process_cpu(), records.len());
+    let per_fire = |work: EngineWork| {
+        let time = engine.time_in.iter().find(|(w, _)| *w == work).map_or(Duration::ZERO, |(_, t)| *t);
+        time.as_secs_f64() * 1e6 / records.len().max(1) as f64
+    };
+    let engine_per_fire =
+        Some([per_fire(EngineWork::Acquire), per_fire(EngineWork::Complete), per_fire(EngineWork::StartRun)]);
     if std::env::var_os("BENCH_PER_SECOND").is_some() {
         let mut per: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
         for (_, s, l) in &records {
@@ -198,6 +209,7 @@ async fn sundial_cron(load: usize, seconds: i64, node: &str) -> Summary {
     }
     Summary {
         cpu_per_fire_us: cpu,
+        engine_per_fire_us: engine_per_fire,
         ..summarize(&records, from.timestamp_micros(), to.timestamp_micros(), load * seconds as usize)
     }
 }
@@ -348,11 +360,11 @@ fn main() {
             peer.duplicated,
             peer.p99 / ours.p99
         );
-        cpu.push((load, ours.cpu_per_fire_us, peer.cpu_per_fire_us));
+        cpu.push((load, ours.cpu_per_fire_us, ours.engine_per_fire_us, peer.cpu_per_fire_us));
     }
-    // Where the time goes, in one number: CPU (both cores) per fire that ran.
-    for (load, ours, peer) in cpu {
-        println!("{load:>8} fires/s: process CPU per fire {ours:.1} µs on sundial, {peer:.1} µs on apalis");
+    println!("\nwhere the time goes, per fire that ran (process CPU on both cores; engine time on sundial's clock)");
+    for (load, ours, engine, peer) in cpu {
+        println!("{load:>8} fires/s: {}; apalis: CPU {peer:.1} µs", where_the_time_goes(ours, engine));
     }
     if !sustained_only {
         burst(&runtime);
@@ -367,9 +379,27 @@ fn main() {
     println!("\nsustained {load} fires/s for {seconds} s (target: 0 missed, p99 <= 50 ms)");
     for (name, s) in [("sundial", &ours), ("apalis", &peer)] {
         println!(
-            "{name:>8}: p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms, {} missed, {} duplicated, CPU {:.1} µs per fire",
-            s.p50, s.p90, s.p99, s.max, s.missed, s.duplicated, s.cpu_per_fire_us
+            "{name:>8}: p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms, {} missed, {} duplicated",
+            s.p50, s.p90, s.p99, s.max, s.missed, s.duplicated
         );
+    }
+    println!(
+        "{}; apalis: CPU {:.1} µs",
+        where_the_time_goes(ours.cpu_per_fire_us, ours.engine_per_fire_us),
+        peer.cpu_per_fire_us
+    );
+}
+
+/// sundial's CPU per fire, split into the engine's store work, its run actor starts, and
+/// the rest (run actors' messages and shutdown, the job tasks, timers, the runtime).
+fn where_the_time_goes(cpu: f64, engine: Option<[f64; 3]>) -> String {
+    match engine {
+        Some([acquire, complete, start]) => format!(
+            "sundial: CPU {cpu:.1} µs = store acquisition {acquire:.1} + store completion {complete:.1} \
+             + run actor starts {start:.1} + the rest {:.1} (run actors' messages and shutdown, job tasks, runtime)",
+            cpu - acquire - complete - start
+        ),
+        None => format!("sundial: CPU {cpu:.1} µs"),
     }
 }
 

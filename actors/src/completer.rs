@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::execute::AbortOnDrop;
 use crate::node::NodeShared;
-use crate::stats::StoreOp;
+use crate::stats::{EngineWork, StoreOp};
 
 /// Completions recorded in one transaction at most (well inside the store's limits).
 pub(crate) const BATCH_MAX: usize = 256;
@@ -51,7 +51,9 @@ pub(crate) fn spawn_completer<S: JobStore>(
             }
             let (completions, replies): (Vec<Completion>, Vec<_>) =
                 batch.into_iter().map(|r| (r.completion, r.reply)).unzip();
+            let began = shared.clock.monotonic();
             let states = complete_durably(&shared, &completions).await;
+            shared.stats.spent(EngineWork::Complete, began, shared.clock.monotonic());
             for (reply, state) in replies.into_iter().zip(states) {
                 let _ = reply.send(state);
             }

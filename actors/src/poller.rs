@@ -32,7 +32,7 @@ use sundial::local::LocalTriggers;
 use crate::execute::CancelReason;
 use crate::node::{Lifecycle, NodeShared};
 use crate::run::{RunActor, RunArgs, RunMsg};
-use crate::stats::StoreOp;
+use crate::stats::{EngineWork, StoreOp};
 
 /// How late a fire in another node's shard must be before this node takes it.
 const STEAL_GRACE: Duration = Duration::from_secs(2);
@@ -354,7 +354,11 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
         };
         let began = state.sequence.map_or_else(|| shared.clock.monotonic(), |(began, _)| began);
         let limit = state.lead.saturation().min(OUTLOOK_LIMIT);
-        match shared.store.acquire_with_outlook(&request, MAX_LOOKAHEAD, limit).await {
+        let acquiring = shared.clock.monotonic();
+        let acquisition = shared.store.acquire_with_outlook(&request, MAX_LOOKAHEAD, limit).await;
+        let starting = shared.clock.monotonic();
+        shared.stats.spent(EngineWork::Acquire, acquiring, starting);
+        match acquisition {
             Ok(Acquisition { runs, outlook, more }) => {
                 state.batch.grow();
                 seen_outlook = Some(outlook);
@@ -364,6 +368,7 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
                 for run in runs {
                     start_run(myself, state, run, None, false).await;
                 }
+                shared.stats.spent(EngineWork::StartRun, starting, shared.clock.monotonic());
                 if full {
                     // There may be more due right now: acquire again at once, measuring
                     // the batches as one sequence.

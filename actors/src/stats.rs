@@ -54,12 +54,39 @@ impl StoreOp {
     }
 }
 
+/// Where a node's engine spends its time (see [`EngineCounters::time_in`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum EngineWork {
+    /// Acquisition transactions (the poller waits for each).
+    Acquire,
+    /// Recording runs' ends (the completer's batches, with their retries).
+    Complete,
+    /// Starting run actors for acquired runs (the poller waits for each).
+    StartRun,
+}
+
+impl EngineWork {
+    /// Every kind, in a fixed order.
+    pub const ALL: [EngineWork; 3] = [EngineWork::Acquire, EngineWork::Complete, EngineWork::StartRun];
+
+    /// A stable label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EngineWork::Acquire => "acquire",
+            EngineWork::Complete => "complete",
+            EngineWork::StartRun => "start_run",
+        }
+    }
+}
+
 /// The live counters.
 #[derive(Debug, Default)]
 pub(crate) struct EngineStats {
     acquisitions: AtomicU64,
     acquired: AtomicU64,
     store_errors: [AtomicU64; StoreOp::ALL.len()],
+    /// Microseconds on the node's monotonic clock, per [`EngineWork`].
+    time_us: [AtomicU64; EngineWork::ALL.len()],
 }
 
 impl EngineStats {
@@ -73,6 +100,13 @@ impl EngineStats {
         self.store_errors[index].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Adds the time from `since` to `until` (the node's monotonic clock) to `work`.
+    pub(crate) fn spent(&self, work: EngineWork, since: MonotonicInstant, until: MonotonicInstant) {
+        let index = EngineWork::ALL.iter().position(|w| *w == work).unwrap_or(0);
+        let micros = until.saturating_duration_since(since).as_micros();
+        self.time_us[index].fetch_add(u64::try_from(micros).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
     pub(crate) fn snapshot(&self, running: usize, leader: bool) -> EngineCounters {
         EngineCounters {
             acquisitions: self.acquisitions.load(Ordering::Relaxed),
@@ -81,6 +115,11 @@ impl EngineStats {
                 .iter()
                 .zip(&self.store_errors)
                 .map(|(op, count)| (*op, count.load(Ordering::Relaxed)))
+                .collect(),
+            time_in: EngineWork::ALL
+                .iter()
+                .zip(&self.time_us)
+                .map(|(work, us)| (*work, Duration::from_micros(us.load(Ordering::Relaxed))))
                 .collect(),
             running,
             leader,
@@ -97,6 +136,10 @@ pub struct EngineCounters {
     pub acquired_triggers: u64,
     /// Failed store operations (after the store's own retries), by operation.
     pub store_errors: Vec<(StoreOp, u64)>,
+    /// Time spent so far in each kind of engine work, on the node's monotonic clock
+    /// (under a virtual clock, virtual time): where a busy node's time goes. Waits inside
+    /// the work count too (a slow store's latency, a completion's retries).
+    pub time_in: Vec<(EngineWork, Duration)>,
     /// Runs on this node now.
     pub running: usize,
     /// This node holds the leader lease.

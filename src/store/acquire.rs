@@ -796,7 +796,7 @@ mod tests {
     #[test]
     fn fire_ids_do_not_collide_across_fires_and_neighbouring_incarnations() {
         // All at one scheduled millisecond, so only the mixed bits tell them apart.
-        let mut seen = std::collections::HashSet::new();
+        let mut seen = std::collections::BTreeSet::new();
         for uid in 0..300u64 {
             for fire in 0..300u32 {
                 assert!(seen.insert(fire_run_id(uid, fire, 1_800_000_000_000_000)), "uid {uid} fire {fire}");

@@ -35,6 +35,11 @@ struct OpLabels {
     operation: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WorkLabels {
+    work: String,
+}
+
 /// A node's metrics.
 pub struct Metrics {
     registry: Registry,
@@ -46,6 +51,7 @@ pub struct Metrics {
     acquired: Counter,
     store_errors: Family<OpLabels, Counter>,
     store_retries: Counter,
+    engine_time: Family<WorkLabels, Counter<f64, AtomicU64>>,
     retry_source: Option<Arc<AtomicU64>>,
     running: Gauge,
     leader: Gauge,
@@ -71,6 +77,7 @@ impl Metrics {
         let acquired = Counter::default();
         let store_errors = Family::<OpLabels, Counter>::default();
         let store_retries = Counter::default();
+        let engine_time = Family::<WorkLabels, Counter<f64, AtomicU64>>::default();
         let running = Gauge::default();
         let leader = Gauge::default();
         registry.register("runs_started", "Runs started on this node, by job", started.clone());
@@ -93,6 +100,11 @@ impl Metrics {
             "Store transactions run again after a conflict or another retryable error",
             store_retries.clone(),
         );
+        registry.register(
+            "engine_time_seconds",
+            "Time the engine spent acquiring, recording runs' ends and starting run actors",
+            engine_time.clone(),
+        );
         registry.register("running_runs", "Runs on this node now", running.clone());
         registry.register("leader", "1 while this node holds the leader lease", leader.clone());
         Self {
@@ -105,6 +117,7 @@ impl Metrics {
             acquired,
             store_errors,
             store_retries,
+            engine_time,
             retry_source: retries,
             running,
             leader,
@@ -146,6 +159,10 @@ impl Metrics {
         mirror(&self.acquired, engine.acquired_triggers);
         for (op, count) in &engine.store_errors {
             mirror(&self.store_errors.get_or_create(&OpLabels { operation: op.as_str().to_owned() }), *count);
+        }
+        for (work, time) in &engine.time_in {
+            let counter = self.engine_time.get_or_create(&WorkLabels { work: work.as_str().to_owned() });
+            counter.inner().store(time.as_secs_f64().to_bits(), Ordering::Relaxed);
         }
         if let Some(source) = &self.retry_source {
             mirror(&self.store_retries, source.load(Ordering::Relaxed));
@@ -193,7 +210,7 @@ mod tests {
 
     use super::*;
     use crate::events::RunFacts;
-    use crate::stats::StoreOp;
+    use crate::stats::{EngineWork, StoreOp};
 
     #[test]
     fn run_events_and_engine_counters_show_up() {
@@ -221,6 +238,7 @@ mod tests {
             acquisitions: 7,
             acquired_triggers: 9,
             store_errors: vec![(StoreOp::Heartbeat, 2)],
+            time_in: vec![(EngineWork::Acquire, std::time::Duration::from_millis(1500))],
             running: 1,
             leader: true,
         };
@@ -232,6 +250,7 @@ mod tests {
             "sundial_acquired_triggers_total 9",
             "sundial_store_errors_total{operation=\"heartbeat\"} 2",
             "sundial_store_retries_total 4",
+            "sundial_engine_time_seconds_total{work=\"acquire\"} 1.5",
             "sundial_leader 1",
             "sundial_running_runs 1",
         ] {
