@@ -8,9 +8,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sundial::entropy::Entropy;
-use sundial::job::{JobDefinition, JobRunQuery, JobTypeKey, RetryPolicy, RunCause, RunState};
+use sundial::job::{
+    JobDefinition, JobRunQuery, JobTriggerDefinition, JobTypeKey, MisfirePolicy, RetryPolicy, RunCause, RunState,
+};
 use sundial::kv::memory::{MemoryKv, MemoryKvOptions};
-use sundial::name::JobName;
+use sundial::name::{JobName, TriggerName};
 use sundial::options::SchedulerOptions;
 use sundial::store::{KvJobStore, RunOutcome, StoreOptions};
 use sundial::time::Clock;
@@ -28,14 +30,19 @@ fn t0() -> DateTime<Utc> {
     DateTime::from_timestamp_micros(1_800_000_000_750_000).unwrap()
 }
 
-/// Starts a node; `node` must be unique per test (actor names are process-wide).
+/// Starts a node on a store of its own; `node` must be unique per test (actor names are
+/// process-wide).
 async fn start(node: &str, registry: JobRegistry, clock: Arc<TokioClock>) -> (JobScheduler<Store>, Store) {
     let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
     let store = KvJobStore::new(kv, registry.calendars().clone(), Entropy::from_seed(1), StoreOptions::default());
+    (start_on(&store, node, registry, clock).await, store)
+}
+
+/// Starts a node on `store`.
+async fn start_on(store: &Store, node: &str, registry: JobRegistry, clock: Arc<TokioClock>) -> JobScheduler<Store> {
     let options = SchedulerOptions::default();
     let config = NodeConfig::new(store.clone(), registry, options, node, clock, Entropy::from_seed(2));
-    let scheduler = Node::start(config, None).await.unwrap();
-    (scheduler, store)
+    Node::start(config, None).await.unwrap()
 }
 
 /// Records (scheduled, started) of each run.
@@ -426,4 +433,112 @@ async fn a_batch_too_big_for_a_slow_store_shrinks_until_it_commits() {
     let ran = log.lock().unwrap().len();
     assert_eq!(ran, 100, "every fire ran once");
     scheduler.stop(Duration::from_secs(1)).await;
+}
+
+/// A registry with one job type, `rec`, whose runs succeed at once.
+fn succeeding_registry() -> JobRegistry {
+    JobRegistry::builder().add_job_type_as("rec", || FnJob::new(|_| async { Ok(()) })).build().unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_misfire_policy_after_the_node_was_down() {
+    let clock = Arc::new(TokioClock::new(t0()));
+    let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
+    let store = KvJobStore::new(kv, Default::default(), Entropy::from_seed(1), StoreOptions::default());
+    let first = start_on(&store, "misfire-node-a", succeeding_registry(), clock.clone()).await;
+    first.serve();
+    let mut defs = Vec::new();
+    for (job, policy) in
+        [("once", MisfirePolicy::RunOnce), ("skip", MisfirePolicy::Skip), ("all", MisfirePolicy::RunAll)]
+    {
+        let mut trigger =
+            JobTriggerDefinition::new(TriggerName::new("every-10s").unwrap(), "cron */10 * * * * *".parse().unwrap());
+        trigger.misfire = policy;
+        let mut def = JobDefinition::new(name(job), JobTypeKey::new("rec").unwrap());
+        def.triggers.push(trigger);
+        defs.push(def);
+    }
+    assert!(first.schedule(defs).await.iter().all(Result::is_ok));
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    first.stop(Duration::from_secs(5)).await;
+    let mut before = Vec::new();
+    for job in ["once", "skip", "all"] {
+        before.push(history(&store, job).await.len());
+    }
+    assert!(before.iter().all(|&n| n >= 1), "each ran while the node was up: {before:?}");
+    // Down for 95 s: nine fires of each trigger missed, the oldest beyond the threshold.
+    tokio::time::sleep(Duration::from_secs(95)).await;
+    let back = clock.now();
+    let second = start_on(&store, "misfire-node-b", succeeding_registry(), clock.clone()).await;
+    second.serve();
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    second.stop(Duration::from_secs(5)).await;
+    let after = |runs: Vec<sundial::job::JobRunInfo>, skip: usize| runs.into_iter().skip(skip).collect::<Vec<_>>();
+    let whole_ten = |t: DateTime<Utc>| t.timestamp_subsec_micros() == 0 && t.timestamp() % 10 == 0;
+
+    // RunOnce: one catch-up run at once, recorded as scheduled now; then on the schedule.
+    let once = after(history(&store, "once").await, before[0]);
+    assert!(
+        once[0].run.scheduled_at >= back && once[0].run.scheduled_at - back < chrono::TimeDelta::milliseconds(100),
+        "{once:?}"
+    );
+    assert_eq!(once[0].run.cause, RunCause::Schedule);
+    assert!(once[1..].iter().all(|r| whole_ten(r.run.scheduled_at) && r.run.scheduled_at > back), "{once:?}");
+    assert_eq!(once.len(), 1 + 2, "the catch-up and the two fires of the next 25 s: {once:?}");
+
+    // Skip: no catch-up; the next fire is the schedule's next after the node came back.
+    let skip = after(history(&store, "skip").await, before[1]);
+    assert!(skip.iter().all(|r| whole_ten(r.run.scheduled_at) && r.run.scheduled_at > back), "{skip:?}");
+    assert_eq!(skip.len(), 2, "{skip:?}");
+
+    // RunAll: every missed time, oldest first, each with its own scheduled time; then on
+    // the schedule.
+    let all = after(history(&store, "all").await, before[2]);
+    let scheduled: Vec<DateTime<Utc>> = all.iter().map(|r| r.run.scheduled_at).collect();
+    assert!(scheduled.iter().all(|t| whole_ten(*t)), "{scheduled:?}");
+    assert!(
+        scheduled.windows(2).all(|w| w[1] - w[0] == chrono::TimeDelta::seconds(10)),
+        "no time missed or repeated: {scheduled:?}"
+    );
+    let missed = scheduled.iter().filter(|t| **t < back).count();
+    assert!(missed >= 9, "the fires of the 95 s down ran: {scheduled:?}");
+    let caught_up = all[missed - 1].started_at;
+    assert!(
+        caught_up - back < chrono::TimeDelta::seconds(2),
+        "caught up within a few poll cycles: {caught_up} vs {back}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn exponential_retries_wait_twice_as_long_each_time() {
+    let clock = Arc::new(TokioClock::new(t0()));
+    let registry = JobRegistry::builder()
+        .add_job_type_as("failing", || FnJob::new(|_| async { Err(JobFailure::new("still broken")) }))
+        .build()
+        .unwrap();
+    let (scheduler, store) = start("exponential-node", registry, clock.clone()).await;
+    scheduler.serve();
+    let def = JobDefinition::new(name("flaky"), JobTypeKey::new("failing").unwrap())
+        .with_retry(RetryPolicy::exponential(3, Duration::from_secs(1), None).unwrap());
+    scheduler.schedule_one(def).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(matches!(scheduler.trigger_one(name("flaky")).await.unwrap(), RunOutcome::Failed { .. }));
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let runs = history(&store, "flaky").await;
+    let attempts: Vec<_> = runs.iter().map(|r| (r.run.attempt, r.run.cause, r.state)).collect();
+    assert_eq!(
+        attempts,
+        vec![
+            (1, RunCause::Manual, RunState::Failed),
+            (2, RunCause::Retry, RunState::Failed),
+            (3, RunCause::Retry, RunState::Failed),
+            (4, RunCause::Retry, RunState::Failed),
+        ],
+        "three retries, then no more"
+    );
+    for (n, pair) in runs.windows(2).enumerate() {
+        let waited = pair[1].run.scheduled_at - pair[0].finished_at.unwrap();
+        assert_eq!(waited, chrono::TimeDelta::seconds(1 << n), "retry {} waits 2^{n} s", n + 1);
+        assert_eq!(pair[1].run.retry_of, Some(runs[0].run.id), "every retry points at the first run");
+    }
 }
