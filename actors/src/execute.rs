@@ -1,5 +1,5 @@
-//! Executing one run (SPEC §2, §8): the job on its own task, its cancellation and timeout,
-//! panics, middleware, and the tracing span.
+//! Executing one run (SPEC §2, §8): the job, its cancellation and timeout, panics,
+//! middleware, and the tracing span, as one future for the run's task.
 //!
 //! The outcome follows SPEC §8's precedence: the first reason the run's token was canceled
 //! decides — a timeout makes the run `Failed` with `SCHEDULING_TIMEOUT_001`, a cancel
@@ -8,13 +8,16 @@
 //! keeps its `max_concurrent_runs` slot meanwhile). Otherwise a panic is
 //! `SCHEDULING_UNEXPECTED_001`, and the job's own result decides.
 
+use std::any::Any;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use sundial::error::ErrorCode;
 use sundial::kv::BoxFuture;
 use sundial::store::RunOutcome;
-use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -81,35 +84,31 @@ pub async fn execute(
     middleware: Vec<Arc<dyn RunMiddleware>>,
 ) -> RunOutcome {
     let ready = || -> BoxFuture<'static, ()> { Box::pin(std::future::ready(())) };
-    prepare(job, ctx, cancel, middleware, RunGates { start: ready(), end: ready() }, timeout).finish().await
+    prepare(job, ctx, cancel, middleware, RunGates { start: ready(), end: ready(), on_start: None }, timeout).await
 }
 
-/// A run whose job task is spawned and waits for its start: everything that can be done
-/// before the scheduled instant is, so at the instant only the job itself runs.
-pub struct PreparedRun {
-    task: AbortOnDrop<JobResult>,
-    started: Option<oneshot::Receiver<()>>,
-    cancel: RunCancel,
-    timeout: Option<Duration>,
-}
-
-/// What a prepared run's task waits for around its job.
+/// What a prepared run waits for around its job.
 pub struct RunGates {
     /// Ends at the run's start instant, or at once when the run is canceled before it.
     pub start: BoxFuture<'static, ()>,
     /// Awaited after the job returns, before the run's end is reported: a node lets the
     /// other runs due at the same instant start first.
     pub end: BoxFuture<'static, ()>,
+    /// Called as the job starts (never for a run canceled before its start); the future
+    /// it returns runs alongside the job and ends before the run does (the run's start
+    /// event, published while the job already runs).
+    pub on_start: Option<Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send>>,
 }
 
-/// Spawns the job's task, in its tracing span and middleware, waiting for `gates.start`
-/// (the start instant) before it runs the job, and canceling it when `timeout` (counted
-/// from its start) passes. A run canceled meanwhile should have its start gate end at
-/// once: the job then never starts (the run ends `Canceled`, or `Failed` for a timeout).
+/// The whole run as one future, for a task of its own: waits for `gates.start` (the start
+/// instant), runs the job in its tracing span and middleware, cancels it when `timeout`
+/// (counted from its start) passes, catches its panic, waits for `gates.end`, and decides
+/// the outcome. A run canceled before its start should have its start gate end at once:
+/// the job then never starts (the run ends `Canceled`, or `Failed` for a timeout).
 /// `ctx.cancel` must be `cancel`'s token.
 ///
-/// The task does all of this itself, so nothing else need be woken when the job starts:
-/// at an instant where thousands of runs start, each costs one task poll.
+/// Everything that can be done before the scheduled instant is, and the run needs no other
+/// task: at an instant where thousands of runs start, each costs one task poll.
 pub fn prepare(
     mut job: Box<dyn DynJob>,
     ctx: RunContext,
@@ -117,7 +116,7 @@ pub fn prepare(
     middleware: Vec<Arc<dyn RunMiddleware>>,
     gates: RunGates,
     timeout: Option<Duration>,
-) -> PreparedRun {
+) -> impl Future<Output = RunOutcome> + Send + 'static {
     let run = &ctx.run;
     let span = tracing::info_span!(
         "run",
@@ -127,59 +126,45 @@ pub fn prepare(
         cause = ?run.cause,
         attempt = run.attempt,
     );
-    let (started, started_rx) = oneshot::channel();
-    let task_cancel = cancel.clone();
-    let task = AbortOnDrop(tokio::spawn(
-        async move {
-            let RunGates { start, end } = gates;
-            start.await;
-            if ctx.cancel.is_cancelled() {
-                // Canceled before its start (a cancel request, the node stopping, or
-                // fenced): the job never runs; the reason decides the outcome.
-                return Err(JobFailure::new("canceled before it started"));
-            }
-            let _ = started.send(());
+    async move {
+        let RunGates { start, end, on_start } = gates;
+        start.await;
+        let result = if ctx.cancel.is_cancelled() {
+            // Canceled before its start (a cancel request, the node stopping, or fenced):
+            // the job never runs; the reason decides the outcome.
+            Ok(Err(JobFailure::new("canceled before it started")))
+        } else {
+            let beside = on_start.map(|on_start| on_start());
             let mut next: BoxFuture<'_, JobResult> = job.run_boxed(&ctx);
             for layer in middleware.iter().rev() {
                 next = layer.around(&ctx, next);
             }
-            let result = match timeout {
-                None => next.await,
-                Some(timeout) => {
-                    tokio::select! {
-                        biased;
-                        result = &mut next => result,
-                        () = tokio::time::sleep(timeout) => {
-                            // A job that ignores its token runs on until it returns.
-                            task_cancel.cancel(CancelReason::Timeout);
-                            next.await
+            let guarded = AssertUnwindSafe(async {
+                match timeout {
+                    None => next.await,
+                    Some(timeout) => {
+                        tokio::select! {
+                            biased;
+                            result = &mut next => result,
+                            () = tokio::time::sleep(timeout) => {
+                                // A job that ignores its token runs on until it returns.
+                                cancel.cancel(CancelReason::Timeout);
+                                next.await
+                            }
                         }
                     }
                 }
-            };
-            end.await;
-            result
-        }
-        .instrument(span),
-    ));
-    PreparedRun { task, started: Some(started_rx), cancel, timeout }
-}
-
-impl PreparedRun {
-    /// Waits until the job has started; false when it never will (canceled before its
-    /// start, or aborted): `finish` then tells how the run ended.
-    pub async fn started(&mut self) -> bool {
-        match self.started.take() {
-            Some(started) => started.await.is_ok(),
-            None => true,
-        }
+            })
+            .catch_unwind();
+            match beside {
+                None => guarded.await,
+                Some(beside) => tokio::join!(guarded, beside).0,
+            }
+        };
+        end.await;
+        decide(result, cancel.reason(), timeout)
     }
-
-    /// Waits for the job's end and decides the outcome.
-    pub async fn finish(mut self) -> RunOutcome {
-        let joined = (&mut self.task.0).await;
-        decide(joined, self.cancel.reason(), self.timeout)
-    }
+    .instrument(span)
 }
 
 /// A task that is aborted when its handle is dropped: a run whose actor dies (killed with
@@ -193,7 +178,7 @@ impl<T> Drop for AbortOnDrop<T> {
 }
 
 fn decide(
-    joined: Result<JobResult, tokio::task::JoinError>,
+    joined: Result<JobResult, Box<dyn Any + Send>>,
     reason: Option<CancelReason>,
     timeout: Option<Duration>,
 ) -> RunOutcome {
@@ -217,8 +202,7 @@ fn decide(
     match joined {
         Ok(Ok(())) => RunOutcome::Succeeded,
         Ok(Err(failure)) => RunOutcome::Failed { code: failure.code, message: failure.message },
-        Err(e) if e.is_panic() => {
-            let payload = e.into_panic();
+        Err(payload) => {
             let message = payload
                 .downcast_ref::<&str>()
                 .map(|s| (*s).to_owned())
@@ -229,6 +213,5 @@ fn decide(
                 message: format!("job panicked: {message}"),
             }
         }
-        Err(_) => RunOutcome::Canceled { message: "the run's task was aborted".into() },
     }
 }

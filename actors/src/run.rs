@@ -3,7 +3,9 @@
 //! retrying while the store is unavailable, so nothing a run produced is dropped — then
 //! publishes the end event, answers a waiting `trigger` caller, and tells the poller.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use chrono::{DateTime, Utc};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use sundial::job::RunState;
@@ -96,41 +98,40 @@ impl<S: JobStore> Actor for RunActor<S> {
         let starts = shared.starts.clone();
         // The job's end is reported once the runs due with it have started.
         let end: BoxFuture<'static, ()> = Box::pin(async move { starts.settled().await });
-        let gates = RunGates { start: gate, end };
+        // The start time only goes into events: without a publisher nothing reads the
+        // clock or does anything else when the job starts.
+        let started_at: Arc<OnceLock<DateTime<Utc>>> = Arc::default();
+        let on_start = shared.publisher.is_enabled().then(|| {
+            let (shared, run, started_at) = (shared.clone(), run.clone(), started_at.clone());
+            Box::new(move || -> BoxFuture<'static, ()> {
+                let at = shared.clock.now();
+                let _ = started_at.set(at);
+                Box::pin(async move { publish_started(&shared, &run, at).await })
+            }) as Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send>
+        });
+        let gates = RunGates { start: gate, end, on_start };
         let prepared = job.map(|job| prepare(job, ctx, task_cancel, middleware, gates, timeout));
         let task = tokio::spawn(async move {
             let shared = task_shared;
             let outcome = match prepared {
-                // Without a publisher, nothing needs to know the moment the job starts
-                // (the start time only goes into events), so this task is not woken then.
-                Some(mut prepared) if shared.publisher.is_enabled() => {
-                    let started = prepared.started().await;
-                    let started_at = shared.clock.now();
-                    if started {
-                        publish_started(&shared, &run, started_at).await;
-                    }
-                    (prepared.finish().await, started_at)
-                }
-                Some(prepared) => {
-                    let outcome = prepared.finish().await;
-                    (outcome, shared.clock.now())
-                }
+                Some(prepared) => prepared.await,
                 // The store only hands out runs of registered types, but a type can vanish
                 // between acquisition and start only through a bug: fail the run loudly.
                 None => {
-                    let started_at = shared.clock.now();
-                    publish_started(&shared, &run, started_at).await;
-                    let outcome = RunOutcome::Failed {
+                    let at = shared.clock.now();
+                    let _ = started_at.set(at);
+                    publish_started(&shared, &run, at).await;
+                    RunOutcome::Failed {
                         code: Some(sundial::error::ErrorCode::JobTypeNotFound.as_str().to_owned()),
                         message: "job type not registered on this node".into(),
-                    };
-                    (outcome, started_at)
+                    }
                 }
             };
+            let started_at = started_at.get().copied().unwrap_or_else(|| shared.clock.now());
             // Recording the end (a store transaction, events, this actor's shutdown) comes
-            // after the other runs due at this instant have started: the job's task waited
-            // for them (its end gate) before it ended.
-            let _ = myself.send_message(RunMsg::Finished(outcome.0, outcome.1));
+            // after the other runs due at this instant have started: the run waited for
+            // them (its end gate) before it ended.
+            let _ = myself.send_message(RunMsg::Finished(outcome, started_at));
         });
         Ok(RunState_ { args, cancel, _task: AbortOnDrop(task) })
     }

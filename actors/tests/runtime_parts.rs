@@ -324,11 +324,48 @@ async fn a_run_canceled_before_its_start_never_runs_its_job() {
             () = token.cancelled() => {}
         }
     });
-    let gates = RunGates { start: gate, end: Box::pin(std::future::ready(())) };
-    let mut prepared = prepare(Box::new(job), ctx(&cancel), cancel.clone(), Vec::new(), gates, None);
+    let started = Arc::new(AtomicUsize::new(0));
+    let on_start = started.clone();
+    let gates = RunGates {
+        start: gate,
+        end: Box::pin(std::future::ready(())),
+        on_start: Some(Box::new(move || -> BoxFuture<'static, ()> {
+            on_start.fetch_add(1, Ordering::SeqCst);
+            Box::pin(std::future::ready(()))
+        })),
+    };
+    let prepared = prepare(Box::new(job), ctx(&cancel), cancel.clone(), Vec::new(), gates, None);
     cancel.cancel(CancelReason::Fenced);
-    assert!(!prepared.started().await, "the job never started");
-    let outcome = prepared.finish().await;
+    let outcome = prepared.await;
     assert!(matches!(outcome, RunOutcome::Canceled { .. }), "{outcome:?}");
+    assert_eq!(started.load(Ordering::SeqCst), 0, "the job never started");
     assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+/// The start hook is called once as the job starts; what it returns (a node's start
+/// event) runs beside the job, and the run ends only after it.
+#[tokio::test(start_paused = true)]
+async fn the_start_hook_runs_beside_the_job_and_the_run_waits_for_it() {
+    let published = Arc::new(AtomicUsize::new(0));
+    let hook = published.clone();
+    let cancel = RunCancel::new();
+    let gates = RunGates {
+        start: Box::pin(std::future::ready(())),
+        end: Box::pin(std::future::ready(())),
+        on_start: Some(Box::new(move || -> BoxFuture<'static, ()> {
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                hook.fetch_add(1, Ordering::SeqCst);
+            })
+        })),
+    };
+    let job = FnJob::new(|_ctx: RunContext| async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        Ok(())
+    });
+    let clock = sundial_actors::clock::TokioClock::new(t0());
+    let outcome = prepare(Box::new(job), ctx(&cancel), cancel.clone(), Vec::new(), gates, None).await;
+    assert_eq!(outcome, RunOutcome::Succeeded);
+    assert_eq!(published.load(Ordering::SeqCst), 1);
+    assert_eq!(clock.now() - t0(), chrono::TimeDelta::seconds(5), "beside the job, not before it");
 }
