@@ -31,10 +31,9 @@
 //! Times are microseconds since the Unix epoch (tuple integers sort correctly, negatives
 //! included); run ids are UUIDs (v7, so they sort by creation time).
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
-use foundationdb_tuple::{Subspace, TuplePack, TupleUnpack};
+use foundationdb_tuple::{PackResult, Subspace, TupleDepth, TuplePack, TupleUnpack};
 use uuid::Uuid;
 
 use super::StoreError;
@@ -42,6 +41,19 @@ use crate::kv::strinc;
 
 /// Bytes most keys take after the root prefix (ids, times and names).
 const KEY_ROOM: usize = 72;
+
+/// The third element of a tuple of at least three integers, the rest left unread: a due
+/// key's `due_us`.
+struct DueTime(i64);
+
+impl<'de> TupleUnpack<'de> for DueTime {
+    fn unpack(input: &'de [u8], depth: TupleDepth) -> PackResult<(&'de [u8], Self)> {
+        let (input, _subspace) = i64::unpack(input, depth.increment())?;
+        let (input, _shard) = i64::unpack(input, depth.increment())?;
+        let (_names, due) = i64::unpack(input, depth.increment())?;
+        Ok((&[], DueTime(due)))
+    }
+}
 
 /// Number of due-index shards. Fixed: changing it changes where due entries live.
 pub const DUE_SHARDS: u16 = 64;
@@ -173,9 +185,10 @@ impl Keyspace {
         self.due_shards[usize::from(shard % DUE_SHARDS)].1.clone()
     }
 
-    /// The due time of a due key (without decoding its names).
+    /// The due time of a due key (without decoding its names: pollers read every shard's
+    /// earliest entry each cycle, and the names are most of a key).
     pub fn due_time(&self, key: &[u8]) -> Result<i64, StoreError> {
-        let (_, _, due, _, _): (i64, i64, i64, Cow<'_, str>, Cow<'_, str>) = self.unpack(key)?;
+        let DueTime(due) = self.unpack(key)?;
         Ok(due)
     }
 
@@ -385,6 +398,20 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_due_keys_time_reads_without_its_names() {
+        let keys = Keyspace::new(b"\x02app\x00".to_vec());
+        for due in [i64::MIN, -1, 0, 1_800_000_000_000_000, i64::MAX] {
+            for (job, trigger) in [("a", "b"), ("with\0nul", "\u{ff}\0"), ("", "")] {
+                let key = keys.due(63, due, job, trigger);
+                assert_eq!(keys.due_time(&key).unwrap(), due);
+                assert_eq!(keys.due_parts(&key).unwrap(), (due, job.to_owned(), trigger.to_owned()));
+            }
+        }
+        assert!(matches!(keys.due_time(&keys.job("j")), Err(StoreError::Corrupt(_))), "not a due key");
+        assert!(matches!(keys.due_time(b"\x02app\x00\x15\x03"), Err(StoreError::Corrupt(_))), "cut short");
     }
 
     #[test]
