@@ -199,6 +199,8 @@ pub(super) struct ReadCache {
     schedules: BTreeMap<String, Result<Arc<JobSchedule>, String>>,
     /// A job's data as a run's data (for triggers without data of their own).
     job_data: BTreeMap<String, String>,
+    /// The runs each node has been asked to cancel (completions clear what they find).
+    cancels: BTreeMap<String, BTreeSet<Uuid>>,
 }
 
 impl ReadCache {
@@ -213,6 +215,26 @@ impl ReadCache {
         let job = tx.job(name).await?.map(Arc::new);
         self.jobs.insert(name.to_owned(), job.clone());
         Ok(job)
+    }
+
+    /// Whether `node` has been asked to cancel `run`. Reads the node's cancel requests
+    /// once per transaction, serializably: a request written concurrently conflicts with
+    /// this transaction, whose retry then sees it. Completions clear only requests that
+    /// exist: clearing every run's request key blindly wrote a key per run (for the store
+    /// to forget again) to remove one that almost never exists.
+    pub(super) async fn cancel_requested<T: KvTransaction>(
+        &mut self,
+        tx: &Tx<'_, T>,
+        node: &str,
+        run: Uuid,
+    ) -> Result<bool, StoreError> {
+        if !self.cancels.contains_key(node) {
+            let (begin, end) = tx.keys.cancels_for(node);
+            let requests = tx.txn.get_range(&RangeRequest::new(begin, end), false).await?;
+            let ids = requests.pairs.iter().map(|(key, _)| tx.keys.node_run_of(key)).collect::<Result<_, _>>()?;
+            self.cancels.insert(node.to_owned(), ids);
+        }
+        Ok(self.cancels.get(node).is_some_and(|ids| ids.contains(&run)))
     }
 
     fn schedule(&mut self, text: &str) -> Result<Arc<JobSchedule>, String> {

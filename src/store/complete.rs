@@ -169,7 +169,9 @@ impl<K: Kv> KvJobStore<K> {
             }
         };
         tx.put_run(Some(&stored), &ended);
-        tx.txn.clear(&self.keys.cancel(&stored.node, id));
+        if cache.cancel_requested(tx, &stored.node, id).await? {
+            tx.txn.clear(&self.keys.cancel(&stored.node, id));
+        }
         let job = cache.job(tx, &stored.job).await?;
         let blocked_left = self.release(tx, &stored, job.as_deref()).await?;
         self.finish_interval_trigger(tx, &stored, job.as_deref(), completion.finished_at).await?;

@@ -487,6 +487,20 @@ pub(crate) async fn cancel_requests_reach_the_running_node_until_the_run_ends<K:
     complete(store, run.run.id, "n7", RunOutcome::Canceled { message: "requested".into() }, secs(2)).await;
     assert!(store.cancel_requests("n7").await.unwrap().is_empty());
     assert_eq!(store.request_cancel(&[run.run.id]).await[0].as_ref().unwrap_err().code(), "SCHEDULING_NOTFOUND_004");
+    // In one batch of completions, each clears its own request and no other run's.
+    let mut many = job("many", &[("t", "cron * * * * * *")]);
+    many.allow_concurrent = true;
+    store.schedule(&[many], secs(2)).await;
+    let runs: Vec<Uuid> = acquire(store, "n7", secs(3), 16).await.iter().map(|r| r.run.id).collect();
+    let more: Vec<Uuid> = acquire(store, "n7", secs(4), 16).await.iter().map(|r| r.run.id).collect();
+    let last: Vec<Uuid> = acquire(store, "n7", secs(5), 16).await.iter().map(|r| r.run.id).collect();
+    let (a, b, c) = (runs[0], more[0], last[0]);
+    assert!(store.request_cancel(&[a, c]).await.iter().all(Result::is_ok));
+    let ended = |id| Completion { run_id: id, node: "n7".into(), outcome: RunOutcome::Succeeded, finished_at: secs(6) };
+    assert!(store.complete_runs(&[ended(a), ended(b)]).await.iter().all(Result::is_ok));
+    assert_eq!(store.cancel_requests("n7").await.unwrap(), vec![c], "c still runs: its request stays");
+    assert!(store.complete_runs(&[ended(c)]).await.iter().all(Result::is_ok));
+    assert!(store.cancel_requests("n7").await.unwrap().is_empty());
 }
 
 pub(crate) async fn history_queries_filter_page_count_and_expire<K: Kv>(store: &KvJobStore<K>) {
