@@ -81,6 +81,8 @@ impl<S: JobStore> Actor for RunActor<S> {
         }
         // Armed until the gate opens (just before the job starts), or the task is dropped.
         let armed = shared.starts.arm(run.scheduled_at);
+        // The job's end is reported once the runs due with it have started.
+        let end: BoxFuture<'static, ()> = Box::pin(armed.instant().settled());
         let early = (run.scheduled_at - shared.clock.now()).to_std().unwrap_or_default();
         let gate: BoxFuture<'static, ()> = if early.is_zero() {
             Box::pin(async move { drop(armed) })
@@ -95,9 +97,6 @@ impl<S: JobStore> Actor for RunActor<S> {
                 drop(armed);
             })
         };
-        let starts = shared.starts.clone();
-        // The job's end is reported once the runs due with it have started.
-        let end: BoxFuture<'static, ()> = Box::pin(async move { starts.settled().await });
         // The start time only goes into events: without a publisher nothing reads the
         // clock or does anything else when the job starts.
         let started_at: Arc<OnceLock<DateTime<Utc>>> = Arc::default();

@@ -9,13 +9,15 @@
 //! could.
 //!
 //! A run is *armed* from its preparation until its job starts (or it ends without
-//! starting). Bookkeeping calls [`PendingStarts::settled`], which waits while some armed
-//! run is due at or before now on the node's clock, for at most [`SETTLE_MAX`]: a run
-//! armed for an instant its timer has not reached yet (the clock jumped) never holds
-//! bookkeeping back for long.
+//! starting). A run that ended waits, before its end is recorded, for the other runs of
+//! its own instant ([`Armed::instant`], [`InstantStarts::settled`]: no lock, no clock
+//! read on that path, which every run of the instant takes). Other bookkeeping calls
+//! [`PendingStarts::settled`], which waits while some armed run is due at or before now on
+//! the node's clock. Either waits at most [`SETTLE_MAX`]: a run armed for an instant its
+//! timer has not reached yet (the clock jumped) never holds bookkeeping back for long.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -42,20 +44,47 @@ pub(crate) struct PendingStarts {
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// Start instant (µs) → how many runs due then are armed.
-    armed: BTreeMap<i64, Arc<AtomicUsize>>,
-    /// What bookkeeping waits on, opened when nothing due is armed any more.
+    /// Start instant (µs) → its runs.
+    armed: BTreeMap<i64, Arc<InstantStarts>>,
+    /// What other bookkeeping waits on, opened when nothing due is armed any more.
     settle: Option<Settle>,
 }
 
-/// The gate bookkeeping waits on.
+/// The gate other bookkeeping waits on.
 #[derive(Debug, Default)]
 struct Settle {
     gate: Arc<Gate>,
     /// Whether its [`SETTLE_MAX`] timer runs (from its first waiter on).
     timed: bool,
-    /// Runs armed since it was made: the waiters it has room for.
-    armed: usize,
+}
+
+/// The runs due to start at one instant.
+#[derive(Debug, Default)]
+pub(crate) struct InstantStarts {
+    /// How many are armed.
+    armed: AtomicUsize,
+    /// Opened when none is armed any more (or [`SETTLE_MAX`] after its first waiter).
+    started: Arc<Gate>,
+    /// Whether the [`SETTLE_MAX`] timer runs.
+    timed: AtomicBool,
+}
+
+impl InstantStarts {
+    /// Waits until every run armed for this instant has started (or ended without
+    /// starting), at most [`SETTLE_MAX`] from the first waiter.
+    pub(crate) async fn settled(self: Arc<Self>) {
+        if self.started.is_open() {
+            return;
+        }
+        if !self.timed.swap(true, Ordering::AcqRel) {
+            let timeout = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(SETTLE_MAX).await;
+                timeout.started.open();
+            });
+        }
+        self.started.clone().wait().await;
+    }
 }
 
 impl Inner {
@@ -71,7 +100,7 @@ impl Inner {
     /// The earliest instant that still has an armed run, forgetting emptied ones.
     fn earliest(&mut self) -> i64 {
         while let Some(entry) = self.armed.first_entry() {
-            if entry.get().load(Ordering::Acquire) > 0 {
+            if entry.get().armed.load(Ordering::Acquire) > 0 {
                 return *entry.key();
             }
             entry.remove();
@@ -85,12 +114,20 @@ impl Inner {
 #[derive(Debug)]
 pub(crate) struct Armed {
     starts: Arc<PendingStarts>,
-    count: Arc<AtomicUsize>,
+    instant: Arc<InstantStarts>,
+}
+
+impl Armed {
+    /// The runs of this run's instant, to wait for once it has ended.
+    pub(crate) fn instant(&self) -> Arc<InstantStarts> {
+        self.instant.clone()
+    }
 }
 
 impl Drop for Armed {
     fn drop(&mut self) {
-        if self.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+        if self.instant.armed.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.instant.started.open();
             self.starts.instant_started();
         }
     }
@@ -105,15 +142,13 @@ impl PendingStarts {
     pub(crate) fn arm(self: &Arc<Self>, at: DateTime<Utc>) -> Armed {
         let at_us = at.timestamp_micros();
         let mut inner = self.lock();
-        let count = inner.armed.entry(at_us).or_default().clone();
-        count.fetch_add(1, Ordering::AcqRel);
+        let instant = inner.armed.entry(at_us).or_default().clone();
+        let armed = instant.armed.fetch_add(1, Ordering::AcqRel) + 1;
+        // Room for this run's end to wait, made now: a list growing while thousands of
+        // runs start together costs fresh memory on the critical path.
+        instant.started.reserve(armed);
         self.earliest.fetch_min(at_us, Ordering::AcqRel);
-        // Room for this run's bookkeeping to wait, made now: a list growing while
-        // thousands of runs start together costs fresh memory on the critical path.
-        let settle = inner.settle();
-        settle.armed += 1;
-        settle.gate.reserve(settle.armed);
-        Armed { starts: self.clone(), count }
+        Armed { starts: self.clone(), instant }
     }
 
     /// The last armed run of an instant started: recompute the earliest, and open the
@@ -146,7 +181,7 @@ impl PendingStarts {
             if !self.starting() {
                 return;
             }
-            let Settle { gate, timed, .. } = inner.settle();
+            let Settle { gate, timed } = inner.settle();
             if !*timed {
                 *timed = true;
                 // One timer for every waiter: a run armed for an instant its timer has not
@@ -217,5 +252,25 @@ mod tests {
         let short = tokio::time::timeout(SETTLE_MAX - Duration::from_millis(1), starts.settled()).await;
         assert!(short.is_err(), "still waiting just before SETTLE_MAX");
         starts.settled().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_run_waits_for_its_own_instant_only_and_at_most_settle_max() {
+        let clock = ManualClock::new(t(0));
+        let starts = Arc::new(PendingStarts::new(Arc::new(clock.clone())));
+        let (first, second, later) = (starts.arm(t(0)), starts.arm(t(0)), starts.arm(t(1)));
+        let instant = first.instant();
+        drop(first);
+        let waiter = tokio::spawn(instant.clone().settled());
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "the second run of its instant has not started");
+        drop(second);
+        waiter.await.unwrap();
+        assert!(!later.instant().started.is_open(), "a later instant is not this one's business");
+        // A run of an instant that never starts holds the others' ends back SETTLE_MAX.
+        let stuck = starts.arm(t(2));
+        let short = tokio::time::timeout(SETTLE_MAX - Duration::from_millis(1), stuck.instant().settled()).await;
+        assert!(short.is_err(), "still waiting just before SETTLE_MAX");
+        stuck.instant().settled().await;
     }
 }
