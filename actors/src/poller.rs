@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use sundial::error::SchedulingError;
 use sundial::job::JsonObject;
 use sundial::kv::{AsKvError, KvError};
@@ -63,8 +63,9 @@ pub(crate) enum PollerMsg {
     Tick(u64),
     /// Something changed locally: cycle now.
     Wake,
-    /// A run of this node ended; for a local job's run, the run and whether it failed.
-    RunFinished(Uuid, Option<(sundial::job::JobRun, bool)>),
+    /// A local job's run here ended: the run, and whether it failed (its retries are in
+    /// process). Every run's slot is freed when its actor terminates.
+    LocalRunFinished(sundial::job::JobRun, bool),
     /// Run `job` now on this node (SPEC §9 `trigger`); replies with a receiver of the first
     /// attempt's outcome.
     Trigger(JobName, JsonObject, RpcReplyPort<Result<oneshot::Receiver<RunOutcome>, SchedulingError>>),
@@ -79,6 +80,9 @@ pub(crate) enum PollerMsg {
 pub(crate) struct PollerState<S: JobStore> {
     shared: Arc<NodeShared<S>>,
     running: BTreeMap<Uuid, ActorRef<RunMsg>>,
+    /// The run each running run actor runs: its end (the actor's termination, which
+    /// reaches this supervisor anyway) frees the run's slot.
+    run_of_actor: BTreeMap<ActorId, Uuid>,
     synced: bool,
     /// Runs an earlier process with this node id left `Running` were marked lost.
     reclaimed: bool,
@@ -139,6 +143,7 @@ impl<S: JobStore> Actor for PollerActor<S> {
             shared,
             batch,
             running: BTreeMap::new(),
+            run_of_actor: BTreeMap::new(),
             synced: false,
             reclaimed: false,
             known_times_declared_lost: None,
@@ -176,36 +181,15 @@ impl<S: JobStore> Actor for PollerActor<S> {
                 state.tick += 1;
                 let _ = myself.send_message(PollerMsg::Tick(state.tick));
             }
-            PollerMsg::RunFinished(id, local) => {
-                let was_full = state.running.len() >= state.shared.options.max_concurrent_runs as usize;
-                state.running.remove(&id);
-                if let Some(job) = state.store_runs_of_local_jobs.remove(&id) {
-                    state.local.note_ended(&job);
-                    if state.local.poll_timeout().is_some() {
-                        state.tick += 1;
-                        let _ = myself.send_message(PollerMsg::Tick(state.tick));
-                    }
-                }
-                if let Some((run, failed)) = local {
-                    let shared = state.shared.clone();
-                    let now = shared.clock.now();
-                    let retry = state
-                        .local
-                        .handle_run_finished(&run, now, failed, shared.registry.calendars(), || shared.run_id());
-                    if retry.is_some() || state.local.poll_timeout().is_some() {
-                        // The next local fire may now be sooner than the current sleep.
-                        state.tick += 1;
-                        let _ = myself.send_message(PollerMsg::Tick(state.tick));
-                    }
-                }
-                if was_full && !state.refill_pending {
-                    // A slot freed up: fill it soon rather than at the next tick, after
-                    // other runs ending meanwhile have freed theirs (one acquisition for
-                    // them all, not one per slot).
-                    state.refill_pending = true;
+            PollerMsg::LocalRunFinished(run, failed) => {
+                let shared = state.shared.clone();
+                let now = shared.clock.now();
+                let retry =
+                    state.local.handle_run_finished(&run, now, failed, shared.registry.calendars(), || shared.run_id());
+                if retry.is_some() || state.local.poll_timeout().is_some() {
+                    // The next local fire may now be sooner than the current sleep.
                     state.tick += 1;
-                    let next = state.tick;
-                    myself.send_after(REFILL_DELAY, move || PollerMsg::Tick(next));
+                    let _ = myself.send_message(PollerMsg::Tick(state.tick));
                 }
             }
             PollerMsg::Trigger(job, data, reply) => {
@@ -246,22 +230,23 @@ impl<S: JobStore> Actor for PollerActor<S> {
 
     async fn handle_supervisor_evt(
         &self,
-        _myself: ActorRef<PollerMsg>,
+        myself: ActorRef<PollerMsg>,
         event: SupervisionEvent,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        // A run actor that fails (a bug: job panics are caught inside it) frees its slot; its
-        // stored run stays Running until the node is declared lost or restarts.
-        if let SupervisionEvent::ActorFailed(cell, error) = event {
-            state.running.retain(|_, run| run.get_id() != cell.get_id());
-            let gone: Vec<Uuid> =
-                state.store_runs_of_local_jobs.keys().filter(|id| !state.running.contains_key(id)).copied().collect();
-            for id in gone {
-                if let Some(job) = state.store_runs_of_local_jobs.remove(&id) {
-                    state.local.note_ended(&job);
-                }
-            }
+        // A run actor ends after recording its run's end; one that fails (a bug: job panics
+        // are caught inside it) leaves its stored run Running until the node is declared
+        // lost or restarts. Either way its slot is free.
+        let (cell, failure) = match event {
+            SupervisionEvent::ActorTerminated(cell, _, _) => (cell, None),
+            SupervisionEvent::ActorFailed(cell, error) => (cell, Some(error)),
+            _ => return Ok(()),
+        };
+        if let Some(error) = failure {
             tracing::error!(%error, "a run actor failed");
+        }
+        if let Some(id) = state.run_of_actor.remove(&cell.get_id()) {
+            run_ended(&myself, state, id);
         }
         Ok(())
     }
@@ -530,6 +515,29 @@ async fn sync_code_jobs<S: JobStore>(shared: &NodeShared<S>, now: chrono::DateTi
     all
 }
 
+/// A run here ended (its actor terminated): frees its slot, and soon fills a node that
+/// was full.
+fn run_ended<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<S>, id: Uuid) {
+    let was_full = state.running.len() >= state.shared.options.max_concurrent_runs as usize;
+    state.running.remove(&id);
+    if let Some(job) = state.store_runs_of_local_jobs.remove(&id) {
+        state.local.note_ended(&job);
+        if state.local.poll_timeout().is_some() {
+            state.tick += 1;
+            let _ = myself.send_message(PollerMsg::Tick(state.tick));
+        }
+    }
+    if was_full && !state.refill_pending {
+        // A slot freed up: fill it soon rather than at the next tick, after other runs
+        // ending meanwhile have freed theirs (one acquisition for them all, not one per
+        // slot).
+        state.refill_pending = true;
+        state.tick += 1;
+        let next = state.tick;
+        myself.send_after(REFILL_DELAY, move || PollerMsg::Tick(next));
+    }
+}
+
 async fn start_run<S: JobStore>(
     myself: &ActorRef<PollerMsg>,
     state: &mut PollerState<S>,
@@ -546,6 +554,7 @@ async fn start_run<S: JobStore>(
     let args = RunArgs { shared, acquired, poller: myself.clone(), reply, local };
     match Actor::spawn_linked(Some(name), RunActor::new(), args, myself.get_cell()).await {
         Ok((run, _)) => {
+            state.run_of_actor.insert(run.get_id(), id);
             state.running.insert(id, run);
         }
         Err(error) => tracing::error!(run_id = %id, %error, "could not start a run actor"),

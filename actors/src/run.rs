@@ -1,7 +1,8 @@
 //! `RunActor`: one per run. Starts the job on its own task (so the mailbox stays free for
 //! cancel requests), and when it ends records the completion in the store — holding it and
 //! retrying while the store is unavailable, so nothing a run produced is dropped — then
-//! publishes the end event, answers a waiting `trigger` caller, and tells the poller.
+//! publishes the end event, answers a waiting `trigger` caller, and stops (its termination
+//! tells the poller, its supervisor, that the run's slot is free).
 
 use std::sync::{Arc, OnceLock};
 
@@ -170,8 +171,11 @@ impl<S: JobStore> Actor for RunActor<S> {
                 if let Some(reply) = state.args.reply.take() {
                     let _ = reply.send(outcome);
                 }
-                let local = state.args.local.then(|| (run.clone(), stored_state == RunState::Failed));
-                let _ = state.args.poller.send_message(PollerMsg::RunFinished(run.id, local));
+                if state.args.local {
+                    let failed = stored_state == RunState::Failed;
+                    let _ = state.args.poller.send_message(PollerMsg::LocalRunFinished(run.clone(), failed));
+                }
+                // The poller frees the run's slot when it learns this actor terminated.
                 myself.stop(None);
             }
         }
