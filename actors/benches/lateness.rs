@@ -90,10 +90,13 @@ fn process_cpu() -> Option<Duration> {
     Some(Duration::from_millis(ticks * 10))
 }
 
-/// CPU µs per fire between two `process_cpu` readings.
+/// CPU µs per fire between two `process_cpu` readings; `NaN` when the run used too little
+/// CPU for the 10 ms ticks it is counted in (a light load).
 fn cpu_per_fire(before: Option<Duration>, after: Option<Duration>, fires: usize) -> f64 {
     match (before, after) {
-        (Some(b), Some(a)) if fires > 0 => (a - b).as_secs_f64() * 1e6 / fires as f64,
+        (Some(b), Some(a)) if fires > 0 && a - b >= Duration::from_millis(200) => {
+            (a - b).as_secs_f64() * 1e6 / fires as f64
+        }
         _ => f64::NAN,
     }
 }
@@ -364,7 +367,7 @@ fn main() {
     }
     println!("\nwhere the time goes, per fire that ran (process CPU on both cores; engine time on sundial's clock)");
     for (load, ours, engine, peer) in cpu {
-        println!("{load:>8} fires/s: {}; apalis: CPU {peer:.1} µs", where_the_time_goes(ours, engine));
+        println!("{load:>8} fires/s: {}; apalis: {}", where_the_time_goes(ours, engine), cpu_text(peer));
     }
     if !sustained_only {
         burst(&runtime);
@@ -384,9 +387,9 @@ fn main() {
         );
     }
     println!(
-        "{}; apalis: CPU {:.1} µs",
+        "{}; apalis: {}",
         where_the_time_goes(ours.cpu_per_fire_us, ours.engine_per_fire_us),
-        peer.cpu_per_fire_us
+        cpu_text(peer.cpu_per_fire_us)
     );
 }
 
@@ -394,12 +397,22 @@ fn main() {
 /// the rest (run actors' messages and shutdown, the job tasks, timers, the runtime).
 fn where_the_time_goes(cpu: f64, engine: Option<[f64; 3]>) -> String {
     match engine {
+        _ if cpu.is_nan() => "sundial: too little CPU in this run to split".to_owned(),
         Some([acquire, complete, start]) => format!(
             "sundial: CPU {cpu:.1} µs = store acquisition {acquire:.1} + store completion {complete:.1} \
              + run actor starts {start:.1} + the rest {:.1} (run actors' messages and shutdown, job tasks, runtime)",
             cpu - acquire - complete - start
         ),
         None => format!("sundial: CPU {cpu:.1} µs"),
+    }
+}
+
+/// A CPU-per-fire figure, or why there is none.
+fn cpu_text(cpu: f64) -> String {
+    if cpu.is_nan() {
+        "too little CPU in this run to measure".to_owned()
+    } else {
+        format!("CPU {cpu:.1} µs")
     }
 }
 
