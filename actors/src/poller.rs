@@ -280,23 +280,17 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
                     shared.cancel_all_runs(CancelReason::Fenced);
                 }
                 state.known_times_declared_lost = Some(beat.times_declared_lost);
-            }
-            Err(error) => {
-                shared.stats.store_error(StoreOp::Heartbeat);
-                tracing::warn!(%error, "heartbeat failed");
-            }
-        }
-        match shared.store.cancel_requests(&shared.node_id).await {
-            Ok(ids) => {
-                for id in ids {
+                // Cancel requests for runs here (read with the heartbeat); a failed
+                // heartbeat reads them next cycle (a request stays until its run ends).
+                for id in beat.cancel_requests {
                     if let Some(run) = state.running.get(&id) {
                         let _ = run.send_message(RunMsg::Cancel(CancelReason::Requested));
                     }
                 }
             }
             Err(error) => {
-                shared.stats.store_error(StoreOp::CancelRequests);
-                tracing::warn!(%error, "reading cancel requests failed");
+                shared.stats.store_error(StoreOp::Heartbeat);
+                tracing::warn!(%error, "heartbeat failed");
             }
         }
     }

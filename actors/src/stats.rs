@@ -14,10 +14,8 @@ use sundial::time::MonotonicInstant;
 pub enum StoreOp {
     /// Acquiring due triggers.
     Acquire,
-    /// Writing the heartbeat.
+    /// Writing the heartbeat (and reading the node's cancel requests with it).
     Heartbeat,
-    /// Reading cancel requests.
-    CancelRequests,
     /// Reading local jobs, or recording a local run.
     LocalJobs,
     /// Writing code jobs at start.
@@ -30,10 +28,9 @@ pub enum StoreOp {
 
 impl StoreOp {
     /// Every operation, in a fixed order.
-    pub const ALL: [StoreOp; 7] = [
+    pub const ALL: [StoreOp; 6] = [
         StoreOp::Acquire,
         StoreOp::Heartbeat,
-        StoreOp::CancelRequests,
         StoreOp::LocalJobs,
         StoreOp::SyncCodeJobs,
         StoreOp::Complete,
@@ -45,7 +42,6 @@ impl StoreOp {
         match self {
             StoreOp::Acquire => "acquire",
             StoreOp::Heartbeat => "heartbeat",
-            StoreOp::CancelRequests => "cancel_requests",
             StoreOp::LocalJobs => "local_jobs",
             StoreOp::SyncCodeJobs => "sync_code_jobs",
             StoreOp::Complete => "complete",

@@ -21,7 +21,7 @@ use crate::kv::{run, Kv, KvTransaction, RangeRequest};
 use crate::leader::Fence;
 
 /// What a heartbeat found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Heartbeat {
     /// The new heartbeat sequence.
     pub seq: u64,
@@ -30,6 +30,10 @@ pub struct Heartbeat {
     /// The node was declared lost since the heartbeat that returned `last_known`: its runs
     /// are `Lost` and it must stop them (their completions will not be recorded).
     pub was_declared_lost: bool,
+    /// The runs this node has been asked to cancel, as [`KvJobStore::cancel_requests`]
+    /// reads them, read in the heartbeat's transaction: a poll cycle needs both, and one
+    /// transaction is one round trip to the store.
+    pub cancel_requests: Vec<Uuid>,
 }
 
 /// What one reaping step did. After an ambiguous commit the step may have been done by
@@ -48,9 +52,9 @@ pub struct ReapResult {
 }
 
 impl<K: Kv> KvJobStore<K> {
-    /// Records a heartbeat of `node` (registering it on first use). `last_known` is the
-    /// `times_declared_lost` of this node's previous heartbeat (`None` for the first one
-    /// of a process).
+    /// Records a heartbeat of `node` (registering it on first use) and reads its cancel
+    /// requests (snapshot). `last_known` is the `times_declared_lost` of this node's
+    /// previous heartbeat (`None` for the first one of a process).
     ///
     /// # Errors
     /// Store errors.
@@ -75,7 +79,8 @@ impl<K: Kv> KvJobStore<K> {
             };
             txn.set(&key, &codec::encode(&record));
             let was_declared_lost = last_known.is_some_and(|known| times_declared_lost > known);
-            Ok::<_, StoreError>(Heartbeat { seq, times_declared_lost, was_declared_lost })
+            let cancel_requests = self.cancel_requests_in(&txn, node).await?;
+            Ok::<_, StoreError>(Heartbeat { seq, times_declared_lost, was_declared_lost, cancel_requests })
         })
         .await
     }
@@ -301,11 +306,13 @@ impl<K: Kv> KvJobStore<K> {
     /// # Errors
     /// Store errors.
     pub async fn cancel_requests(&self, node: &str) -> Result<Vec<Uuid>, StoreError> {
-        run(&self.kv, self.options.retry, |txn, _| async move {
-            let (begin, end) = self.keys.cancels_for(node);
-            let range = txn.get_range(&RangeRequest::new(begin, end), true).await?;
-            range.pairs.iter().map(|(k, _)| self.keys.node_run_of(k)).collect::<Result<Vec<_>, _>>()
-        })
-        .await
+        run(&self.kv, self.options.retry, |txn, _| async move { self.cancel_requests_in(&txn, node).await }).await
+    }
+
+    /// [`cancel_requests`](Self::cancel_requests) in `txn` (snapshot).
+    async fn cancel_requests_in(&self, txn: &K::Transaction, node: &str) -> Result<Vec<Uuid>, StoreError> {
+        let (begin, end) = self.keys.cancels_for(node);
+        let range = txn.get_range(&RangeRequest::new(begin, end), true).await?;
+        range.pairs.iter().map(|(k, _)| self.keys.node_run_of(k)).collect()
     }
 }

@@ -484,8 +484,11 @@ pub(crate) async fn cancel_requests_reach_the_running_node_until_the_run_ends<K:
     assert_eq!(results[1].as_ref().unwrap_err().code(), "SCHEDULING_NOTFOUND_004");
     assert_eq!(store.cancel_requests("n7").await.unwrap(), vec![run.run.id]);
     assert_eq!(store.cancel_requests("n7").await.unwrap(), vec![run.run.id], "read-only until the run ends");
+    let beat = store.heartbeat("n7", secs(1), None).await.unwrap();
+    assert_eq!(beat.cancel_requests, vec![run.run.id], "a heartbeat brings the node its requests");
     complete(store, run.run.id, "n7", RunOutcome::Canceled { message: "requested".into() }, secs(2)).await;
     assert!(store.cancel_requests("n7").await.unwrap().is_empty());
+    assert!(store.heartbeat("n7", secs(2), Some(beat.times_declared_lost)).await.unwrap().cancel_requests.is_empty());
     assert_eq!(store.request_cancel(&[run.run.id]).await[0].as_ref().unwrap_err().code(), "SCHEDULING_NOTFOUND_004");
     // In one batch of completions, each clears its own request and no other run's.
     let mut many = job("many", &[("t", "cron * * * * * *")]);
