@@ -365,6 +365,11 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
                 if too_big {
                     state.batch.shrink();
                 }
+                // An attempt may have committed before the retries gave up (its commit
+                // reported as unknown, every retry then too old or refused): runs this
+                // node never started would stay Running for ever on a live node. The next
+                // cycle reclaims the runs the poller does not know.
+                state.reclaimed = false;
                 tracing::warn!(%error, batch = state.batch.current(), "acquisition failed");
             }
         }

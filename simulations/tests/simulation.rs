@@ -205,6 +205,16 @@ mod regressions {
         default_options(26);
     }
 
+    /// An acquisition whose commit was reported unknown, then too old on all its retries
+    /// (its adoption of the committed runs read too much under store latency), ended in
+    /// an error: the committed run was never started and stayed `Running` on a live node
+    /// (found after heartbeats started carrying cancel requests; fixed: a failed
+    /// acquisition makes the next cycle reclaim the runs the node does not know).
+    #[test]
+    fn seed_1047_runs_of_an_acquisition_that_failed_after_committing() {
+        default_options(1047);
+    }
+
     /// With acquisition reporting what is due next (timing changed), a node slowed past
     /// `node_timeout` started runs after it had been declared lost (97, 313 under the
     /// contention mix; fixed with seed 326); and a node declared lost could still commit an

@@ -175,8 +175,9 @@ impl<K: Kv> KvJobStore<K> {
     }
 
     /// Marks `Lost` the runs of `node` that the calling process does not know (`known`):
-    /// left `Running` by an earlier process with the same node id, which died, or by this
-    /// node's poller before it was restarted. Each is handled as when a lost node is reaped:
+    /// left `Running` by an earlier process with the same node id, which died, by this
+    /// node's poller before it was restarted, or by an acquisition whose commit was
+    /// reported unknown and whose retries then failed. Each is handled as when a lost node is reaped:
     /// its slot freed, its interval trigger re-armed, and a `recovery-…` trigger when its
     /// job requests recovery. A node calls this when its poller starts (its heartbeat
     /// sequence goes on, so the leader would never declare those runs lost). Call again
@@ -200,7 +201,9 @@ impl<K: Kv> KvJobStore<K> {
             let (begin, end) = self.keys.running_on(node);
             let listing = tx.txn.get_range(&RangeRequest::new(begin, end), true).await?;
             let mut uids = uids.iter();
-            let why = format!("the process of node '{node}' ended while the run was running");
+            let why = format!(
+                "node '{node}' does not run it: its process ended, or the acquisition that started it failed after its commit"
+            );
             for (key, _) in &listing.pairs {
                 if known.contains(&self.keys.node_run_of(key)?) {
                     continue;
