@@ -87,6 +87,9 @@ pub async fn execute(
     prepare(job, ctx, cancel, middleware, RunGates { start: ready(), end: ready(), on_start: None }, timeout).await
 }
 
+/// Called as a run's job starts; the future it returns runs alongside the job.
+pub type StartHook = Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send>;
+
 /// What a prepared run waits for around its job.
 pub struct RunGates {
     /// Ends at the run's start instant, or at once when the run is canceled before it.
@@ -97,7 +100,7 @@ pub struct RunGates {
     /// Called as the job starts (never for a run canceled before its start); the future
     /// it returns runs alongside the job and ends before the run does (the run's start
     /// event, published while the job already runs).
-    pub on_start: Option<Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send>>,
+    pub on_start: Option<StartHook>,
 }
 
 /// The whole run as one future, for a task of its own: waits for `gates.start` (the start

@@ -16,7 +16,7 @@ use sundial::time::Clock;
 use tokio::sync::oneshot;
 
 use crate::events::{CloudEvent, RunFacts, Topic};
-use crate::execute::{prepare, AbortOnDrop, CancelReason, RunCancel, RunGates};
+use crate::execute::{prepare, AbortOnDrop, CancelReason, RunCancel, RunGates, StartHook};
 use crate::job::RunContext;
 use crate::node::NodeShared;
 use crate::poller::PollerMsg;
@@ -107,7 +107,7 @@ impl<S: JobStore> Actor for RunActor<S> {
                 let at = shared.clock.now();
                 let _ = started_at.set(at);
                 Box::pin(async move { publish_started(&shared, &run, at).await })
-            }) as Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send>
+            }) as StartHook
         });
         let gates = RunGates { start: gate, end, on_start };
         let prepared = job.map(|job| prepare(job, ctx, task_cancel, middleware, gates, timeout));
