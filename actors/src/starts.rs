@@ -33,7 +33,7 @@ pub(crate) const SETTLE_MAX: Duration = Duration::from_millis(50);
 ///
 /// Built for thousands of runs disarming at one instant from every worker: a disarm is an
 /// atomic decrement (only the last run of an instant takes the lock), "is anything
-/// starting?" is an atomic load, and every bookkeeping waiter waits on one shared gate.
+/// starting?" is an atomic load, and the runs of an instant wait on that instant's gate.
 #[derive(Debug)]
 pub(crate) struct PendingStarts {
     clock: Arc<dyn Clock>,
@@ -47,15 +47,42 @@ struct Inner {
     /// Start instant (µs) → its runs.
     armed: BTreeMap<i64, Arc<InstantStarts>>,
     /// What other bookkeeping waits on, opened when nothing due is armed any more.
-    settle: Option<Settle>,
+    settle: Option<Arc<SettleGate>>,
 }
 
-/// The gate other bookkeeping waits on.
+/// A gate bookkeeping waits on: opened when the starts it waits for are done, or
+/// [`SETTLE_MAX`] after its first waiter, whichever comes first.
 #[derive(Debug, Default)]
-struct Settle {
+struct SettleGate {
     gate: Arc<Gate>,
-    /// Whether its [`SETTLE_MAX`] timer runs (from its first waiter on).
-    timed: bool,
+    /// Whether its [`SETTLE_MAX`] timer runs.
+    timed: AtomicBool,
+}
+
+impl SettleGate {
+    fn open(&self) {
+        self.gate.open();
+    }
+
+    fn is_open(&self) -> bool {
+        self.gate.is_open()
+    }
+
+    async fn wait(&self) {
+        if self.gate.is_open() {
+            return;
+        }
+        if !self.timed.swap(true, Ordering::AcqRel) {
+            // One timer for every waiter: a run armed for an instant its timer has not
+            // reached yet (the clock jumped) holds bookkeeping back only this long.
+            let timeout = self.gate.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(SETTLE_MAX).await;
+                timeout.open();
+            });
+        }
+        self.gate.clone().wait().await;
+    }
 }
 
 /// The runs due to start at one instant.
@@ -63,38 +90,26 @@ struct Settle {
 pub(crate) struct InstantStarts {
     /// How many are armed.
     armed: AtomicUsize,
-    /// Opened when none is armed any more (or [`SETTLE_MAX`] after its first waiter).
-    started: Arc<Gate>,
-    /// Whether the [`SETTLE_MAX`] timer runs.
-    timed: AtomicBool,
+    /// Opened when none is armed any more.
+    started: SettleGate,
 }
 
 impl InstantStarts {
     /// Waits until every run armed for this instant has started (or ended without
     /// starting), at most [`SETTLE_MAX`] from the first waiter.
     pub(crate) async fn settled(self: Arc<Self>) {
-        if self.started.is_open() {
-            return;
-        }
-        if !self.timed.swap(true, Ordering::AcqRel) {
-            let timeout = self.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(SETTLE_MAX).await;
-                timeout.started.open();
-            });
-        }
-        self.started.clone().wait().await;
+        self.started.wait().await;
     }
 }
 
 impl Inner {
     /// The gate bookkeeping waits on now (a fresh one when the last was opened by its
     /// timer).
-    fn settle(&mut self) -> &mut Settle {
-        if self.settle.as_ref().is_some_and(|settle| settle.gate.is_open()) {
+    fn settle(&mut self) -> Arc<SettleGate> {
+        if self.settle.as_ref().is_some_and(|settle| settle.is_open()) {
             self.settle = None;
         }
-        self.settle.get_or_insert_with(Settle::default)
+        self.settle.get_or_insert_with(Arc::default).clone()
     }
 
     /// The earliest instant that still has an armed run, forgetting emptied ones.
@@ -146,7 +161,7 @@ impl PendingStarts {
         let armed = instant.armed.fetch_add(1, Ordering::AcqRel) + 1;
         // Room for this run's end to wait, made now: a list growing while thousands of
         // runs start together costs fresh memory on the critical path.
-        instant.started.reserve(armed);
+        instant.started.gate.reserve(armed);
         self.earliest.fetch_min(at_us, Ordering::AcqRel);
         Armed { starts: self.clone(), instant }
     }
@@ -161,7 +176,7 @@ impl PendingStarts {
         let gate = (earliest > self.now_us()).then(|| inner.settle.take()).flatten();
         drop(inner);
         if let Some(settle) = gate {
-            settle.gate.open();
+            settle.open();
         }
     }
 
@@ -181,18 +196,7 @@ impl PendingStarts {
             if !self.starting() {
                 return;
             }
-            let Settle { gate, timed } = inner.settle();
-            if !*timed {
-                *timed = true;
-                // One timer for every waiter: a run armed for an instant its timer has not
-                // reached yet (the clock jumped) holds bookkeeping back only this long.
-                let timeout = gate.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(SETTLE_MAX).await;
-                    timeout.open();
-                });
-            }
-            gate.clone()
+            inner.settle()
         };
         gate.wait().await;
     }
