@@ -280,6 +280,13 @@ impl<T: KvTransaction> Tx<'_, T> {
         self.txn.set(&self.keys.slot(job), &codec::encode(slot));
     }
 
+    /// The runs `node` has been asked to cancel.
+    pub(crate) async fn cancel_requests(&self, node: &str, snapshot: bool) -> Result<Vec<Uuid>, StoreError> {
+        let (begin, end) = self.keys.cancels_for(node);
+        let requests = self.txn.get_range(&RangeRequest::new(begin, end), snapshot).await?;
+        requests.pairs.iter().map(|(key, _)| self.keys.node_run_of(key)).collect()
+    }
+
     pub(crate) async fn run(&self, id: Uuid) -> Result<Option<RunRecord>, StoreError> {
         let bytes = self.txn.get(&self.keys.run(id), false).await?;
         bytes.map(|b| codec::decode(&b, "run record")).transpose()

@@ -229,10 +229,8 @@ impl ReadCache {
         run: Uuid,
     ) -> Result<bool, StoreError> {
         if !self.cancels.contains_key(node) {
-            let (begin, end) = tx.keys.cancels_for(node);
-            let requests = tx.txn.get_range(&RangeRequest::new(begin, end), false).await?;
-            let ids = requests.pairs.iter().map(|(key, _)| tx.keys.node_run_of(key)).collect::<Result<_, _>>()?;
-            self.cancels.insert(node.to_owned(), ids);
+            let ids = tx.cancel_requests(node, false).await?;
+            self.cancels.insert(node.to_owned(), ids.into_iter().collect());
         }
         Ok(self.cancels.get(node).is_some_and(|ids| ids.contains(&run)))
     }

@@ -79,7 +79,7 @@ impl<K: Kv> KvJobStore<K> {
             };
             txn.set(&key, &codec::encode(&record));
             let was_declared_lost = last_known.is_some_and(|known| times_declared_lost > known);
-            let cancel_requests = self.cancel_requests_in(&txn, node).await?;
+            let cancel_requests = self.tx(txn).cancel_requests(node, true).await?;
             Ok::<_, StoreError>(Heartbeat { seq, times_declared_lost, was_declared_lost, cancel_requests })
         })
         .await
@@ -177,9 +177,9 @@ impl<K: Kv> KvJobStore<K> {
     /// Marks `Lost` the runs of `node` that the calling process does not know (`known`):
     /// left `Running` by an earlier process with the same node id, which died, by this
     /// node's poller before it was restarted, or by an acquisition whose commit was
-    /// reported unknown and whose retries then failed. Each is handled as when a lost node is reaped:
-    /// its slot freed, its interval trigger re-armed, and a `recovery-…` trigger when its
-    /// job requests recovery. A node calls this when its poller starts (its heartbeat
+    /// reported unknown and whose retries then failed. Each is handled as when a lost node
+    /// is reaped: its slot freed, its interval trigger re-armed, and a `recovery-…` trigger
+    /// when its job requests recovery. A node calls this when its poller starts (its heartbeat
     /// sequence goes on, so the leader would never declare those runs lost). Call again
     /// while [`ReapResult::more`].
     ///
@@ -309,13 +309,6 @@ impl<K: Kv> KvJobStore<K> {
     /// # Errors
     /// Store errors.
     pub async fn cancel_requests(&self, node: &str) -> Result<Vec<Uuid>, StoreError> {
-        run(&self.kv, self.options.retry, |txn, _| async move { self.cancel_requests_in(&txn, node).await }).await
-    }
-
-    /// [`cancel_requests`](Self::cancel_requests) in `txn` (snapshot).
-    async fn cancel_requests_in(&self, txn: &K::Transaction, node: &str) -> Result<Vec<Uuid>, StoreError> {
-        let (begin, end) = self.keys.cancels_for(node);
-        let range = txn.get_range(&RangeRequest::new(begin, end), true).await?;
-        range.pairs.iter().map(|(k, _)| self.keys.node_run_of(k)).collect()
+        run(&self.kv, self.options.retry, |txn, _| async move { self.tx(txn).cancel_requests(node, true).await }).await
     }
 }
