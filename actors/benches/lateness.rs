@@ -35,9 +35,10 @@ use sundial_actors::node::{Node, NodeConfig};
 use sundial_actors::registry::JobRegistry;
 use sundial_actors::stats::EngineWork;
 
-// The allocator the `sundial` binary uses; both schedulers measured here share it.
+// The allocator the `sundial` binary uses, set up as it does; both schedulers measured
+// here share it.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: sundial_actors::allocator::Allocator = sundial_actors::allocator::Allocator {};
 
 /// Whole seconds after a scheduler starts before lateness is measured (both schedulers).
 const WARM_UP_SECONDS: i64 = 2;
@@ -309,6 +310,7 @@ async fn sundial_burst(count: usize) -> (Duration, usize) {
 }
 
 fn main() {
+    sundial_actors::allocator::configure();
     let quick = std::env::args().any(|a| a == "--quick");
     let (loads, seconds): (Vec<usize>, i64) = if quick { (vec![10, 1_000], 3) } else { (vec![10, 1_000, 10_000], 5) };
     // `--load N`: only that load (for profiling one workload).

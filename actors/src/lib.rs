@@ -23,6 +23,8 @@ pub use sundial;
 
 #[cfg(feature = "node")]
 pub mod admin;
+#[cfg(feature = "node")]
+pub mod allocator;
 pub mod clock;
 mod completer;
 #[cfg(feature = "node")]

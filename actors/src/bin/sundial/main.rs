@@ -19,10 +19,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-// Small allocations dominate a node's store and run bookkeeping; mimalloc serves them at
-// about half the system allocator's cost.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: sundial_actors::allocator::Allocator = sundial_actors::allocator::Allocator {};
 
 /// Exit codes by error class, for scripts.
 pub(crate) mod exit {
@@ -143,6 +141,7 @@ pub(crate) struct RunNode {
 }
 
 fn main() -> ExitCode {
+    sundial_actors::allocator::configure();
     let cli = Cli::parse();
     let code = match cli.command {
         Command::Node(NodeCommand { action: None, run }) => node::run(run),
