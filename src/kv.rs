@@ -220,6 +220,16 @@ pub trait KvTransaction: Clone + Send + Sync + 'static {
     /// conflict set unless this transaction wrote it.
     fn get(&self, key: &[u8], snapshot: bool) -> impl Future<Output = Result<Option<Vec<u8>>, KvError>> + Send;
 
+    /// The values of `keys`, in order, read concurrently: one round trip on a remote
+    /// store rather than one per key. Each read as [`get`](Self::get) does it.
+    fn get_many(
+        &self,
+        keys: &[Vec<u8>],
+        snapshot: bool,
+    ) -> impl Future<Output = Result<Vec<Option<Vec<u8>>>, KvError>> + Send {
+        futures_util::future::try_join_all(keys.iter().map(move |key| self.get(key, snapshot)))
+    }
+
     /// The pairs of `request`, merged with this transaction's writes. A serializable read
     /// adds the part of the range actually read to the read conflict set.
     fn get_range(

@@ -28,6 +28,7 @@ mod complete;
 mod history;
 mod jobs;
 mod nodes;
+mod prefetch;
 mod status;
 
 use std::sync::{Arc, Mutex};
@@ -39,6 +40,7 @@ pub use acquire::{fire_run_id, AcquireRequest, AcquiredRun, Acquisition, DueOutl
 pub use complete::{Completion, CompletionResult, RunOutcome};
 pub use history::{RETENTION_BATCH, SCAN_BUDGET};
 pub use nodes::{Heartbeat, ReapResult};
+pub(crate) use prefetch::Prefetched;
 pub use status::{JobStatus, LocalJob, LocalJobs, SyncOutcome, TriggerStatus};
 
 use crate::calendar::Calendars;
@@ -190,6 +192,26 @@ pub(crate) struct Tx<'a, T: KvTransaction> {
 }
 
 impl<T: KvTransaction> Tx<'_, T> {
+    /// Reads `keys` concurrently (serializably unless `snapshot`), for [`Tx::get_prefetched`].
+    pub(crate) async fn prefetch(&self, keys: Vec<Vec<u8>>, snapshot: bool) -> Result<Prefetched, StoreError> {
+        let values = self.txn.get_many(&keys, snapshot).await?;
+        Ok(Prefetched::new(keys, values))
+    }
+
+    /// The value of `key`: the prefetched one if it has not been handed out yet, else read
+    /// now (serializably unless `snapshot`, as it was prefetched).
+    pub(crate) async fn get_prefetched(
+        &self,
+        prefetched: &mut Prefetched,
+        key: &[u8],
+        snapshot: bool,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        match prefetched.take(key) {
+            Some(value) => Ok(value),
+            None => Ok(self.txn.get(key, snapshot).await?),
+        }
+    }
+
     pub(crate) async fn job(&self, name: &str) -> Result<Option<JobRecord>, StoreError> {
         let bytes = self.txn.get(&self.keys.job(name), false).await?;
         bytes.map(|b| codec::decode(&b, "job record")).transpose()
@@ -221,8 +243,21 @@ impl<T: KvTransaction> Tx<'_, T> {
     }
 
     pub(crate) async fn trigger(&self, job: &str, name: &str) -> Result<Option<TriggerRecord>, StoreError> {
-        let bytes = self.txn.get(&self.keys.trigger(job, name), false).await?;
-        bytes.map(|b| codec::decode(&b, "trigger record")).transpose()
+        self.trigger_prefetched(&mut Prefetched::default(), job, name).await
+    }
+
+    /// The trigger `job`/`name` (serializable), from `prefetched` when it holds it.
+    pub(crate) async fn trigger_prefetched(
+        &self,
+        prefetched: &mut Prefetched<Option<TriggerRecord>>,
+        job: &str,
+        name: &str,
+    ) -> Result<Option<TriggerRecord>, StoreError> {
+        let key = self.keys.trigger(job, name);
+        match prefetched.take(&key) {
+            Some(trigger) => Ok(trigger),
+            None => decode_trigger(self.txn.get(&key, false).await?),
+        }
     }
 
     pub(crate) async fn triggers_of(&self, job: &str) -> Result<Vec<TriggerRecord>, StoreError> {
@@ -272,7 +307,16 @@ impl<T: KvTransaction> Tx<'_, T> {
     }
 
     pub(crate) async fn slot(&self, job: &str) -> Result<SlotRecord, StoreError> {
-        let bytes = self.txn.get(&self.keys.slot(job), false).await?;
+        self.slot_prefetched(&mut Prefetched::default(), job).await
+    }
+
+    /// The slot of `job` (serializable), from `prefetched` when it holds it.
+    pub(crate) async fn slot_prefetched(
+        &self,
+        prefetched: &mut Prefetched,
+        job: &str,
+    ) -> Result<SlotRecord, StoreError> {
+        let bytes = self.get_prefetched(prefetched, &self.keys.slot(job), false).await?;
         Ok(bytes.map(|b| codec::decode(&b, "slot record")).transpose()?.unwrap_or_default())
     }
 
@@ -288,8 +332,28 @@ impl<T: KvTransaction> Tx<'_, T> {
     }
 
     pub(crate) async fn run(&self, id: Uuid) -> Result<Option<RunRecord>, StoreError> {
-        let bytes = self.txn.get(&self.keys.run(id), false).await?;
-        bytes.map(|b| codec::decode(&b, "run record")).transpose()
+        self.run_prefetched(&mut Prefetched::default(), id).await
+    }
+
+    /// The run `id` (serializable), from `prefetched` when it holds it.
+    pub(crate) async fn run_prefetched(
+        &self,
+        prefetched: &mut Prefetched<Option<RunRecord>>,
+        id: Uuid,
+    ) -> Result<Option<RunRecord>, StoreError> {
+        let key = self.keys.run(id);
+        match prefetched.take(&key) {
+            Some(run) => Ok(run),
+            None => decode_run(self.txn.get(&key, false).await?),
+        }
+    }
+
+    /// The runs `ids` (serializable), read together, for [`Tx::run_prefetched`].
+    pub(crate) async fn prefetch_runs(
+        &self,
+        ids: impl Iterator<Item = Uuid>,
+    ) -> Result<Prefetched<Option<RunRecord>>, StoreError> {
+        self.prefetch(ids.map(|id| self.keys.run(id)).collect(), false).await?.try_map(decode_run)
     }
 
     /// Writes `new` (replacing `old`, same id), with its history, running and finished
@@ -326,6 +390,14 @@ impl records::RunRecord {
     pub fn job_run(&self) -> Result<JobRun, StoreError> {
         job_run_of(self)
     }
+}
+
+pub(crate) fn decode_trigger(bytes: Option<Vec<u8>>) -> Result<Option<TriggerRecord>, StoreError> {
+    bytes.map(|b| codec::decode(&b, "trigger record")).transpose()
+}
+
+fn decode_run(bytes: Option<Vec<u8>>) -> Result<Option<RunRecord>, StoreError> {
+    bytes.map(|b| codec::decode(&b, "run record")).transpose()
 }
 
 /// Rebuilds the public run from its record.

@@ -124,3 +124,44 @@ async fn every_scenario_under_ambiguous_commits() {
     conformance::status_shows_triggers_running_and_last_result(&fresh()).await;
     conformance::code_jobs_sync_with_the_fingerprint_rules_and_restore(&fresh()).await;
 }
+
+#[tokio::test(start_paused = true)]
+#[allow(clippy::disallowed_methods)] // Measures the paused clock's time.
+async fn a_batch_reads_its_fires_and_its_runs_together_under_latency() {
+    // Every store operation waits up to 10 ms. Read one by one, 100 fires' triggers,
+    // jobs, slots and run guards would take about two seconds, and 50 runs' records and
+    // jobs half a second; read together, a few round trips each.
+    let faults = KvFaults { latency_max: Duration::from_millis(10), ..KvFaults::default() };
+    let (store, _) = store_with(faults, patient(), 41);
+    let defs: Vec<_> = (0..100)
+        .map(|i| {
+            let mut def = conformance::job(&format!("j{i}"), &[("t", "cron * * * * * *")]);
+            def.allow_concurrent = i % 2 == 1;
+            def
+        })
+        .collect();
+    assert!(store.schedule(&defs, conformance::t0()).await.iter().all(Result::is_ok));
+    let now = conformance::secs(1);
+    let known = std::collections::BTreeSet::new();
+    let began = tokio::time::Instant::now();
+    let runs = store.acquire_due(&conformance::request("node-0", now, 100, &known)).await.unwrap();
+    let acquiring = began.elapsed();
+    assert_eq!(runs.len(), 100);
+    assert!(acquiring < Duration::from_millis(150), "acquiring 100 fires took {acquiring:?}");
+    let completion = |run: &sundial::store::AcquiredRun| sundial::store::Completion {
+        run_id: run.run.id,
+        node: "node-0".into(),
+        outcome: sundial::store::RunOutcome::Succeeded,
+        finished_at: now,
+    };
+    // Runs of concurrent jobs; a non-concurrent job's run also reads its blocked
+    // triggers when it frees its slot, one read per run.
+    let (exclusive, concurrent): (Vec<_>, Vec<_>) = runs.iter().partition(|r| r.exclusive);
+    let concurrent: Vec<_> = concurrent.into_iter().map(completion).collect();
+    let began = tokio::time::Instant::now();
+    assert!(store.complete_runs(&concurrent).await.iter().all(|r| r.as_ref().is_ok_and(|r| r.recorded)));
+    let completing = began.elapsed();
+    assert!(completing < Duration::from_millis(100), "completing 50 runs took {completing:?}");
+    let exclusive: Vec<_> = exclusive.into_iter().map(completion).collect();
+    assert!(store.complete_runs(&exclusive).await.iter().all(|r| r.as_ref().is_ok_and(|r| r.recorded)));
+}

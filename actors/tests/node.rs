@@ -396,11 +396,11 @@ fn one_shots(prefix: &str, jobs: usize, due: DateTime<Utc>) -> Vec<JobDefinition
 /// Many fires due at one instant, on a store whose every operation takes time: the node
 /// learns what an acquisition costs and starts acquiring early enough that every run of
 /// the next such burst starts on time (the first burst, before any measurement, uses a
-/// prior meant for real stores and is late here, where each store operation costs a tick
-/// of the paused clock).
+/// prior meant for a local store and is late here, where each store round trip takes up
+/// to 20 ms of the paused clock).
 #[tokio::test(start_paused = true)]
 async fn fires_due_together_are_acquired_early_enough_to_start_on_time() {
-    let (scheduler, log) = recorder_on_a_slow_store("burst-node", Duration::from_micros(100), 100).await;
+    let (scheduler, log) = recorder_on_a_slow_store("burst-node", Duration::from_millis(20), 100).await;
     let bursts = [t0() + chrono::TimeDelta::seconds(5), t0() + chrono::TimeDelta::seconds(15)];
     let defs: Vec<JobDefinition> =
         bursts.iter().enumerate().flat_map(|(b, due)| one_shots(&format!("burst-{b}"), 3, *due)).collect();

@@ -671,6 +671,21 @@ impl TxnData {
         Ok(value)
     }
 
+    /// The value of `key` as this transaction sees it, registering a serializable read.
+    fn get(&mut self, state: &State, key: &[u8], snapshot: bool) -> Result<Option<Vec<u8>>, KvError> {
+        if self.unreadable.iter().any(|(b, e)| b.as_slice() <= key && key < e.as_slice()) {
+            return Err(KvError::new(KvError::ACCESSED_UNREADABLE));
+        }
+        let read_version = self.read_version.unwrap_or_default();
+        let value = self.resolve(key, state.value_at(key, read_version))?;
+        let depends_on_store = self.points.get(key).map_or(!self.in_cleared(key), |point| !point.is_independent());
+        if !snapshot && depends_on_store {
+            self.size += 2 * key.len() + 1;
+            self.read_points.push(StoredKey::from_slice(key));
+        }
+        Ok(value)
+    }
+
     fn is_unreadable(&self, begin: &[u8], end: &[u8]) -> bool {
         self.unreadable.iter().any(|r| overlaps(r, begin, end))
     }
@@ -681,6 +696,16 @@ impl MemoryTransaction {
     /// and checking the transaction's age. Returns the result and the latency to add.
     fn with_read<T>(
         &self,
+        f: impl FnOnce(&mut TxnData, &State) -> Result<T, KvError>,
+    ) -> (Result<T, KvError>, Option<Duration>) {
+        self.with_reads(1, f)
+    }
+
+    /// [`with_read`](Self::with_read) for `reads` reads issued together: they wait as
+    /// long as the slowest of them.
+    fn with_reads<T>(
+        &self,
+        reads: usize,
         f: impl FnOnce(&mut TxnData, &State) -> Result<T, KvError>,
     ) -> (Result<T, KvError>, Option<Duration>) {
         let kv = &self.inner.kv;
@@ -695,7 +720,7 @@ impl MemoryTransaction {
                 return (Err(error), latency);
             }
         };
-        let latency = kv.latency(&mut state);
+        let latency = (0..reads.max(1)).filter_map(|_| kv.latency(&mut state)).max();
         let now_version = kv.now_version(&state);
         let read_version = match data.read_version {
             Some(version) => version,
@@ -741,19 +766,17 @@ impl KvTransaction for MemoryTransaction {
     }
 
     fn get(&self, key: &[u8], snapshot: bool) -> impl Future<Output = Result<Option<Vec<u8>>, KvError>> + Send {
-        let (result, latency) = self.with_read(|data, state| {
-            if data.unreadable.iter().any(|(b, e)| b.as_slice() <= key && key < e.as_slice()) {
-                return Err(KvError::new(KvError::ACCESSED_UNREADABLE));
-            }
-            let read_version = data.read_version.unwrap_or_default();
-            let value = data.resolve(key, state.value_at(key, read_version))?;
-            let depends_on_store = data.points.get(key).map_or(!data.in_cleared(key), |point| !point.is_independent());
-            if !snapshot && depends_on_store {
-                data.size += 2 * key.len() + 1;
-                data.read_points.push(StoredKey::from_slice(key));
-            }
-            Ok(value)
-        });
+        let (result, latency) = self.with_read(|data, state| data.get(state, key, snapshot));
+        self.delayed(result, latency)
+    }
+
+    fn get_many(
+        &self,
+        keys: &[Vec<u8>],
+        snapshot: bool,
+    ) -> impl Future<Output = Result<Vec<Option<Vec<u8>>>, KvError>> + Send {
+        let (result, latency) =
+            self.with_reads(keys.len(), |data, state| keys.iter().map(|key| data.get(state, key, snapshot)).collect());
         self.delayed(result, latency)
     }
 

@@ -26,9 +26,11 @@ use chrono::{DateTime, TimeDelta, Utc};
 use uuid::Uuid;
 
 use super::jobs::instant;
-use super::keys::DUE_SHARDS;
+use super::keys::{fnv, DUE_SHARDS};
 use super::records::{JobRecord, NodeRecord, RunRecord, TriggerKind, TriggerRecord};
-use super::{codec, data_text, job_run_of, micros, parse_data, KvJobStore, StoreError, Tx};
+use futures_util::future::{try_join, try_join_all};
+
+use super::{codec, data_text, decode_trigger, job_run_of, micros, parse_data, KvJobStore, Prefetched, StoreError, Tx};
 use crate::error::SchedulingError;
 use crate::job::{merge_data, JobRun, RunCause, RunState, TriggerState};
 use crate::kv::{run, Kv, KvTransaction, RangeRequest};
@@ -139,18 +141,6 @@ fn mix64(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// FNV-1a over byte strings, with a separator (stable across processes).
-fn fnv(parts: &[&[u8]]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for part in parts {
-        for &byte in part.iter().chain(&[0xff]) {
-            hash ^= u64::from(byte);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    hash
-}
-
 /// The shards whose home is `nodes[0]`, for that node list.
 #[derive(Debug)]
 pub(crate) struct HomeShards {
@@ -189,6 +179,15 @@ struct Candidates {
     truncated: bool,
 }
 
+/// What an acquisition read ahead for the fires it takes (see `prefetch_fires`).
+struct FireReads {
+    triggers: Prefetched<Option<TriggerRecord>>,
+    /// The run records of the fires' runs (present only if a fire already ran).
+    guards: Prefetched,
+    /// The slots of non-concurrent jobs.
+    slots: Prefetched,
+}
+
 /// What one acquisition or completion transaction has already read or worked out, by
 /// name: the fires it takes (the runs it completes) mostly share a few jobs and schedules.
 /// Safe within one transaction, which never changes a job (the first read of each
@@ -215,6 +214,27 @@ impl ReadCache {
         let job = tx.job(name).await?.map(Arc::new);
         self.jobs.insert(name.to_owned(), job.clone());
         Ok(job)
+    }
+
+    /// Reads the jobs of `names` not read yet, together.
+    pub(super) async fn prefetch_jobs<'n, T: KvTransaction>(
+        &mut self,
+        tx: &Tx<'_, T>,
+        names: impl Iterator<Item = &'n str>,
+    ) -> Result<(), StoreError> {
+        let missing: BTreeSet<&str> = names.filter(|name| !self.jobs.contains_key(*name)).collect();
+        let keys: Vec<Vec<u8>> = missing.iter().map(|name| tx.keys.job(name)).collect();
+        let records = tx.txn.get_many(&keys, false).await?;
+        for (name, bytes) in missing.into_iter().zip(records) {
+            let job: Option<JobRecord> = bytes.map(|b| codec::decode(&b, "job record")).transpose()?;
+            self.jobs.insert(name.to_owned(), job.map(Arc::new));
+        }
+        Ok(())
+    }
+
+    /// The job `name`, if read already.
+    fn cached_job(&self, name: &str) -> Option<&JobRecord> {
+        self.jobs.get(name).and_then(|job| job.as_deref())
     }
 
     /// Whether `node` has been asked to cancel `run`. Reads the node's cancel requests
@@ -331,13 +351,14 @@ impl<K: Kv> KvJobStore<K> {
             let mut acquired = Vec::new();
             let mut changed = BTreeSet::new();
             let mut cache = ReadCache::default();
+            let mut reads = self.prefetch_fires(&tx, request, &ordered, &mut cache).await?;
             for candidate in ordered {
                 if acquired.len() == request.max {
                     break;
                 }
                 // Taking (or clearing) a fire rewrites due entries of its trigger's shard.
                 changed.insert(candidate.shard);
-                if let Some(run) = self.take_fire(&tx, request, &candidate, &mut cache).await? {
+                if let Some(run) = self.take_fire(&tx, request, &candidate, &mut reads, &mut cache).await? {
                     acquired.push(run);
                 }
             }
@@ -363,9 +384,15 @@ impl<K: Kv> KvJobStore<K> {
         mut firsts: Vec<Option<i64>>,
         shards: &BTreeSet<u16>,
     ) -> Result<Vec<Option<i64>>, StoreError> {
-        for &shard in shards {
-            let (begin, end) = self.keys.due_shard(shard);
-            let first = tx.txn.get_range(&RangeRequest::new(begin, end).limit(1), true).await?;
+        let requests: Vec<RangeRequest> = shards
+            .iter()
+            .map(|&shard| {
+                let (begin, end) = self.keys.due_shard(shard);
+                RangeRequest::new(begin, end).limit(1)
+            })
+            .collect();
+        let reads = try_join_all(requests.iter().map(|request| tx.txn.get_range(request, true))).await?;
+        for (&shard, first) in shards.iter().zip(reads) {
             firsts[usize::from(shard)] = match first.pairs.first() {
                 Some((key, _)) => Some(self.keys.due_time(key)?),
                 None => None,
@@ -471,13 +498,17 @@ impl<K: Kv> KvJobStore<K> {
     ) -> Result<Vec<AcquiredRun>, StoreError> {
         let (begin, end) = self.keys.running_on(request.node);
         let running = tx.txn.get_range(&RangeRequest::new(begin, end), true).await?;
-        let mut adopted = Vec::new();
-        for (key, _) in running.pairs {
-            let id = self.keys.node_run_of(&key)?;
-            if request.known_runs.contains(&id) {
-                continue;
+        let mut unknown = Vec::new();
+        for (key, _) in &running.pairs {
+            let id = self.keys.node_run_of(key)?;
+            if !request.known_runs.contains(&id) {
+                unknown.push(self.keys.run(id));
             }
-            let Some(bytes) = tx.txn.get(&self.keys.run(id), true).await? else { continue };
+        }
+        // Read together: under store latency one read per run made this retry too old.
+        let records = tx.txn.get_many(&unknown, true).await?;
+        let mut adopted = Vec::new();
+        for bytes in records.into_iter().flatten() {
             let record: RunRecord = codec::decode(&bytes, "run record")?;
             // Only runs the earlier attempt of this very call started (same `now`); older
             // ones belong to an earlier process with this node id (see
@@ -530,14 +561,23 @@ impl<K: Kv> KvJobStore<K> {
         // says so (`truncated`), and the caller acquires again.
         let per_shard = (2 * request.max).div_ceil(active.len().max(1)).clamp(16, request.max.max(16));
         let mut truncated = false;
-        for shard in active {
+        let ranges: Vec<RangeRequest> = active
+            .iter()
+            .map(|&shard| {
+                let (begin, end) = self.keys.due_until(shard, until(shard));
+                // Without scheduled fires, the waiting scheduled entries are skipped: read
+                // past them so they cannot hide one-shot fires behind them.
+                let range = RangeRequest::new(begin, end);
+                if request.scheduled {
+                    range.limit(per_shard)
+                } else {
+                    range
+                }
+            })
+            .collect();
+        let reads = try_join_all(ranges.iter().map(|range| tx.txn.get_range(range, true))).await?;
+        for (shard, read) in active.into_iter().zip(reads) {
             let home = homes[usize::from(shard)];
-            let (begin, end) = self.keys.due_until(shard, until(shard));
-            // Without scheduled fires, the waiting scheduled entries are skipped: read past
-            // them so they cannot hide one-shot fires behind them.
-            let range = RangeRequest::new(begin, end);
-            let range = if request.scheduled { range.limit(per_shard) } else { range };
-            let read = tx.txn.get_range(&range, true).await?;
             truncated |= read.more;
             for (key, value) in read.pairs {
                 let (priority, one_shot) = super::due_value_parts(&value);
@@ -578,11 +618,15 @@ impl<K: Kv> KvJobStore<K> {
         tx: &Tx<'_, K::Transaction>,
         request: &AcquireRequest<'_>,
         candidate: &Candidate,
+        reads: &mut FireReads,
         cache: &mut ReadCache,
     ) -> Result<Option<AcquiredRun>, StoreError> {
         let snapshot = self.broken_acquisition();
-        let trigger_bytes = tx.txn.get(&self.keys.trigger(&candidate.job, &candidate.trigger), snapshot).await?;
-        let trigger: Option<TriggerRecord> = trigger_bytes.map(|b| codec::decode(&b, "trigger record")).transpose()?;
+        let key = self.keys.trigger(&candidate.job, &candidate.trigger);
+        let trigger = match reads.triggers.take(&key) {
+            Some(trigger) => trigger,
+            None => decode_trigger(tx.txn.get(&key, snapshot).await?)?,
+        };
         let Some(trigger) = trigger else {
             // An index entry without its trigger: never written by this store; repair.
             tx.txn.clear(&candidate.key);
@@ -610,18 +654,16 @@ impl<K: Kv> KvJobStore<K> {
                 return Ok(None);
             }
         };
-        let due = instant(candidate.due)?;
-        let decision = on_due(trigger.misfire, due, request.now, self.misfire_threshold(request));
-        let Some(scheduled) = decision.run_scheduled_at else {
+        let (decision, run_id) = self.fire_of(request, &trigger, candidate.due)?;
+        let (Some(scheduled), Some(run_id)) = (decision.run_scheduled_at, run_id) else {
             // Skipped by the misfire policy: no run, next fire from now.
             let next = self.advance(&trigger, &schedule, decision.next_basis, request.now, trigger.fire_count);
             tx.put_trigger(Some(&trigger), &next, false);
             return Ok(None);
         };
-        let run_id = fire_run_id(trigger.uid, trigger.fire_count, micros(scheduled));
         let exclusive = !job.allow_concurrent;
         if exclusive {
-            let mut slot = tx.slot(&job.name).await?;
+            let mut slot = tx.slot_prefetched(&mut reads.slots, &job.name).await?;
             if slot.holder.is_some() {
                 // The previous run still holds the slot: block, keeping the due time. The
                 // slot was read in this transaction, so a completion freeing it now
@@ -665,7 +707,7 @@ impl<K: Kv> KvJobStore<K> {
             exclusive,
             local: false,
         };
-        if tx.txn.get(&self.keys.run(run_id), snapshot).await?.is_some() {
+        if tx.get_prefetched(&mut reads.guards, &self.keys.run(run_id), snapshot).await?.is_some() {
             // The fire already ran: a second guard behind the trigger's state.
             return Ok(None);
         }
@@ -693,6 +735,56 @@ impl<K: Kv> KvJobStore<K> {
             timeout: job.timeout_us.map(Duration::from_micros),
             exclusive,
         }))
+    }
+
+    /// Reads ahead, together, what taking the first `request.max` candidates reads one
+    /// by one (they are all taken or cleared, whatever they turn out to be): their
+    /// triggers and jobs, then the run records that guard the fires those triggers are
+    /// due for and the slots of non-concurrent jobs. Two round trips on a remote store
+    /// instead of several per fire.
+    async fn prefetch_fires(
+        &self,
+        tx: &Tx<'_, K::Transaction>,
+        request: &AcquireRequest<'_>,
+        ordered: &[Candidate],
+        cache: &mut ReadCache,
+    ) -> Result<FireReads, StoreError> {
+        let snapshot = self.broken_acquisition();
+        let first = &ordered[..ordered.len().min(request.max)];
+        let keys = first.iter().map(|c| self.keys.trigger(&c.job, &c.trigger)).collect();
+        let (triggers, ()) =
+            try_join(tx.prefetch(keys, snapshot), cache.prefetch_jobs(tx, first.iter().map(|c| c.job.as_str())))
+                .await?;
+        let triggers = triggers.try_map(decode_trigger)?;
+        // Guards and slots in the order the fires ask for them; each slot once.
+        let (mut guards, mut slots, mut exclusive_jobs) = (Vec::new(), Vec::new(), BTreeSet::new());
+        for (candidate, trigger) in first.iter().zip(triggers.values()) {
+            let Some(Some(trigger)) = trigger else { continue };
+            if trigger.state != TriggerState::Waiting || trigger.next_fire_us != Some(candidate.due) {
+                continue;
+            }
+            if let (_, Some(run_id)) = self.fire_of(request, trigger, candidate.due)? {
+                guards.push(self.keys.run(run_id));
+                let exclusive = cache.cached_job(&candidate.job).is_some_and(|job| !job.allow_concurrent);
+                if exclusive && exclusive_jobs.insert(candidate.job.as_str()) {
+                    slots.push(self.keys.slot(&candidate.job));
+                }
+            }
+        }
+        let (guards, slots) = try_join(tx.prefetch(guards, snapshot), tx.prefetch(slots, false)).await?;
+        Ok(FireReads { triggers, guards, slots })
+    }
+
+    /// What a due fire of `trigger` does (run, skip) and the id of the run it starts.
+    fn fire_of(
+        &self,
+        request: &AcquireRequest<'_>,
+        trigger: &TriggerRecord,
+        due_us: i64,
+    ) -> Result<(crate::rules::DueDecision, Option<Uuid>), StoreError> {
+        let decision = on_due(trigger.misfire, instant(due_us)?, request.now, self.misfire_threshold(request));
+        let run_id = decision.run_scheduled_at.map(|at| fire_run_id(trigger.uid, trigger.fire_count, micros(at)));
+        Ok((decision, run_id))
     }
 
     /// The misfire threshold acquisition applies: the request's (a tenth of it with the

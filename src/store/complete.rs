@@ -1,13 +1,16 @@
 //! Ending runs (SPEC §7–8): the history record, the slot, blocked triggers, the next fire
 //! of interval triggers, and retries; and starting runs by hand (`try_begin_run`).
 
+use std::collections::BTreeSet;
+
 use chrono::{DateTime, Utc};
+use futures_util::future::try_join;
 use uuid::Uuid;
 
 use super::acquire::ReadCache;
 use super::jobs::{instant, one_shot_record, settle};
-use super::records::{JobRecord, RunRecord, TriggerKind};
-use super::{job_run_of, micros, parse_data, AcquiredRun, KvJobStore, StoreError, Tx};
+use super::records::{JobRecord, RunRecord, TriggerKind, TriggerRecord};
+use super::{decode_trigger, job_run_of, micros, parse_data, AcquiredRun, KvJobStore, Prefetched, StoreError, Tx};
 use crate::error::SchedulingError;
 use crate::job::{merge_data, JobRun, JsonObject, RunCause, RunState, TriggerState};
 use crate::kv::{run, Kv, KvTransaction, MaybeCommitted, RangeRequest};
@@ -71,6 +74,13 @@ pub struct CompletionResult {
     pub retry_trigger: Option<String>,
 }
 
+/// What a batch of completions read ahead (see `prefetch_completions`).
+#[derive(Default)]
+struct CompletionReads {
+    runs: Prefetched<Option<RunRecord>>,
+    triggers: Prefetched<Option<TriggerRecord>>,
+}
+
 impl<K: Kv> KvJobStore<K> {
     /// Records the end of a run and everything that follows from it, in one transaction
     /// (blocked triggers beyond one batch are returned to `Waiting` in follow-up
@@ -81,7 +91,8 @@ impl<K: Kv> KvJobStore<K> {
     pub async fn complete_run(&self, completion: &Completion) -> Result<CompletionResult, StoreError> {
         let retry_uid = self.random_u64();
         let (result, blocked_left, job) = run(&self.kv, self.options.retry, |txn, maybe| async move {
-            self.complete_in(&self.tx(txn), completion, retry_uid, maybe, &mut ReadCache::default()).await
+            let mut none = CompletionReads::default();
+            self.complete_in(&self.tx(txn), completion, retry_uid, maybe, &mut none, &mut ReadCache::default()).await
         })
         .await?;
         if blocked_left {
@@ -110,9 +121,10 @@ impl<K: Kv> KvJobStore<K> {
             async move {
                 let tx = self.tx(txn);
                 let mut cache = ReadCache::default();
+                let mut reads = self.prefetch_completions(&tx, completions, &mut cache).await?;
                 let mut out = Vec::with_capacity(completions.len());
                 for (completion, uid) in completions.iter().zip(uids) {
-                    out.push(self.complete_in(&tx, completion, *uid, maybe, &mut cache).await?);
+                    out.push(self.complete_in(&tx, completion, *uid, maybe, &mut reads, &mut cache).await?);
                 }
                 Ok::<_, StoreError>(out)
             }
@@ -140,6 +152,22 @@ impl<K: Kv> KvJobStore<K> {
         }
     }
 
+    /// Reads ahead, together, what each completion of a batch reads first: the runs, then
+    /// their jobs and triggers. Two round trips on a remote store instead of three per run.
+    async fn prefetch_completions(
+        &self,
+        tx: &Tx<'_, K::Transaction>,
+        completions: &[Completion],
+        cache: &mut ReadCache,
+    ) -> Result<CompletionReads, StoreError> {
+        let runs = tx.prefetch_runs(completions.iter().map(|c| c.run_id)).await?;
+        let stored = || runs.values().flatten().flatten();
+        let jobs: BTreeSet<&str> = stored().map(|run| run.job.as_str()).collect();
+        let triggers = stored().filter_map(|run| Some(self.keys.trigger(&run.job, run.trigger.as_deref()?))).collect();
+        let ((), triggers) = try_join(cache.prefetch_jobs(tx, jobs.into_iter()), tx.prefetch(triggers, false)).await?;
+        Ok(CompletionReads { triggers: triggers.try_map(decode_trigger)?, runs })
+    }
+
     /// One completion inside `tx`: (result, more blocked triggers left, the job's name).
     async fn complete_in(
         &self,
@@ -147,10 +175,14 @@ impl<K: Kv> KvJobStore<K> {
         completion: &Completion,
         retry_uid: u64,
         maybe: MaybeCommitted,
+        reads: &mut CompletionReads,
         cache: &mut ReadCache,
     ) -> Result<(CompletionResult, bool, String), StoreError> {
         let id = completion.run_id;
-        let stored = tx.run(id).await?.ok_or_else(|| SchedulingError::RunNotFound { run_id: id.to_string() })?;
+        let stored = tx
+            .run_prefetched(&mut reads.runs, id)
+            .await?
+            .ok_or_else(|| SchedulingError::RunNotFound { run_id: id.to_string() })?;
         let target = completion.outcome.state();
         if stored.state != RunState::Running || stored.node != completion.node {
             // A replay of our own committed completion, or a late one: keep history.
@@ -174,7 +206,8 @@ impl<K: Kv> KvJobStore<K> {
         }
         let job = cache.job(tx, &stored.job).await?;
         let blocked_left = self.release(tx, &stored, job.as_deref()).await?;
-        self.finish_interval_trigger(tx, &stored, job.as_deref(), completion.finished_at).await?;
+        let finished = completion.finished_at;
+        self.finish_interval_trigger(tx, &stored, job.as_deref(), finished, &mut reads.triggers).await?;
         let mut retry_trigger = None;
         if let (RunOutcome::Failed { .. }, false, Some(job)) = (&completion.outcome, stored.local, &job) {
             retry_trigger = self.write_retry(tx, &stored, job, retry_uid, completion.finished_at)?;
@@ -258,9 +291,10 @@ impl<K: Kv> KvJobStore<K> {
         run: &RunRecord,
         job: Option<&JobRecord>,
         finished: DateTime<Utc>,
+        triggers: &mut Prefetched<Option<TriggerRecord>>,
     ) -> Result<(), StoreError> {
         let (Some(trigger_name), Some(job)) = (&run.trigger, job) else { return Ok(()) };
-        let Some(trigger) = tx.trigger(&run.job, trigger_name).await? else { return Ok(()) };
+        let Some(trigger) = tx.trigger_prefetched(triggers, &run.job, trigger_name).await? else { return Ok(()) };
         if trigger.state != TriggerState::Acquired || trigger.running_run != Some(run.id) {
             return Ok(());
         }

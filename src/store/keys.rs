@@ -55,6 +55,18 @@ impl<'de> TupleUnpack<'de> for DueTime {
     }
 }
 
+/// FNV-1a over byte strings, with a separator (stable across processes).
+pub(crate) fn fnv(parts: &[&[u8]]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for &byte in part.iter().chain(&[0xff]) {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    hash
+}
+
 /// Number of due-index shards. Fixed: changing it changes where due entries live.
 pub const DUE_SHARDS: u16 = 64;
 

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::jobs::one_shot_record;
 use super::records::{NodeRecord, RunRecord, TriggerKind};
-use super::{codec, micros, parse_data, KvJobStore, StoreError};
+use super::{codec, micros, parse_data, KvJobStore, Prefetched, StoreError};
 use crate::error::SchedulingError;
 use crate::job::RunState;
 use crate::kv::{run, Kv, KvTransaction, RangeRequest};
@@ -256,7 +256,7 @@ impl<K: Kv> KvJobStore<K> {
         if self.release(tx, &stored, job.as_ref()).await? {
             unblock.push(stored.job.clone());
         }
-        self.finish_interval_trigger(tx, &stored, job.as_ref(), now).await?;
+        self.finish_interval_trigger(tx, &stored, job.as_ref(), now, &mut Prefetched::default()).await?;
         if job.as_ref().is_some_and(|j| j.requests_recovery) && !stored.local {
             result.recovery_triggers.push(self.write_recovery(tx, &stored, uid, now)?);
         }
