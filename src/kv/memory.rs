@@ -41,6 +41,9 @@ use super::{
 use crate::entropy::Entropy;
 use crate::time::{Clock, MonotonicInstant, NoSleep, Sleeper};
 
+/// Reads of one `get_many` done under one hold of the store's lock.
+const GET_MANY_CHUNK: usize = 32;
+
 /// Fault rates, each the probability per commit (or the bound per operation).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct KvFaults {
@@ -775,9 +778,23 @@ impl KvTransaction for MemoryTransaction {
         keys: &[Vec<u8>],
         snapshot: bool,
     ) -> impl Future<Output = Result<Vec<Option<Vec<u8>>>, KvError>> + Send {
-        let (result, latency) =
-            self.with_reads(keys.len(), |data, state| keys.iter().map(|key| data.get(state, key, snapshot)).collect());
-        self.delayed(result, latency)
+        // A chunk at a time: holding the store's lock for thousands of reads would stall
+        // every other client (on a node: the completer behind the poller, or the reverse).
+        let mut values = Vec::with_capacity(keys.len());
+        let mut slowest = None;
+        for chunk in keys.chunks(GET_MANY_CHUNK) {
+            let (result, latency) = self.with_reads(chunk.len(), |data, state| {
+                chunk.iter().try_for_each(|key| {
+                    values.push(data.get(state, key, snapshot)?);
+                    Ok(())
+                })
+            });
+            slowest = slowest.max(latency);
+            if let Err(error) = result {
+                return self.delayed(Err(error), slowest);
+            }
+        }
+        self.delayed(Ok(values), slowest)
     }
 
     fn get_range(
