@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use chrono::{DateTime, Utc};
-use futures_util::future::try_join;
+use futures_util::future::try_join3;
 use uuid::Uuid;
 
 use super::acquire::ReadCache;
@@ -79,6 +79,8 @@ pub struct CompletionResult {
 struct CompletionReads {
     runs: Prefetched<Option<RunRecord>>,
     triggers: Prefetched<Option<TriggerRecord>>,
+    /// The slots of non-concurrent jobs.
+    slots: Prefetched,
 }
 
 impl<K: Kv> KvJobStore<K> {
@@ -164,8 +166,19 @@ impl<K: Kv> KvJobStore<K> {
         let stored = || runs.values().flatten().flatten();
         let jobs: BTreeSet<&str> = stored().map(|run| run.job.as_str()).collect();
         let triggers = stored().filter_map(|run| Some(self.keys.trigger(&run.job, run.trigger.as_deref()?))).collect();
-        let ((), triggers) = try_join(cache.prefetch_jobs(tx, jobs.into_iter()), tx.prefetch(triggers, false)).await?;
-        Ok(CompletionReads { triggers: triggers.try_map(decode_trigger)?, runs })
+        // The slots the runs of non-concurrent jobs free, each job's once.
+        let mut exclusive_jobs = BTreeSet::new();
+        let slots = stored()
+            .filter(|run| run.exclusive && run.state == RunState::Running && exclusive_jobs.insert(run.job.as_str()))
+            .map(|run| self.keys.slot(&run.job))
+            .collect();
+        let ((), triggers, slots) = try_join3(
+            cache.prefetch_jobs(tx, jobs.into_iter()),
+            tx.prefetch(triggers, false),
+            tx.prefetch(slots, false),
+        )
+        .await?;
+        Ok(CompletionReads { triggers: triggers.try_map(decode_trigger)?, slots, runs })
     }
 
     /// One completion inside `tx`: (result, more blocked triggers left, the job's name).
@@ -205,7 +218,7 @@ impl<K: Kv> KvJobStore<K> {
             tx.txn.clear(&self.keys.cancel(&stored.node, id));
         }
         let job = cache.job(tx, &stored.job).await?;
-        let blocked_left = self.release(tx, &stored, job.as_deref()).await?;
+        let blocked_left = self.release(tx, &stored, job.as_deref(), &mut reads.slots).await?;
         let finished = completion.finished_at;
         self.finish_interval_trigger(tx, &stored, job.as_deref(), finished, &mut reads.triggers).await?;
         let mut retry_trigger = None;
@@ -222,11 +235,12 @@ impl<K: Kv> KvJobStore<K> {
         tx: &Tx<'_, K::Transaction>,
         run: &RunRecord,
         job: Option<&JobRecord>,
+        slots: &mut Prefetched,
     ) -> Result<bool, StoreError> {
         if !run.exclusive {
             return Ok(false);
         }
-        let mut slot = tx.slot(&run.job).await?;
+        let mut slot = tx.slot_prefetched(slots, &run.job).await?;
         if slot.holder != Some(run.id) {
             return Ok(false);
         }
