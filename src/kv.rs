@@ -238,6 +238,16 @@ pub trait KvTransaction: Clone + Send + Sync + 'static {
         snapshot: bool,
     ) -> impl Future<Output = Result<RangeResult, KvError>> + Send;
 
+    /// The results of `requests`, in order, read concurrently: one round trip on a remote
+    /// store rather than one per range. Each read as [`get_range`](Self::get_range) does it.
+    fn get_ranges(
+        &self,
+        requests: &[RangeRequest],
+        snapshot: bool,
+    ) -> impl Future<Output = Result<Vec<RangeResult>, KvError>> + Send {
+        futures_util::future::try_join_all(requests.iter().map(move |request| self.get_range(request, snapshot)))
+    }
+
     /// Sets `key` to `value`.
     fn set(&self, key: &[u8], value: &[u8]);
 

@@ -689,6 +689,89 @@ impl TxnData {
         Ok(value)
     }
 
+    /// The pairs of `request` as this transaction sees them, registering a serializable
+    /// read's conflict range.
+    fn get_range(&mut self, state: &State, request: &RangeRequest, snapshot: bool) -> Result<RangeResult, KvError> {
+        let (begin, end) = (request.begin.as_slice(), request.end.as_slice());
+        if begin >= end || request.limit == Some(0) {
+            return Ok(RangeResult::default());
+        }
+        if self.is_unreadable(begin, end) {
+            return Err(KvError::new(KvError::ACCESSED_UNREADABLE));
+        }
+        let read_version = self.read_version.unwrap_or_default();
+        let limit = request.limit.unwrap_or(usize::MAX);
+        let range = (Bound::Included(begin), Bound::Excluded(end));
+        let mut pairs = Vec::new();
+        let mut more = false;
+        // The stored range is open at the far end and cut by comparison: a B-tree range
+        // with both ends searches for both, and most reads here stop after a few keys.
+        let untouched = self.points.range::<[u8], _>(range).next().is_none()
+            && !self.cleared.iter().any(|r| overlaps(r, begin, end));
+        if untouched && !request.reverse {
+            // Nothing this transaction wrote is in the range (most reads, e.g. a poll
+            // cycle's first due entry of every shard): the stored values as they are.
+            for (key, versions) in state.data.range::<[u8], _>((Bound::Included(begin), Bound::Unbounded)) {
+                if key.as_slice() >= end {
+                    break;
+                }
+                if let Some(value) = value_in(versions, read_version) {
+                    if pairs.len() == limit {
+                        more = true;
+                        break;
+                    }
+                    pairs.push((key.to_vec(), value.to_vec()));
+                }
+            }
+            return Ok(self.conflict_on_range(request, snapshot, pairs, more));
+        }
+        // Merge stored keys with this transaction's point writes, in order. A stored
+        // key comes with its versions, so it is not looked up again.
+        let written = self.points.range::<[u8], _>(range).map(|(k, _)| (k.as_slice(), None));
+        let keys: Box<dyn Iterator<Item = (&[u8], Option<&Versions>)>> = if request.reverse {
+            let stored = state.data.range::<[u8], _>((Bound::Unbounded, Bound::Excluded(end))).rev();
+            let stored = stored.map(|(k, v)| (k.as_slice(), Some(v))).take_while(|(k, _)| *k >= begin);
+            Box::new(merge(stored, written.rev(), true))
+        } else {
+            let stored = state.data.range::<[u8], _>((Bound::Included(begin), Bound::Unbounded));
+            let stored = stored.map(|(k, v)| (k.as_slice(), Some(v))).take_while(|(k, _)| *k < end);
+            Box::new(merge(stored, written, false))
+        };
+        for (key, versions) in keys {
+            let stored = versions.and_then(|versions| value_in(versions, read_version));
+            if let Some(value) = self.resolve(key, stored)? {
+                if pairs.len() == limit {
+                    more = true;
+                    break;
+                }
+                pairs.push((key.to_vec(), value));
+            }
+        }
+        Ok(self.conflict_on_range(request, snapshot, pairs, more))
+    }
+
+    /// The result of a range read, after registering its conflict range when it is
+    /// serializable: a read cut short by its limit conflicts only up to the last key
+    /// returned.
+    fn conflict_on_range(
+        &mut self,
+        request: &RangeRequest,
+        snapshot: bool,
+        pairs: Vec<(Vec<u8>, Vec<u8>)>,
+        more: bool,
+    ) -> RangeResult {
+        if !snapshot {
+            let (begin, end) = (request.begin.as_slice(), request.end.as_slice());
+            let (conflict_begin, conflict_end) = match (more, pairs.last()) {
+                (true, Some((last, _))) if request.reverse => (last.clone(), end.to_vec()),
+                (true, Some((last, _))) => (begin.to_vec(), key_after(last)),
+                _ => (begin.to_vec(), end.to_vec()),
+            };
+            self.add_read_conflict(&conflict_begin, &conflict_end);
+        }
+        RangeResult { pairs, more }
+    }
+
     fn is_unreadable(&self, begin: &[u8], end: &[u8]) -> bool {
         self.unreadable.iter().any(|r| overlaps(r, begin, end))
     }
@@ -802,53 +885,17 @@ impl KvTransaction for MemoryTransaction {
         request: &RangeRequest,
         snapshot: bool,
     ) -> impl Future<Output = Result<RangeResult, KvError>> + Send {
-        let (result, latency) = self.with_read(|data, state| {
-            let (begin, end) = (request.begin.as_slice(), request.end.as_slice());
-            if begin >= end || request.limit == Some(0) {
-                return Ok(RangeResult::default());
-            }
-            if data.is_unreadable(begin, end) {
-                return Err(KvError::new(KvError::ACCESSED_UNREADABLE));
-            }
-            let read_version = data.read_version.unwrap_or_default();
-            let limit = request.limit.unwrap_or(usize::MAX);
-            let range = (Bound::Included(begin), Bound::Excluded(end));
-            // Merge stored keys with this transaction's point writes, in order. A stored
-            // key comes with its versions, so it is not looked up again. The stored range
-            // is open at the far end and cut by comparison: a B-tree range with both ends
-            // searches for both, and most reads here stop after a few keys.
-            let written = data.points.range::<[u8], _>(range).map(|(k, _)| (k.as_slice(), None));
-            let keys: Box<dyn Iterator<Item = (&[u8], Option<&Versions>)>> = if request.reverse {
-                let stored = state.data.range::<[u8], _>((Bound::Unbounded, Bound::Excluded(end))).rev();
-                let stored = stored.map(|(k, v)| (k.as_slice(), Some(v))).take_while(|(k, _)| *k >= begin);
-                Box::new(merge(stored, written.rev(), true))
-            } else {
-                let stored = state.data.range::<[u8], _>((Bound::Included(begin), Bound::Unbounded));
-                let stored = stored.map(|(k, v)| (k.as_slice(), Some(v))).take_while(|(k, _)| *k < end);
-                Box::new(merge(stored, written, false))
-            };
-            let mut pairs = Vec::new();
-            let mut more = false;
-            for (key, versions) in keys {
-                let stored = versions.and_then(|versions| value_in(versions, read_version));
-                if let Some(value) = data.resolve(key, stored)? {
-                    if pairs.len() == limit {
-                        more = true;
-                        break;
-                    }
-                    pairs.push((key.to_vec(), value));
-                }
-            }
-            if !snapshot {
-                // A read cut short by its limit conflicts only up to the last key returned.
-                let (conflict_begin, conflict_end) = match (more, pairs.last()) {
-                    (true, Some((last, _))) if request.reverse => (last.clone(), end.to_vec()),
-                    (true, Some((last, _))) => (begin.to_vec(), key_after(last)),
-                    _ => (begin.to_vec(), end.to_vec()),
-                };
-                data.add_read_conflict(&conflict_begin, &conflict_end);
-            }
-            Ok(RangeResult { pairs, more })
+        let (result, latency) = self.with_read(|data, state| data.get_range(state, request, snapshot));
+        self.delayed(result, latency)
+    }
+
+    fn get_ranges(
+        &self,
+        requests: &[RangeRequest],
+        snapshot: bool,
+    ) -> impl Future<Output = Result<Vec<RangeResult>, KvError>> + Send {
+        let (result, latency) = self.with_reads(requests.len(), |data, state| {
+            requests.iter().map(|request| data.get_range(state, request, snapshot)).collect()
         });
         self.delayed(result, latency)
     }

@@ -28,7 +28,7 @@ use uuid::Uuid;
 use super::jobs::instant;
 use super::keys::{fnv, DUE_SHARDS};
 use super::records::{JobRecord, NodeRecord, RunRecord, TriggerKind, TriggerRecord};
-use futures_util::future::{try_join, try_join_all};
+use futures_util::future::try_join;
 
 use super::{codec, data_text, decode_trigger, job_run_of, micros, parse_data, KvJobStore, Prefetched, StoreError, Tx};
 use crate::error::SchedulingError;
@@ -391,7 +391,7 @@ impl<K: Kv> KvJobStore<K> {
                 RangeRequest::new(begin, end).limit(1)
             })
             .collect();
-        let reads = try_join_all(requests.iter().map(|request| tx.txn.get_range(request, true))).await?;
+        let reads = tx.txn.get_ranges(&requests, true).await?;
         for (&shard, first) in shards.iter().zip(reads) {
             firsts[usize::from(shard)] = match first.pairs.first() {
                 Some((key, _)) => Some(self.keys.due_time(key)?),
@@ -575,7 +575,7 @@ impl<K: Kv> KvJobStore<K> {
                 }
             })
             .collect();
-        let reads = try_join_all(ranges.iter().map(|range| tx.txn.get_range(range, true))).await?;
+        let reads = tx.txn.get_ranges(&ranges, true).await?;
         for (shard, read) in active.into_iter().zip(reads) {
             let home = homes[usize::from(shard)];
             truncated |= read.more;
