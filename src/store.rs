@@ -199,22 +199,23 @@ impl<T: KvTransaction> Tx<'_, T> {
     }
 
     /// The value of `key`: the prefetched one if it has not been handed out yet, else read
-    /// now (serializably unless `snapshot`, as it was prefetched).
-    pub(crate) async fn get_prefetched(
+    /// now (serializably unless `snapshot`, as it was prefetched) and converted by `decode`
+    /// (as the prefetched values were).
+    pub(crate) async fn get_prefetched<V>(
         &self,
-        prefetched: &mut Prefetched,
+        prefetched: &mut Prefetched<V>,
         key: &[u8],
         snapshot: bool,
-    ) -> Result<Option<Vec<u8>>, StoreError> {
+        decode: impl FnOnce(Option<Vec<u8>>) -> Result<V, StoreError>,
+    ) -> Result<V, StoreError> {
         match prefetched.take(key) {
             Some(value) => Ok(value),
-            None => Ok(self.txn.get(key, snapshot).await?),
+            None => decode(self.txn.get(key, snapshot).await?),
         }
     }
 
     pub(crate) async fn job(&self, name: &str) -> Result<Option<JobRecord>, StoreError> {
-        let bytes = self.txn.get(&self.keys.job(name), false).await?;
-        bytes.map(|b| codec::decode(&b, "job record")).transpose()
+        decode_job(self.txn.get(&self.keys.job(name), false).await?)
     }
 
     /// Writes a job record. Every job write bumps the local-jobs stamp: the job may be
@@ -253,11 +254,7 @@ impl<T: KvTransaction> Tx<'_, T> {
         job: &str,
         name: &str,
     ) -> Result<Option<TriggerRecord>, StoreError> {
-        let key = self.keys.trigger(job, name);
-        match prefetched.take(&key) {
-            Some(trigger) => Ok(trigger),
-            None => decode_trigger(self.txn.get(&key, false).await?),
-        }
+        self.get_prefetched(prefetched, &self.keys.trigger(job, name), false, decode_trigger).await
     }
 
     pub(crate) async fn triggers_of(&self, job: &str) -> Result<Vec<TriggerRecord>, StoreError> {
@@ -316,7 +313,7 @@ impl<T: KvTransaction> Tx<'_, T> {
         prefetched: &mut Prefetched,
         job: &str,
     ) -> Result<SlotRecord, StoreError> {
-        let bytes = self.get_prefetched(prefetched, &self.keys.slot(job), false).await?;
+        let bytes = self.get_prefetched(prefetched, &self.keys.slot(job), false, Ok).await?;
         Ok(bytes.map(|b| codec::decode(&b, "slot record")).transpose()?.unwrap_or_default())
     }
 
@@ -341,11 +338,7 @@ impl<T: KvTransaction> Tx<'_, T> {
         prefetched: &mut Prefetched<Option<RunRecord>>,
         id: Uuid,
     ) -> Result<Option<RunRecord>, StoreError> {
-        let key = self.keys.run(id);
-        match prefetched.take(&key) {
-            Some(run) => Ok(run),
-            None => decode_run(self.txn.get(&key, false).await?),
-        }
+        self.get_prefetched(prefetched, &self.keys.run(id), false, decode_run).await
     }
 
     /// The runs `ids` (serializable), read together, for [`Tx::run_prefetched`].
@@ -390,6 +383,10 @@ impl records::RunRecord {
     pub fn job_run(&self) -> Result<JobRun, StoreError> {
         job_run_of(self)
     }
+}
+
+pub(crate) fn decode_job(bytes: Option<Vec<u8>>) -> Result<Option<JobRecord>, StoreError> {
+    bytes.map(|b| codec::decode(&b, "job record")).transpose()
 }
 
 pub(crate) fn decode_trigger(bytes: Option<Vec<u8>>) -> Result<Option<TriggerRecord>, StoreError> {

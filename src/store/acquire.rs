@@ -23,14 +23,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
+use futures_util::future::try_join;
 use uuid::Uuid;
 
 use super::jobs::instant;
 use super::keys::{fnv, DUE_SHARDS};
 use super::records::{JobRecord, NodeRecord, RunRecord, TriggerKind, TriggerRecord};
-use futures_util::future::try_join;
-
-use super::{codec, data_text, decode_trigger, job_run_of, micros, parse_data, KvJobStore, Prefetched, StoreError, Tx};
+use super::{
+    codec, data_text, decode_job, decode_trigger, job_run_of, micros, parse_data, KvJobStore, Prefetched, StoreError,
+    Tx,
+};
 use crate::error::SchedulingError;
 use crate::job::{merge_data, JobRun, RunCause, RunState, TriggerState};
 use crate::kv::{run, Kv, KvTransaction, RangeRequest};
@@ -226,8 +228,7 @@ impl ReadCache {
         let keys: Vec<Vec<u8>> = missing.iter().map(|name| tx.keys.job(name)).collect();
         let records = tx.txn.get_many(&keys, false).await?;
         for (name, bytes) in missing.into_iter().zip(records) {
-            let job: Option<JobRecord> = bytes.map(|b| codec::decode(&b, "job record")).transpose()?;
-            self.jobs.insert(name.to_owned(), job.map(Arc::new));
+            self.jobs.insert(name.to_owned(), decode_job(bytes)?.map(Arc::new));
         }
         Ok(())
     }
@@ -623,10 +624,7 @@ impl<K: Kv> KvJobStore<K> {
     ) -> Result<Option<AcquiredRun>, StoreError> {
         let snapshot = self.broken_acquisition();
         let key = self.keys.trigger(&candidate.job, &candidate.trigger);
-        let trigger = match reads.triggers.take(&key) {
-            Some(trigger) => trigger,
-            None => decode_trigger(tx.txn.get(&key, snapshot).await?)?,
-        };
+        let trigger = tx.get_prefetched(&mut reads.triggers, &key, snapshot, decode_trigger).await?;
         let Some(trigger) = trigger else {
             // An index entry without its trigger: never written by this store; repair.
             tx.txn.clear(&candidate.key);
@@ -707,7 +705,7 @@ impl<K: Kv> KvJobStore<K> {
             exclusive,
             local: false,
         };
-        if tx.get_prefetched(&mut reads.guards, &self.keys.run(run_id), snapshot).await?.is_some() {
+        if tx.get_prefetched(&mut reads.guards, &self.keys.run(run_id), snapshot, Ok).await?.is_some() {
             // The fire already ran: a second guard behind the trigger's state.
             return Ok(None);
         }

@@ -155,7 +155,8 @@ impl<K: Kv> KvJobStore<K> {
     }
 
     /// Reads ahead, together, what each completion of a batch reads first: the runs, then
-    /// their jobs and triggers. Two round trips on a remote store instead of three per run.
+    /// their jobs, triggers and slots. Two round trips on a remote store instead of up to
+    /// four per run.
     async fn prefetch_completions(
         &self,
         tx: &Tx<'_, K::Transaction>,
