@@ -511,6 +511,10 @@ async fn sync_code_jobs<S: JobStore>(shared: &NodeShared<S>, now: chrono::DateTi
             }
         }
     }
+    if all {
+        // Until this line, the API may not show the code jobs yet (SPEC §10 step 2).
+        tracing::info!(jobs = shared.registry.code_jobs().count(), "code jobs written to the store");
+    }
     all
 }
 

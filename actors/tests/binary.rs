@@ -214,8 +214,10 @@ schedule = "cron 0 0 2 * * * tz=Europe/Berlin"
 fn a_configured_node_is_driven_through_the_api_and_the_cli() {
     let dir = temp_dir("drive");
     let config = write(&dir, "sundial.toml", CONFIG);
-    let node = NodeProcess::start(&["--config", config.to_str().unwrap()], &[]);
+    let mut node = NodeProcess::start(&["--config", config.to_str().unwrap()], &[]);
     let port = node.port();
+    // The API listens from the start; code jobs are written on the first poll cycle.
+    node.wait_for("code jobs written to the store", Duration::from_secs(20));
 
     // The config's job is a code job.
     let job = node.cli_json(&["jobs", "show", "nightly"]);
