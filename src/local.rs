@@ -303,7 +303,11 @@ impl LocalTriggers {
     /// The local non-concurrent jobs running on this node now: the node must not start
     /// another run of them from the store (enqueued, manual, recovery) meanwhile.
     pub fn busy_jobs(&self) -> BTreeSet<String> {
-        self.jobs.iter().filter(|(name, _)| self.is_busy(name)).map(|(name, _)| name.to_string()).collect()
+        self.jobs
+            .iter()
+            .filter(|(_, j)| !j.definition.allow_concurrent && j.running > 0)
+            .map(|(name, _)| name.to_string())
+            .collect()
     }
 
     /// A run of local job `job` started on this node outside the local triggers (taken from

@@ -23,7 +23,7 @@ pub use sundial;
 
 #[cfg(feature = "node")]
 pub mod admin;
-#[cfg(feature = "node")]
+#[cfg(feature = "allocator")]
 pub mod allocator;
 pub mod clock;
 mod completer;
