@@ -29,6 +29,7 @@ mod history;
 mod jobs;
 mod nodes;
 mod prefetch;
+mod schedules;
 mod status;
 
 use std::sync::{Arc, Mutex};
@@ -138,6 +139,8 @@ pub struct KvJobStore<K: Kv> {
     entropy: Arc<Mutex<Entropy>>,
     /// Which shards are home to a node, for the last node list seen (it rarely changes).
     homes: Arc<Mutex<Option<acquire::HomeShards>>>,
+    /// Trigger schedules parsed from their stored text.
+    schedules: Arc<schedules::ParsedSchedules>,
 }
 
 impl<K: Kv> std::fmt::Debug for KvJobStore<K> {
@@ -161,7 +164,15 @@ impl<K: Kv> KvJobStore<K> {
         entropy: Entropy,
         options: StoreOptions,
     ) -> Self {
-        Self { kv, keys, calendars, options, entropy: Arc::new(Mutex::new(entropy)), homes: Arc::default() }
+        Self {
+            kv,
+            keys,
+            calendars,
+            options,
+            entropy: Arc::new(Mutex::new(entropy)),
+            homes: Arc::default(),
+            schedules: Arc::default(),
+        }
     }
 
     /// The underlying database.

@@ -191,13 +191,12 @@ struct FireReads {
 }
 
 /// What one acquisition or completion transaction has already read or worked out, by
-/// name: the fires it takes (the runs it completes) mostly share a few jobs and schedules.
+/// name: the fires it takes (the runs it completes) mostly share a few jobs.
 /// Safe within one transaction, which never changes a job (the first read of each
 /// registers its conflict).
 #[derive(Default)]
 pub(super) struct ReadCache {
     jobs: BTreeMap<String, Option<Arc<JobRecord>>>,
-    schedules: BTreeMap<String, Result<Arc<JobSchedule>, String>>,
     /// A job's data as a run's data (for triggers without data of their own).
     job_data: BTreeMap<String, String>,
     /// The runs each node has been asked to cancel (completions clear what they find).
@@ -254,15 +253,6 @@ impl ReadCache {
             self.cancels.insert(node.to_owned(), ids.into_iter().collect());
         }
         Ok(self.cancels.get(node).is_some_and(|ids| ids.contains(&run)))
-    }
-
-    fn schedule(&mut self, text: &str) -> Result<Arc<JobSchedule>, String> {
-        if let Some(parsed) = self.schedules.get(text) {
-            return parsed.clone();
-        }
-        let parsed = text.parse::<JobSchedule>().map(Arc::new).map_err(|e| e.to_string());
-        self.schedules.insert(text.to_owned(), parsed.clone());
-        parsed
     }
 
     /// Job data ← trigger data.
@@ -645,7 +635,7 @@ impl<K: Kv> KvJobStore<K> {
             self.put_error(tx, &trigger, reason);
             return Ok(None);
         }
-        let schedule = match cache.schedule(&trigger.schedule) {
+        let schedule = match self.schedules.get(&trigger.schedule) {
             Ok(schedule) => schedule,
             Err(e) => {
                 self.put_error(tx, &trigger, format!("stored schedule does not parse: {e}"));

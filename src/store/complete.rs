@@ -16,7 +16,7 @@ use crate::job::{merge_data, JobRun, JsonObject, RunCause, RunState, TriggerStat
 use crate::kv::{run, Kv, KvTransaction, MaybeCommitted, RangeRequest};
 use crate::name::JobName;
 use crate::rules::plan_retry;
-use crate::schedule::{JobSchedule, PreviousFire, ScheduleKind};
+use crate::schedule::{PreviousFire, ScheduleKind};
 
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -315,7 +315,7 @@ impl<K: Kv> KvJobStore<K> {
         }
         let mut next = trigger.clone();
         next.running_run = None;
-        match trigger.schedule.parse::<JobSchedule>() {
+        match self.schedules.get(&trigger.schedule) {
             Ok(schedule) if matches!(schedule.kind, ScheduleKind::Every { .. }) => {
                 let calendar = schedule.calendar.as_ref().and_then(|name| self.calendars.get(name));
                 let previous = PreviousFire {
