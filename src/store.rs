@@ -587,6 +587,13 @@ pub trait JobStore: Clone + Send + Sync + 'static {
         now: DateTime<Utc>,
         chunk: usize,
     ) -> impl std::future::Future<Output = Result<ReapResult, StoreError>> + Send;
+    /// Forwards to [`KvJobStore::adopt_committed_runs`], which states the contract.
+    fn adopt_committed_runs(
+        &self,
+        node: &str,
+        known: &std::collections::BTreeSet<Uuid>,
+        attempts: &[DateTime<Utc>],
+    ) -> impl std::future::Future<Output = Result<Vec<AcquiredRun>, StoreError>> + Send;
     /// Forwards to [`KvJobStore::request_cancel`], which states the contract.
     fn request_cancel(
         &self,
@@ -768,6 +775,14 @@ impl<K: Kv> JobStore for KvJobStore<K> {
         chunk: usize,
     ) -> impl std::future::Future<Output = Result<ReapResult, StoreError>> + Send {
         KvJobStore::reclaim_previous_runs(self, node, known, now, chunk)
+    }
+    fn adopt_committed_runs(
+        &self,
+        node: &str,
+        known: &std::collections::BTreeSet<Uuid>,
+        attempts: &[DateTime<Utc>],
+    ) -> impl std::future::Future<Output = Result<Vec<AcquiredRun>, StoreError>> + Send {
+        KvJobStore::adopt_committed_runs(self, node, known, attempts)
     }
     fn request_cancel(
         &self,

@@ -169,3 +169,37 @@ async fn a_batch_reads_its_fires_and_its_runs_together_under_latency() {
     let completing = began.elapsed();
     assert!(completing < Duration::from_millis(400), "completing 50 exclusive runs took {completing:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn runs_an_acquisition_took_before_it_failed_are_adopted_not_lost() {
+    use sundial::kv::{AsKvError, KvError};
+    // Every commit applies and reports 1021, and no retry is allowed: the acquisition
+    // reports failure although it took the fires.
+    let once =
+        StoreOptions { retry: RetryOptions { retry_limit: 0, ..RetryOptions::default() }, ..StoreOptions::default() };
+    let (store, kv) = store_with(KvFaults::default(), once, 43);
+    let defs: Vec<_> = (0..3).map(|i| conformance::job(&format!("j{i}"), &[("t", "cron * * * * * *")])).collect();
+    assert!(store.schedule(&defs, conformance::t0()).await.iter().all(Result::is_ok));
+    kv.set_faults(KvFaults { unknown_result_committed: 1.0, ..KvFaults::default() });
+    let now = conformance::secs(1);
+    let none = std::collections::BTreeSet::new();
+    let error = store.acquire_due(&conformance::request("node-0", now, 10, &none)).await.unwrap_err();
+    assert_eq!(error.as_kv_error().map(KvError::code), Some(KvError::COMMIT_UNKNOWN_RESULT));
+    kv.set_faults(KvFaults::default());
+
+    // Only the failed attempt's runs: an acquisition at another time took none of them.
+    let later = conformance::secs(2);
+    assert!(store.adopt_committed_runs("node-0", &none, &[later]).await.unwrap().is_empty());
+    let adopted = store.adopt_committed_runs("node-0", &none, &[later, now]).await.unwrap();
+    assert_eq!(adopted.len(), 3, "{adopted:?}");
+    for run in &adopted {
+        assert_eq!((run.run.scheduled_at, run.run.attempt, run.job_type.as_str()), (now, 1, "test::Job"));
+    }
+    let known: std::collections::BTreeSet<_> = adopted.iter().map(|r| r.run.id).collect();
+    // Adopted, not taken again, and not reclaimed as lost.
+    assert!(store.adopt_committed_runs("node-0", &known, &[now]).await.unwrap().is_empty());
+    assert!(store.acquire_due(&conformance::request("node-0", now, 10, &known)).await.unwrap().is_empty());
+    let reclaimed = store.reclaim_previous_runs("node-0", &known, now, 64).await.unwrap();
+    assert!(reclaimed.lost_runs.is_empty(), "{reclaimed:?}");
+    assert_eq!(store.adopt_committed_runs("node-0", &known, &[]).await.unwrap(), Vec::new());
+}

@@ -86,6 +86,9 @@ pub(crate) struct PollerState<S: JobStore> {
     synced: bool,
     /// Runs an earlier process with this node id left `Running` were marked lost.
     reclaimed: bool,
+    /// The `now` of acquisitions that failed after a commit reported unknown may have
+    /// taken runs: the next cycle starts those runs before it reclaims anything.
+    unadopted: Vec<chrono::DateTime<chrono::Utc>>,
     known_times_declared_lost: Option<u64>,
     tick: u64,
     /// This node's local triggers and in-process retries.
@@ -114,6 +117,9 @@ pub(crate) struct PollerState<S: JobStore> {
     /// When this node last read the other nodes' shards.
     last_steal_check: Option<sundial::time::MonotonicInstant>,
 }
+
+/// Failed acquisitions whose runs the next cycle looks for (see `adopt_committed_runs`).
+const MAX_UNADOPTED: usize = 64;
 
 /// Local jobs are re-read from the store every this many cycles (SPEC §7).
 const LOCAL_REFRESH_CYCLES: u32 = 10;
@@ -146,6 +152,7 @@ impl<S: JobStore> Actor for PollerActor<S> {
             run_of_actor: BTreeMap::new(),
             synced: false,
             reclaimed: false,
+            unadopted: Vec::new(),
             known_times_declared_lost: None,
             tick: 0,
             local: LocalTriggers::new(),
@@ -294,7 +301,10 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
             }
         }
     }
-    if !state.reclaimed {
+    if !state.unadopted.is_empty() {
+        adopt_committed_runs(myself, state).await;
+    }
+    if !state.reclaimed && state.unadopted.is_empty() {
         // Runs of an earlier process with this id, or of this poller before it restarted.
         state.reclaimed = reclaim_previous_runs(state, now).await;
     }
@@ -368,7 +378,14 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
                 // An attempt may have committed before the retries gave up (its commit
                 // reported as unknown, every retry then too old or refused): runs this
                 // node never started would stay Running for ever on a live node. The next
-                // cycle reclaims the runs the poller does not know.
+                // cycle starts the runs this acquisition took, then reclaims (marks lost)
+                // any other run the poller does not know. (The error is the last
+                // attempt's: whether an earlier one was ambiguous is not known here.)
+                if state.unadopted.len() == MAX_UNADOPTED {
+                    // A long outage: the oldest attempts' runs (if any) are reclaimed instead.
+                    state.unadopted.remove(0);
+                }
+                state.unadopted.push(now);
                 state.reclaimed = false;
                 tracing::warn!(%error, batch = state.batch.current(), "acquisition failed");
             }
@@ -469,6 +486,29 @@ async fn run_local<S: JobStore>(
 /// and this one restarted under the same id, so the leader never saw the node go
 /// silent), or that this node's poller had before it was restarted (its run actors died
 /// with it); true when none are left.
+/// Starts the runs that failed acquisitions committed after all (see
+/// `JobStore::adopt_committed_runs`); on a store error, tries again next cycle (and
+/// reclaims nothing meanwhile, which would mark those runs lost).
+async fn adopt_committed_runs<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<S>) {
+    let shared = state.shared.clone();
+    let known: BTreeSet<Uuid> = state.running.keys().copied().collect();
+    match shared.store.adopt_committed_runs(&shared.node_id, &known, &state.unadopted).await {
+        Ok(runs) => {
+            state.unadopted.clear();
+            if !runs.is_empty() {
+                tracing::warn!(runs = runs.len(), "an acquisition reported as failed had taken runs; starting them");
+            }
+            for run in runs {
+                start_run(myself, state, run, None, false).await;
+            }
+        }
+        Err(error) => {
+            shared.stats.store_error(StoreOp::Reclaim);
+            tracing::warn!(%error, "adopting the runs of a failed acquisition failed; retrying next cycle");
+        }
+    }
+}
+
 async fn reclaim_previous_runs<S: JobStore>(state: &PollerState<S>, now: chrono::DateTime<chrono::Utc>) -> bool {
     let shared = &state.shared;
     let known: BTreeSet<Uuid> = state.running.keys().copied().collect();

@@ -330,7 +330,8 @@ impl<K: Kv> KvJobStore<K> {
                 }
             };
             if maybe.0 {
-                let adopted = self.adopt_unknown_runs(&tx, request).await?;
+                let now = [micros(request.now)];
+                let adopted = self.unknown_runs_started_at(&tx, request.node, request.known_runs, &now).await?;
                 if !adopted.is_empty() {
                     return Ok((adopted, outlook_now(&tx).await?, false));
                 }
@@ -480,32 +481,64 @@ impl<K: Kv> KvJobStore<K> {
         Ok(record.alive)
     }
 
-    /// Runs on this node that the caller does not know: started by an earlier attempt
-    /// whose commit was ambiguous. Snapshot reads, so completions elsewhere do not conflict.
-    async fn adopt_unknown_runs(
+    /// The runs that failed acquisitions by `node` committed after all: a commit reported
+    /// as unknown, and every retry then failed too (too old, unavailable), so the caller
+    /// never heard of runs that are `Running` on `node` in the store. `attempts` are those
+    /// acquisitions' `now`; `known` the runs the caller has. Hand them to their run actors
+    /// as if acquired now (they start late by the time the retries took), before
+    /// [`reclaim_previous_runs`](Self::reclaim_previous_runs), which would mark them lost.
+    ///
+    /// Only runs such an acquisition started qualify (not local, not manual, started at
+    /// one of the attempts' `now`, or at their scheduled time when acquired ahead of it).
+    /// Snapshot reads; nothing is written.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn adopt_committed_runs(
+        &self,
+        node: &str,
+        known: &BTreeSet<Uuid>,
+        attempts: &[DateTime<Utc>],
+    ) -> Result<Vec<AcquiredRun>, StoreError> {
+        if attempts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let attempts: Vec<i64> = attempts.iter().map(|at| micros(*at)).collect();
+        run(&self.kv, self.options.retry, |txn, _| {
+            let attempts = &attempts;
+            async move { self.unknown_runs_started_at(&self.tx(txn), node, known, attempts).await }
+        })
+        .await
+    }
+
+    /// Runs `Running` on `node` that are not in `known` and that an acquisition at one of
+    /// `attempts` (µs) started: an earlier attempt whose commit was ambiguous. Older ones
+    /// belong to an earlier process with this node id (see `reclaim_previous_runs`).
+    /// Snapshot reads, so completions elsewhere do not conflict.
+    async fn unknown_runs_started_at(
         &self,
         tx: &Tx<'_, K::Transaction>,
-        request: &AcquireRequest<'_>,
+        node: &str,
+        known: &BTreeSet<Uuid>,
+        attempts: &[i64],
     ) -> Result<Vec<AcquiredRun>, StoreError> {
-        let (begin, end) = self.keys.running_on(request.node);
+        let (begin, end) = self.keys.running_on(node);
         let running = tx.txn.get_range(&RangeRequest::new(begin, end), true).await?;
         let mut unknown = Vec::new();
         for (key, _) in &running.pairs {
             let id = self.keys.node_run_of(key)?;
-            if !request.known_runs.contains(&id) {
+            if !known.contains(&id) {
                 unknown.push(self.keys.run(id));
             }
         }
-        // Read together: under store latency one read per run made this retry too old.
+        // Read together: under store latency one read per run made a retry too old.
         let records = tx.txn.get_many(&unknown, true).await?;
         let mut adopted = Vec::new();
         for bytes in records.into_iter().flatten() {
             let record: RunRecord = codec::decode(&bytes, "run record")?;
-            // Only runs the earlier attempt of this very call started (same `now`); older
-            // ones belong to an earlier process with this node id (see
-            // `reclaim_previous_runs`).
+            let started_by_an_attempt = attempts.iter().any(|&now| record.started_us == now.max(record.scheduled_us));
             if record.state != RunState::Running
-                || record.started_us != micros(request.now).max(record.scheduled_us)
+                || !started_by_an_attempt
                 || record.local
                 || record.cause == RunCause::Manual && record.trigger.is_none()
             {
