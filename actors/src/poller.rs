@@ -86,8 +86,8 @@ pub(crate) struct PollerState<S: JobStore> {
     synced: bool,
     /// Runs an earlier process with this node id left `Running` were marked lost.
     reclaimed: bool,
-    /// The `now` of acquisitions that failed after a commit reported unknown may have
-    /// taken runs: the next cycle starts those runs before it reclaims anything.
+    /// The `now` of failed acquisitions, each of which may have committed before it failed
+    /// (a commit reported unknown): the next cycle starts their runs, then reclaims.
     unadopted: Vec<chrono::DateTime<chrono::Utc>>,
     known_times_declared_lost: Option<u64>,
     tick: u64,
@@ -482,10 +482,6 @@ async fn run_local<S: JobStore>(
     }
 }
 
-/// Marks lost the runs an earlier process with this node id left `Running` (it crashed
-/// and this one restarted under the same id, so the leader never saw the node go
-/// silent), or that this node's poller had before it was restarted (its run actors died
-/// with it); true when none are left.
 /// Starts the runs that failed acquisitions committed after all (see
 /// `JobStore::adopt_committed_runs`); on a store error, tries again next cycle (and
 /// reclaims nothing meanwhile, which would mark those runs lost).
@@ -509,6 +505,11 @@ async fn adopt_committed_runs<S: JobStore>(myself: &ActorRef<PollerMsg>, state: 
     }
 }
 
+/// Marks lost the runs an earlier process with this node id left `Running` (it crashed
+/// and this one restarted under the same id, so the leader never saw the node go
+/// silent), or that this node's poller had before it was restarted (its run actors died
+/// with it), or that a failed acquisition left and adoption did not claim; true when
+/// none are left.
 async fn reclaim_previous_runs<S: JobStore>(state: &PollerState<S>, now: chrono::DateTime<chrono::Utc>) -> bool {
     let shared = &state.shared;
     let known: BTreeSet<Uuid> = state.running.keys().copied().collect();
