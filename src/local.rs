@@ -57,6 +57,13 @@ struct Job {
     removed: bool,
 }
 
+impl Job {
+    /// Not concurrent and a run of it is on this node now.
+    fn is_busy(&self) -> bool {
+        !self.definition.allow_concurrent && self.running > 0
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Retry {
     run: JobRun,
@@ -157,6 +164,7 @@ impl LocalTriggers {
                 let calendar = trigger.schedule.calendar.as_ref().and_then(|c| calendars.get(c));
                 let decision = on_due(trigger.misfire, due, now, misfire_threshold);
                 let is_interval = matches!(trigger.schedule.kind, ScheduleKind::Every { .. });
+                // `Job::is_busy`, spelled out: `job.triggers` is borrowed by the loop.
                 let busy = !job.definition.allow_concurrent && job.running > 0;
                 let (run_at, basis) = match decision.run_scheduled_at {
                     Some(_) if busy => (None, now),
@@ -204,8 +212,7 @@ impl LocalTriggers {
         for key in due_retries {
             // A non-concurrent job's retry waits while the job runs here (SPEC §8: retries
             // of non-concurrent jobs stay exclusive); it goes when the run ends.
-            let busy =
-                |job: &JobName| self.jobs.get(job).is_some_and(|j| !j.definition.allow_concurrent && j.running > 0);
+            let busy = |job: &JobName| self.jobs.get(job).is_some_and(Job::is_busy);
             if self.retries.get(&key).is_some_and(|r| busy(&r.run.job)) {
                 continue;
             }
@@ -288,26 +295,20 @@ impl LocalTriggers {
         let retries = self
             .retries
             .iter()
-            .filter(|(_, r)| {
-                !self.jobs.get(&r.run.job).is_some_and(|j| !j.definition.allow_concurrent && j.running > 0)
-            })
+            .filter(|(_, r)| !self.jobs.get(&r.run.job).is_some_and(Job::is_busy))
             .map(|((due, _), _)| *due);
         triggers.chain(retries).min()
     }
 
     /// Whether `job` is a local, non-concurrent job with a run on this node now.
     pub fn is_busy(&self, job: &JobName) -> bool {
-        self.jobs.get(job).is_some_and(|j| !j.definition.allow_concurrent && j.running > 0)
+        self.jobs.get(job).is_some_and(Job::is_busy)
     }
 
     /// The local non-concurrent jobs running on this node now: the node must not start
     /// another run of them from the store (enqueued, manual, recovery) meanwhile.
     pub fn busy_jobs(&self) -> BTreeSet<String> {
-        self.jobs
-            .iter()
-            .filter(|(_, j)| !j.definition.allow_concurrent && j.running > 0)
-            .map(|(name, _)| name.to_string())
-            .collect()
+        self.jobs.iter().filter(|(_, j)| j.is_busy()).map(|(name, _)| name.to_string()).collect()
     }
 
     /// A run of local job `job` started on this node outside the local triggers (taken from
