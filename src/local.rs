@@ -87,7 +87,8 @@ impl LocalTriggers {
 
     /// Replaces the set of local jobs with `jobs` as stored. A trigger whose job revision
     /// and schedule are unchanged keeps its progress; a new or changed one gets its first
-    /// fire from `now`.
+    /// fire from `now`. Pending retries of a job no longer listed (deleted, or no longer
+    /// local) are dropped, as deleting a job deletes its stored retries.
     pub fn refresh(&mut self, jobs: Vec<LocalJob>, now: DateTime<Utc>, calendars: &Calendars) {
         let mut next = BTreeMap::new();
         for local in jobs {
@@ -143,6 +144,10 @@ impl LocalTriggers {
             }
         }
         self.jobs = next;
+        // A retry of a job that is gone would run outside its job's exclusivity (which
+        // only listed jobs track) and after the job was deleted.
+        let jobs = &self.jobs;
+        self.retries.retain(|_, retry| jobs.get(&retry.run.job).is_some_and(|job| !job.removed));
     }
 
     /// The fires due at `now`, with run ids from `new_id`. Paused jobs and triggers do not
@@ -476,6 +481,29 @@ mod tests {
         assert_eq!(local.revisions().len(), 1, "kept while its run runs");
         assert_eq!(local.handle_run_finished(&new.run, t(8), true, &cal, &mut id), None);
         assert!(local.revisions().is_empty());
+    }
+
+    /// Found by simulation seed 7180: two pending retries of a non-concurrent local job,
+    /// which was deleted while the store was unavailable, both ran at once on the node
+    /// (the deleted job no longer tracked whether it ran here).
+    #[test]
+    fn a_deleted_local_jobs_pending_retries_are_dropped() {
+        let cal = Calendars::new();
+        let mut job = local("n", "cron */10 * * * * *", false);
+        job.definition.retry = Some(RetryPolicy::fixed(1, Duration::from_secs(30)).unwrap());
+        let mut local = LocalTriggers::new();
+        local.refresh(vec![job.clone()], t(0), &cal);
+        let mut id = ids();
+        let first = local.poll_due(t(10), Duration::from_secs(60), &cal, &mut id).remove(0);
+        assert_eq!(local.handle_run_finished(&first.run, t(11), true, &cal, &mut id), Some(t(41)));
+        let second = local.poll_due(t(20), Duration::from_secs(60), &cal, &mut id).remove(0);
+        assert_eq!(local.handle_run_finished(&second.run, t(21), true, &cal, &mut id), Some(t(51)));
+        local.refresh(vec![job], t(30), &cal);
+        assert_eq!(local.poll_timeout(), Some(t(30)), "kept while the job is listed");
+        local.refresh(Vec::new(), t(31), &cal);
+        assert_eq!(local.poll_timeout(), None, "deleted: nothing due, no retry");
+        assert!(local.poll_due(t(60), Duration::from_secs(60), &cal, &mut id).is_empty());
+        assert_eq!(local.drop_retries(), 0);
     }
 
     #[test]

@@ -159,6 +159,14 @@ mod regressions {
         default_options(35);
     }
 
+    /// A non-concurrent local job deleted while the store was unavailable: its two pending
+    /// in-process retries both ran at once on the node (the deleted job no longer tracked
+    /// its runs there). Pending retries of a deleted local job are now dropped.
+    #[test]
+    fn seed_7180_retries_of_a_deleted_local_job_ran_together() {
+        default_options(7180);
+    }
+
     /// Checker fixes: a `once` trigger still held back by its busy non-concurrent job (13),
     /// and fires of a job paused into the liveness phase (48).
     #[test]
