@@ -6,7 +6,9 @@
 //!
 //! For each seed it prints the seed and every derived option, then a summary, then each
 //! violation, and as its last line one JSON object. With `--seeds`, a final JSON line
-//! summarises all seeds. Exit status 1 when any invariant was violated.
+//! summarises all seeds. Exit status 1 when any invariant was violated. Seeds of
+//! `--seeds` run in parallel (`--threads`, one per core by default); each seed's report is
+//! printed whole, in seed order.
 
 use std::process::ExitCode;
 
@@ -48,6 +50,10 @@ struct Args {
     /// Print the full event trace.
     #[arg(long)]
     trace: bool,
+    /// How many seeds of `--seeds` run at once, each on its own thread (default: one per
+    /// core). Reports are printed in seed order; trace hashes do not depend on it.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    threads: Option<u16>,
 }
 
 fn main() -> ExitCode {
@@ -75,47 +81,41 @@ fn main() -> ExitCode {
         (None, Some(seed)) => vec![seed],
         (None, None) => unreachable!("clap requires one of --seed and --seeds"),
     };
+    let threads = args.threads.map_or_else(default_threads, usize::from).min(seeds.len()).max(1);
     let mut failed = Vec::new();
     let mut violations = 0usize;
-    for seed in &seeds {
-        let options = SimOptions::derive(*seed, &overrides);
-        print_options(&options);
-        let started = wall_now();
-        let outcome = simulate(&options);
-        let wall_ms = started.elapsed().as_millis();
-        if args.trace {
-            for line in &outcome.trace {
-                println!("trace {line}");
+    // Each seed is its own world on its own runtime: seeds run on `threads` threads at
+    // once, and their reports are printed whole and in seed order.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let (sender, receiver) = std::sync::mpsc::channel::<(usize, Report)>();
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            let (next, sender, seeds, overrides) = (&next, sender.clone(), &seeds, &overrides);
+            scope.spawn(move || loop {
+                let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(seed) = seeds.get(index) else { break };
+                let report = std::panic::catch_unwind(|| run_seed(*seed, overrides, args.trace))
+                    .unwrap_or_else(|panic| panicked(*seed, overrides, panic.as_ref()));
+                if sender.send((index, report)).is_err() {
+                    break;
+                }
+            });
+        }
+        drop(sender);
+        let mut done = std::collections::BTreeMap::new();
+        let mut printed = 0;
+        for (index, report) in receiver {
+            done.insert(index, report);
+            while let Some(report) = done.remove(&printed) {
+                print!("{}", report.text);
+                if report.violations > 0 {
+                    failed.push(seeds[printed]);
+                    violations += report.violations;
+                }
+                printed += 1;
             }
         }
-        let speed = outcome.options.simulated_seconds() as f64 * 1000.0 / wall_ms.max(1) as f64;
-        println!(
-            "summary: {} fires, {} runs, {} events; {:.0}x real time ({wall_ms} ms wall)",
-            outcome.fires, outcome.runs, outcome.events, speed
-        );
-        for (what, count) in &outcome.counts {
-            println!("  {what}: {count}");
-        }
-        for (what, count) in &outcome.checked.checked {
-            println!("  checked {what}: {count}");
-        }
-        println!(
-            "lost-node overlaps (a job ignoring cancellation on a node declared lost): {}",
-            outcome.checked.lost_node_overlaps.len()
-        );
-        for line in &outcome.checked.lost_node_overlaps {
-            println!("  {line}");
-        }
-        println!("violations: {}", outcome.checked.violations.len());
-        for line in &outcome.checked.violations {
-            println!("  VIOLATION {line}");
-        }
-        if !outcome.checked.violations.is_empty() {
-            failed.push(*seed);
-            violations += outcome.checked.violations.len();
-        }
-        println!("{}", json_line(&outcome, wall_ms));
-    }
+    });
     if args.seeds.is_some() {
         println!("{}", serde_json::json!({ "seeds": seeds.len(), "failed_seeds": failed, "violations": violations }));
     }
@@ -126,31 +126,96 @@ fn main() -> ExitCode {
     }
 }
 
-fn print_options(options: &SimOptions) {
+/// One seed's printed report and its number of violations.
+struct Report {
+    text: String,
+    violations: usize,
+}
+
+/// Runs `seed` and writes its report: options, summary, violations, the JSON line.
+fn run_seed(seed: u64, overrides: &Overrides, trace: bool) -> Report {
+    use std::fmt::Write as _;
+    let options = SimOptions::derive(seed, overrides);
+    let mut text = describe_options(&options);
+    let started = wall_now();
+    let outcome = simulate(&options);
+    let wall_ms = started.elapsed().as_millis();
+    // Writing to a String cannot fail.
+    let mut line = |l: std::fmt::Arguments<'_>| {
+        let _ = writeln!(text, "{l}");
+    };
+    if trace {
+        for t in &outcome.trace {
+            line(format_args!("trace {t}"));
+        }
+    }
+    let speed = outcome.options.simulated_seconds() as f64 * 1000.0 / wall_ms.max(1) as f64;
+    line(format_args!(
+        "summary: {} fires, {} runs, {} events; {:.0}x real time ({wall_ms} ms wall)",
+        outcome.fires, outcome.runs, outcome.events, speed
+    ));
+    for (what, count) in &outcome.counts {
+        line(format_args!("  {what}: {count}"));
+    }
+    for (what, count) in &outcome.checked.checked {
+        line(format_args!("  checked {what}: {count}"));
+    }
+    line(format_args!(
+        "lost-node overlaps (a job ignoring cancellation on a node declared lost): {}",
+        outcome.checked.lost_node_overlaps.len()
+    ));
+    for l in &outcome.checked.lost_node_overlaps {
+        line(format_args!("  {l}"));
+    }
+    line(format_args!("violations: {}", outcome.checked.violations.len()));
+    for l in &outcome.checked.violations {
+        line(format_args!("  VIOLATION {l}"));
+    }
+    line(format_args!("{}", json_line(&outcome, wall_ms)));
+    Report { text, violations: outcome.checked.violations.len() }
+}
+
+/// The report of a seed whose simulation panicked (a bug in the simulator or a node):
+/// counted as a violation, so the seed fails and the other seeds still run.
+fn panicked(seed: u64, overrides: &Overrides, panic: &(dyn std::any::Any + Send)) -> Report {
+    let message = panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("(no message)");
+    let options = SimOptions::derive(seed, overrides);
+    let text = format!("{}violations: 1\n  VIOLATION the simulation panicked: {message}\n", describe_options(&options));
+    Report { text, violations: 1 }
+}
+
+/// Seeds run at once by default: one per core (each simulation is single-threaded).
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+}
+
+fn describe_options(options: &SimOptions) -> String {
     let workload = workload::generate(options);
     let plan = faults::plan(options);
-    println!("seed {}", options.seed);
-    println!(
-        "options: nodes={} duration={}s liveness={}s jobs={} faults={}{}",
+    let broken = match options.broken_store {
+        Some(BrokenStore::AcquireWithoutConflictCheck) => " broken-store=conflict-check",
+        Some(BrokenStore::EarlyMisfire) => " broken-store=early-misfire",
+        None => "",
+    };
+    format!(
+        "seed {}\noptions: nodes={} duration={}s liveness={}s jobs={} faults={}{broken}\n\
+         workload: {} code jobs, {} runtime jobs, {} operations; fault plan: {} timed faults, skew {:?} ms\n",
+        options.seed,
         options.nodes,
         options.duration.as_secs(),
         options.liveness.as_secs(),
         options.jobs,
         options.faults,
-        match options.broken_store {
-            Some(BrokenStore::AcquireWithoutConflictCheck) => " broken-store=conflict-check",
-            Some(BrokenStore::EarlyMisfire) => " broken-store=early-misfire",
-            None => "",
-        }
-    );
-    println!(
-        "workload: {} code jobs, {} runtime jobs, {} operations; fault plan: {} timed faults, skew {:?} ms",
         workload.code_jobs.len(),
         workload.runtime_jobs.len(),
         workload.ops.len(),
         plan.timed.len(),
         plan.skew.iter().map(|s| s.num_milliseconds()).collect::<Vec<_>>()
-    );
+    )
 }
 
 /// Wall time, for the speed report only: it never reaches the simulation or its trace.
