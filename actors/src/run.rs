@@ -45,8 +45,9 @@ pub(crate) struct RunArgs<S: JobStore> {
 pub(crate) struct RunState_<S: JobStore> {
     args: RunArgs<S>,
     cancel: RunCancel,
-    /// The job's task; dropped with this state, so a killed run actor aborts its job.
-    _task: AbortOnDrop<()>,
+    /// The job's task (from `post_start`); dropped with this state, so a killed run actor
+    /// aborts its job.
+    _task: Option<AbortOnDrop<()>>,
 }
 
 /// The run actor (stateless; everything is in its state).
@@ -63,10 +64,21 @@ impl<S: JobStore> Actor for RunActor<S> {
     type State = RunState_<S>;
     type Arguments = RunArgs<S>;
 
-    async fn pre_start(&self, myself: ActorRef<RunMsg>, args: RunArgs<S>) -> Result<Self::State, ActorProcessingErr> {
-        let shared = args.shared.clone();
+    /// Registers the run (so `cancel_runs` finds it at once) and nothing else: the poller
+    /// that spawns run actors waits for this, one run after another, so the job's
+    /// preparation is left to `post_start`, on the run actor's own task.
+    async fn pre_start(&self, _myself: ActorRef<RunMsg>, args: RunArgs<S>) -> Result<Self::State, ActorProcessingErr> {
         let cancel = RunCancel::new();
-        shared.register_run(args.acquired.run.id, cancel.clone());
+        args.shared.register_run(args.acquired.run.id, cancel.clone());
+        Ok(RunState_ { args, cancel, _task: None })
+    }
+
+    /// Prepares the job and starts its task (before any message is handled, so a cancel
+    /// request finds the task started).
+    async fn post_start(&self, myself: ActorRef<RunMsg>, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
+        let args = &state.args;
+        let shared = args.shared.clone();
+        let cancel = state.cancel.clone();
         let run = args.acquired.run.clone();
         let ctx = RunContext { run: run.clone(), node: shared.node_id.clone(), cancel: cancel.token() };
         let timeout = args.acquired.timeout;
@@ -133,7 +145,8 @@ impl<S: JobStore> Actor for RunActor<S> {
             // them (its end gate) before it ended.
             let _ = myself.send_message(RunMsg::Finished(outcome, started_at));
         });
-        Ok(RunState_ { args, cancel, _task: AbortOnDrop(task) })
+        state._task = Some(AbortOnDrop(task));
+        Ok(())
     }
 
     async fn handle(
