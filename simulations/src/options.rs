@@ -196,6 +196,9 @@ pub struct SimOptions {
     pub faults: Faults,
     /// A deliberate store bug (feature `test-hooks` of the store), to test the checkers.
     pub broken_store: Option<BrokenStore>,
+    /// Keep the trace's lines in the outcome (`--trace`), not only their hash. Not part of
+    /// the world: it changes nothing the simulation does.
+    pub keep_trace: bool,
 }
 
 /// The latest a due fire may start in the liveness phase (poll interval, lookahead,
@@ -216,6 +219,7 @@ impl SimOptions {
             jobs: overrides.jobs.unwrap_or(jobs),
             faults: overrides.faults.clone().unwrap_or_else(Faults::all),
             broken_store: overrides.broken_store,
+            keep_trace: false,
         }
     }
 

@@ -74,9 +74,15 @@ impl EventLog {
         self.push(at, EventKind::World(text.into()));
     }
 
-    /// A copy of every event so far.
-    pub fn snapshot(&self) -> Vec<Event> {
-        self.events.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    /// `f` of every event so far, read in place (the log of a long simulation holds
+    /// millions of events: it is never copied).
+    pub fn read<T>(&self, f: impl FnOnce(&[Event]) -> T) -> T {
+        f(&self.events.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Every event so far, leaving the log empty (the simulation's end).
+    pub fn take(&self) -> Vec<Event> {
+        std::mem::take(&mut *self.events.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }
 
@@ -120,15 +126,35 @@ pub fn event_line(event: &Event) -> String {
     line
 }
 
-/// SHA-256 over the lines, each followed by a newline, as lowercase hex.
-pub fn hash_lines<'a>(lines: impl IntoIterator<Item = &'a str>) -> String {
-    let mut hasher = Sha256::new();
-    for line in lines {
-        hasher.update(line.as_bytes());
-        hasher.update(b"\n");
+/// The trace, hashed line by line as it is written; the lines themselves are kept only
+/// when asked for (a day of a large cluster is gigabytes of text).
+pub struct Trace {
+    hasher: Sha256,
+    kept: Option<Vec<String>>,
+}
+
+impl Trace {
+    /// An empty trace that keeps its lines when `keep`.
+    pub fn new(keep: bool) -> Self {
+        Self { hasher: Sha256::new(), kept: keep.then(Vec::new) }
     }
-    hasher.finalize().iter().fold(String::with_capacity(64), |mut hex, byte| {
-        let _ = write!(hex, "{byte:02x}");
-        hex
-    })
+
+    /// Appends a line (without its newline).
+    pub fn push(&mut self, line: String) {
+        self.hasher.update(line.as_bytes());
+        self.hasher.update(b"\n");
+        if let Some(kept) = &mut self.kept {
+            kept.push(line);
+        }
+    }
+
+    /// The hash (SHA-256 over every line and its newline, lowercase hex) and the kept
+    /// lines (none unless kept).
+    pub fn finish(self) -> (String, Vec<String>) {
+        let hex = self.hasher.finalize().iter().fold(String::with_capacity(64), |mut hex, byte| {
+            let _ = write!(hex, "{byte:02x}");
+            hex
+        });
+        (hex, self.kept.unwrap_or_default())
+    }
 }

@@ -29,7 +29,7 @@ use crate::check::{self, Checked, Samples};
 use crate::faults::{self, Fault, FaultPlan};
 use crate::options::SimOptions;
 use crate::sim_job::{Incarnation, SimJob, SIM_JOB_TYPE};
-use crate::trace::{event_line, hash_lines, EventKind, EventLog};
+use crate::trace::{event_line, EventKind, EventLog, Trace};
 use crate::workload::{self, epoch, Op, Workload, QUIET_CALENDAR};
 
 type Store = KvJobStore<MemoryKv>;
@@ -77,7 +77,8 @@ pub struct Outcome {
     pub trace_hash: String,
     /// Counts of what happened (faults, operations, outcomes), for the summary.
     pub counts: BTreeMap<String, u64>,
-    /// The trace the hash is over: every event, then every run in the final history.
+    /// The trace the hash is over (every event, then every run in the final history),
+    /// when [`SimOptions::keep_trace`] asked for it; empty otherwise.
     pub trace: Vec<String>,
 }
 
@@ -686,7 +687,7 @@ impl World {
             .iter()
             .filter_map(|s| s.running.as_ref().map(|r| (r.incarnation.node.clone(), r.incarnation.number)))
             .collect();
-        let events = self.log.snapshot();
+        let events = self.log.take();
         let statuses = self.observer.statuses().await.unwrap_or_default();
         let triggers: std::collections::BTreeSet<(String, String)> = statuses
             .iter()
@@ -704,9 +705,12 @@ impl World {
             jumped_ahead: self.jumped_ahead,
             end,
         });
-        let mut lines: Vec<String> = events.iter().map(event_line).collect();
+        let mut trace = Trace::new(self.options.keep_trace);
+        for event in &events {
+            trace.push(event_line(event));
+        }
         for run in &history {
-            lines.push(format!(
+            trace.push(format!(
                 "history {} {} {} sched={} {:?} attempt={} {:?} on {} start={} end={:?} code={:?} {:?}",
                 run.id,
                 run.job,
@@ -725,7 +729,7 @@ impl World {
         {
             for status in statuses {
                 for trigger in status.triggers {
-                    lines.push(format!(
+                    trace.push(format!(
                         "trigger {}/{} {:?}{} next={:?} fired={} error={:?}",
                         status.definition.name,
                         trigger.name,
@@ -738,7 +742,7 @@ impl World {
                 }
             }
         }
-        let trace_hash = hash_lines(lines.iter().map(String::as_str));
+        let (trace_hash, lines) = trace.finish();
         let fires = history.iter().filter(|r| r.cause == sundial::job::RunCause::Schedule).count() as u64;
         for run in &history {
             *self.counts.entry(format!("runs {:?}", run.state).to_lowercase()).or_default() += 1;
@@ -784,16 +788,18 @@ pub fn at_offset(offset: Duration) -> DateTime<Utc> {
 /// Runs of an incarnation that started and have not ended, per the event log.
 fn in_flight(log: &EventLog, node: &str, incarnation: u32) -> Vec<Uuid> {
     let mut open: BTreeMap<Uuid, ()> = BTreeMap::new();
-    for event in log.snapshot() {
-        match event.kind {
-            EventKind::Start(facts) if facts.node == node && facts.incarnation == incarnation => {
-                open.insert(facts.run.id, ());
+    log.read(|events| {
+        for event in events {
+            match &event.kind {
+                EventKind::Start(facts) if facts.node == node && facts.incarnation == incarnation => {
+                    open.insert(facts.run.id, ());
+                }
+                EventKind::End { run, node: n, .. } | EventKind::Killed { run, node: n } if n == node => {
+                    open.remove(run);
+                }
+                _ => {}
             }
-            EventKind::End { run, node: n, .. } | EventKind::Killed { run, node: n } if n == node => {
-                open.remove(&run);
-            }
-            _ => {}
         }
-    }
+    });
     open.into_keys().collect()
 }

@@ -135,7 +135,8 @@ struct Report {
 /// Runs `seed` and writes its report: options, summary, violations, the JSON line.
 fn run_seed(seed: u64, overrides: &Overrides, trace: bool) -> Report {
     use std::fmt::Write as _;
-    let options = SimOptions::derive(seed, overrides);
+    let mut options = SimOptions::derive(seed, overrides);
+    options.keep_trace = trace;
     let mut text = describe_options(&options);
     let started = wall_now();
     let outcome = simulate(&options);
