@@ -314,6 +314,13 @@ impl<T: KvTransaction> Tx<'_, T> {
         }
     }
 
+    /// Whether a run of `job` is `Running` (serializable).
+    pub(crate) async fn job_is_running(&self, job: &str) -> Result<bool, StoreError> {
+        let (begin, end) = self.keys.running_of_job(job);
+        let range = self.txn.get_range(&RangeRequest::new(begin, end).limit(1), false).await?;
+        Ok(!range.pairs.is_empty())
+    }
+
     pub(crate) async fn slot(&self, job: &str) -> Result<SlotRecord, StoreError> {
         self.slot_prefetched(&mut Prefetched::default(), job).await
     }

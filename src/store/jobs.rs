@@ -52,7 +52,10 @@ impl<K: Kv> KvJobStore<K> {
     ///
     /// # Errors
     /// Per item: `SCHEDULING_VALIDATION_001` for an invalid definition (unknown calendar
-    /// included), `SCHEDULING_UNAVAILABLE_003` when the store fails.
+    /// included), `SCHEDULING_CONFLICT_001` when a non-concurrent job would switch
+    /// between local (`run_on_every_instance`) and cluster-unique while a run of it is
+    /// going (its runs could then overlap; try again once they ended),
+    /// `SCHEDULING_UNAVAILABLE_003` when the store fails.
     pub async fn schedule(&self, defs: &[JobDefinition], now: DateTime<Utc>) -> Vec<Result<(), SchedulingError>> {
         let mut results = Vec::with_capacity(defs.len());
         for def in defs {
@@ -89,6 +92,17 @@ impl<K: Kv> KvJobStore<K> {
         uids: &[u64],
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
+        if let Some(old) = old {
+            // Local runs hold no cluster slot and a cluster run is unknown to the nodes'
+            // local triggers: a non-concurrent job switched between the two while it runs
+            // would run twice at once. Read serializably, so a run starting meanwhile
+            // conflicts with this write.
+            let switches = old.run_on_every_instance != def.run_on_every_instance;
+            let exclusive = !old.allow_concurrent || !def.allow_concurrent;
+            if switches && exclusive && tx.job_is_running(def.name.as_str()).await? {
+                return Err(SchedulingError::JobRunning { job: def.name.to_string() }.into());
+            }
+        }
         let paused = old.is_some_and(|job| job.paused);
         let record = JobRecord {
             name: def.name.to_string(),

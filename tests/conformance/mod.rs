@@ -53,6 +53,7 @@ macro_rules! for_each_scenario {
             a_job_deleted_and_added_again_waits_for_its_old_run,
             batched_completions_act_as_each_one_alone,
             the_due_outlook_splits_home_fires_from_the_others,
+            a_non_concurrent_job_switches_between_local_and_cluster_only_between_runs,
         );
     };
 }
@@ -887,4 +888,53 @@ pub(crate) async fn the_due_outlook_splits_home_fires_from_the_others<K: Kv>(sto
     let after = taken.outlook.expect("not full, so the outlook was read");
     assert_eq!(after, store.due_outlook("a", day, 1_000).await.unwrap());
     assert_eq!(after.count, a.count - taken.runs.len(), "{a:?} {after:?} took {}", taken.runs.len());
+}
+
+/// A non-concurrent job switched between local and cluster-unique while a run of it is
+/// going would run twice at once (local runs hold no cluster slot; the nodes' local
+/// triggers know nothing of a cluster run): refused with `SCHEDULING_CONFLICT_001` until
+/// its runs ended. A concurrent job switches any time.
+pub(crate) async fn a_non_concurrent_job_switches_between_local_and_cluster_only_between_runs<K: Kv>(
+    store: &KvJobStore<K>,
+) {
+    let cluster = job("switch", &[("t", "cron */10 * * * * *")]);
+    let mut local = cluster.clone();
+    local.run_on_every_instance = true;
+    let refused = |result: &Result<(), sundial::error::SchedulingError>| {
+        result.as_ref().is_err_and(|e| e.code() == "SCHEDULING_CONFLICT_001")
+    };
+    // Cluster to local while its run is going.
+    store.schedule(std::slice::from_ref(&cluster), t0()).await;
+    let run = acquire(store, "n1", secs(10), 16).await.remove(0);
+    assert!(refused(&store.schedule(std::slice::from_ref(&local), secs(11)).await[0]));
+    assert!(store.job_record("switch").await.unwrap().is_some_and(|j| !j.run_on_every_instance), "unchanged");
+    assert!(store.schedule(std::slice::from_ref(&cluster), secs(11)).await[0].is_ok(), "no switch: allowed");
+    complete(store, run.run.id, "n1", RunOutcome::Succeeded, secs(12)).await;
+    assert!(store.schedule(std::slice::from_ref(&local), secs(13)).await[0].is_ok(), "no run going");
+    // Local to cluster while a local run is going; the code-job path is held to it too.
+    let local_run = sundial::job::JobRun {
+        id: Uuid::from_u128(7),
+        job: name("switch"),
+        trigger: Some(TriggerName::new("t").unwrap()),
+        scheduled_at: secs(20),
+        cause: RunCause::Schedule,
+        attempt: 1,
+        retry_of: None,
+        data: JsonObject::new(),
+    };
+    store.begin_local_run(&local_run, "n2", secs(20)).await.unwrap();
+    assert!(refused(&store.schedule(std::slice::from_ref(&cluster), secs(21)).await[0]));
+    let sync = store.sync_code_job(&cluster, secs(21)).await.map(|_| ()).map_err(sundial::error::SchedulingError::from);
+    assert!(refused(&sync), "a code definition that switches waits too: {sync:?}");
+    assert!(acquire(store, "n1", secs(30), 16).await.is_empty(), "still local: not acquired");
+    complete(store, local_run.id, "n2", RunOutcome::Succeeded, secs(31)).await;
+    assert!(store.schedule(std::slice::from_ref(&cluster), secs(32)).await[0].is_ok());
+    // A concurrent job switches while it runs.
+    let mut free = job("free", &[("t", "cron */10 * * * * *")]);
+    free.allow_concurrent = true;
+    store.schedule(std::slice::from_ref(&free), secs(32)).await;
+    let running = acquire(store, "n1", secs(40), 16).await;
+    assert!(running.iter().any(|r| r.run.job.as_str() == "free"));
+    free.run_on_every_instance = true;
+    assert!(store.schedule(std::slice::from_ref(&free), secs(41)).await[0].is_ok());
 }
