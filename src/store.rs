@@ -314,11 +314,20 @@ impl<T: KvTransaction> Tx<'_, T> {
         }
     }
 
-    /// Whether a run of `job` is `Running` (serializable).
-    pub(crate) async fn job_is_running(&self, job: &str) -> Result<bool, StoreError> {
+    /// Whether a `Running` run of `job` is local when `local` is false, or not local
+    /// when it is true. The running index is read serializably (a run starting meanwhile
+    /// conflicts); each run's kind never changes, so its record is a snapshot read.
+    pub(crate) async fn runs_of_the_other_kind(&self, job: &str, local: bool) -> Result<bool, StoreError> {
         let (begin, end) = self.keys.running_of_job(job);
-        let range = self.txn.get_range(&RangeRequest::new(begin, end).limit(1), false).await?;
-        Ok(!range.pairs.is_empty())
+        let running = self.txn.get_range(&RangeRequest::new(begin, end), false).await?;
+        for (key, _) in &running.pairs {
+            let id = self.keys.node_run_of(key)?;
+            let run = decode_run(self.txn.get(&self.keys.run(id), true).await?)?;
+            if run.is_some_and(|run| run.local != local) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     pub(crate) async fn slot(&self, job: &str) -> Result<SlotRecord, StoreError> {

@@ -138,8 +138,8 @@ impl<S: JobStore> JobScheduler<S> {
 
     /// Adds or wholly replaces jobs (`SCHEDULING_NOTFOUND_002` for an unregistered type,
     /// `SCHEDULING_VALIDATION_001` for an invalid definition, `SCHEDULING_CONFLICT_001`
-    /// when a non-concurrent job would switch `run_on_every_instance` while a run of it is
-    /// going). Effective here at once.
+    /// when a non-concurrent job would switch `run_on_every_instance` while a run of the
+    /// other kind is going). Effective here at once.
     pub async fn schedule(&self, defs: Vec<JobDefinition>) -> Vec<Result<(), SchedulingError>> {
         let mut results: Vec<Option<Result<(), SchedulingError>>> = vec![None; defs.len()];
         let mut accepted = Vec::new();

@@ -52,9 +52,10 @@ impl<K: Kv> KvJobStore<K> {
     ///
     /// # Errors
     /// Per item: `SCHEDULING_VALIDATION_001` for an invalid definition (unknown calendar
-    /// included), `SCHEDULING_CONFLICT_001` when a non-concurrent job would switch
-    /// between local (`run_on_every_instance`) and cluster-unique while a run of it is
-    /// going (its runs could then overlap; try again once they ended),
+    /// included), `SCHEDULING_CONFLICT_001` when a non-concurrent job would become local
+    /// (`run_on_every_instance`) while a run of it taken from the store is going, or
+    /// cluster-unique while a local run of it is going (its runs could then overlap; try
+    /// again once they ended),
     /// `SCHEDULING_UNAVAILABLE_003` when the store fails.
     pub async fn schedule(&self, defs: &[JobDefinition], now: DateTime<Utc>) -> Vec<Result<(), SchedulingError>> {
         let mut results = Vec::with_capacity(defs.len());
@@ -92,16 +93,14 @@ impl<K: Kv> KvJobStore<K> {
         uids: &[u64],
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        if let Some(old) = old {
-            // Local runs hold no cluster slot and a cluster run is unknown to the nodes'
-            // local triggers: a non-concurrent job switched between the two while it runs
-            // would run twice at once. Read serializably, so a run starting meanwhile
-            // conflicts with this write.
-            let switches = old.run_on_every_instance != def.run_on_every_instance;
-            let exclusive = !old.allow_concurrent || !def.allow_concurrent;
-            if switches && exclusive && tx.job_is_running(def.name.as_str()).await? {
-                return Err(SchedulingError::JobRunning { job: def.name.to_string() }.into());
-            }
+        // A local run holds no cluster slot, and a run taken from the store is unknown to
+        // the local triggers of a node that started it while the job was not local: a
+        // non-concurrent job that becomes local or cluster-unique (or is added again under
+        // a deleted job's name) while runs of the other kind go could run twice at once.
+        let switches = old.is_none_or(|old| old.run_on_every_instance != def.run_on_every_instance);
+        let exclusive = !def.allow_concurrent || old.is_some_and(|old| !old.allow_concurrent);
+        if switches && exclusive && tx.runs_of_the_other_kind(def.name.as_str(), def.run_on_every_instance).await? {
+            return Err(SchedulingError::JobRunning { job: def.name.to_string() }.into());
         }
         let paused = old.is_some_and(|job| job.paused);
         let record = JobRecord {

@@ -890,10 +890,10 @@ pub(crate) async fn the_due_outlook_splits_home_fires_from_the_others<K: Kv>(sto
     assert_eq!(after.count, a.count - taken.runs.len(), "{a:?} {after:?} took {}", taken.runs.len());
 }
 
-/// A non-concurrent job switched between local and cluster-unique while a run of it is
-/// going would run twice at once (local runs hold no cluster slot; the nodes' local
-/// triggers know nothing of a cluster run): refused with `SCHEDULING_CONFLICT_001` until
-/// its runs ended. A concurrent job switches any time.
+/// A non-concurrent job switched between local and cluster-unique while a run of the
+/// other kind is going would run twice at once (local runs hold no cluster slot; the
+/// nodes' local triggers know nothing of a cluster run): refused with
+/// `SCHEDULING_CONFLICT_001` until those runs ended. A concurrent job switches any time.
 pub(crate) async fn a_non_concurrent_job_switches_between_local_and_cluster_only_between_runs<K: Kv>(
     store: &KvJobStore<K>,
 ) {
@@ -929,12 +929,21 @@ pub(crate) async fn a_non_concurrent_job_switches_between_local_and_cluster_only
     assert!(acquire(store, "n1", secs(30), 16).await.is_empty(), "still local: not acquired");
     complete(store, local_run.id, "n2", RunOutcome::Succeeded, secs(31)).await;
     assert!(store.schedule(std::slice::from_ref(&cluster), secs(32)).await[0].is_ok());
+    // Deleted while its cluster run goes and added again: as a local job, refused (the
+    // nodes' local triggers know nothing of that run); as a cluster job, allowed (the run
+    // still holds the slot, so the new job's fire waits for it).
+    let run = acquire(store, "n1", secs(40), 16).await.remove(0);
+    assert!(store.unschedule(&[name("switch")]).await[0].is_ok());
+    assert!(refused(&store.schedule(std::slice::from_ref(&local), secs(41)).await[0]));
+    assert!(store.schedule(std::slice::from_ref(&cluster), secs(41)).await[0].is_ok());
+    assert!(acquire(store, "n2", secs(50), 16).await.is_empty(), "waits for the old run");
+    complete(store, run.run.id, "n1", RunOutcome::Succeeded, secs(51)).await;
     // A concurrent job switches while it runs.
     let mut free = job("free", &[("t", "cron */10 * * * * *")]);
     free.allow_concurrent = true;
-    store.schedule(std::slice::from_ref(&free), secs(32)).await;
-    let running = acquire(store, "n1", secs(40), 16).await;
+    store.schedule(std::slice::from_ref(&free), secs(52)).await;
+    let running = acquire(store, "n1", secs(60), 16).await;
     assert!(running.iter().any(|r| r.run.job.as_str() == "free"));
     free.run_on_every_instance = true;
-    assert!(store.schedule(std::slice::from_ref(&free), secs(41)).await[0].is_ok());
+    assert!(store.schedule(std::slice::from_ref(&free), secs(61)).await[0].is_ok());
 }
