@@ -559,7 +559,7 @@ pub trait JobStore: Clone + Send + Sync + 'static {
         run: &JobRun,
         node: &str,
         now: DateTime<Utc>,
-    ) -> impl std::future::Future<Output = Result<(), StoreError>> + Send;
+    ) -> impl std::future::Future<Output = Result<bool, StoreError>> + Send;
     /// Forwards to [`KvJobStore::complete_run`], which states the contract.
     fn complete_run(
         &self,
@@ -738,7 +738,7 @@ impl<K: Kv> JobStore for KvJobStore<K> {
         run: &JobRun,
         node: &str,
         now: DateTime<Utc>,
-    ) -> impl std::future::Future<Output = Result<(), StoreError>> + Send {
+    ) -> impl std::future::Future<Output = Result<bool, StoreError>> + Send {
         KvJobStore::begin_local_run(self, run, node, now)
     }
     fn complete_run(

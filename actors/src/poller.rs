@@ -473,9 +473,20 @@ async fn run_local<S: JobStore>(
     let fires =
         state.local.poll_due(now, shared.options.misfire_threshold, shared.registry.calendars(), || shared.run_id());
     for fire in fires {
-        if let Err(error) = shared.store.begin_local_run(&fire.run, &shared.node_id, now).await {
-            shared.stats.store_error(StoreOp::LocalJobs);
-            tracing::warn!(run_id = %fire.run.id, %error, "could not record a local run; running it anyway");
+        match shared.store.begin_local_run(&fire.run, &shared.node_id, now).await {
+            Ok(true) => {}
+            Ok(false) => {
+                // Deleted or made cluster-unique elsewhere since the last refresh: not run
+                // (a cluster run of it may start any moment). Re-read the local jobs.
+                tracing::info!(run_id = %fire.run.id, job = %fire.run.job, "the job is no longer local; not running it");
+                state.local.handle_run_finished(&fire.run, now, false, shared.registry.calendars(), || shared.run_id());
+                state.refresh_local = true;
+                continue;
+            }
+            Err(error) => {
+                shared.stats.store_error(StoreOp::LocalJobs);
+                tracing::warn!(run_id = %fire.run.id, %error, "could not record a local run; running it anyway");
+            }
         }
         let acquired = AcquiredRun { run: fire.run, job_type: fire.job_type, timeout: fire.timeout, exclusive: false };
         start_run(myself, state, acquired, None, true).await;

@@ -338,15 +338,19 @@ impl<K: Kv> KvJobStore<K> {
     }
 
     /// Records the start of a local job's run on `node` (it still goes to history; no
-    /// slot: "not concurrent" is judged on the node).
+    /// slot: "not concurrent" is judged on the node). `Ok(false)`: the job is no longer a
+    /// local job (deleted, or made cluster-unique since the node last read its local
+    /// jobs): the run must not start. The job is read serializably, so a change racing
+    /// this start either sees the run (and the switch rule of `schedule` applies) or is
+    /// seen by it.
     ///
     /// # Errors
     /// `SCHEDULING_UNAVAILABLE_004` when history is full; store errors.
-    pub async fn begin_local_run(&self, job_run: &JobRun, node: &str, now: DateTime<Utc>) -> Result<(), StoreError> {
+    pub async fn begin_local_run(&self, job_run: &JobRun, node: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
         run(&self.kv, self.options.retry, |txn, _| async move {
             let tx = self.tx(txn);
             if tx.run(job_run.id).await?.is_some() {
-                return Ok::<_, StoreError>(());
+                return Ok::<_, StoreError>(true);
             }
             if !self.node_may_run(&tx, node).await? {
                 // Declared lost: the leader no longer watches this node, so a run recorded
@@ -354,11 +358,14 @@ impl<K: Kv> KvJobStore<K> {
                 let reason = format!("node '{node}' was declared lost");
                 return Err(crate::error::SchedulingError::SchedulerNotRunning { reason }.into());
             }
+            if !tx.job(job_run.job.as_str()).await?.is_some_and(|job| job.run_on_every_instance) {
+                return Ok(false);
+            }
             self.make_room(&tx).await?;
             let record = RunRecord::running(job_run, node, now, false, true);
             tx.put_run(None, &record);
             self.count_runs_delta(&tx, 1);
-            Ok(())
+            Ok(true)
         })
         .await
     }

@@ -623,7 +623,7 @@ pub(crate) async fn local_jobs_stay_out_of_acquisition_but_their_runs_go_to_hist
         retry_of: None,
         data: JsonObject::new(),
     };
-    store.begin_local_run(&job_run, "n1", secs(5)).await.unwrap();
+    assert!(store.begin_local_run(&job_run, "n1", secs(5)).await.unwrap());
     let failure = RunOutcome::Failed { code: Some("E".into()), message: "x".into() };
     let done = complete(store, job_run.id, "n1", failure, secs(6)).await;
     assert_eq!(done.retry_trigger, None, "local jobs retry in process, not in the store");
@@ -922,13 +922,18 @@ pub(crate) async fn a_non_concurrent_job_switches_between_local_and_cluster_only
         retry_of: None,
         data: JsonObject::new(),
     };
-    store.begin_local_run(&local_run, "n2", secs(20)).await.unwrap();
+    assert!(store.begin_local_run(&local_run, "n2", secs(20)).await.unwrap());
     assert!(refused(&store.schedule(std::slice::from_ref(&cluster), secs(21)).await[0]));
     let sync = store.sync_code_job(&cluster, secs(21)).await.map(|_| ()).map_err(sundial::error::SchedulingError::from);
     assert!(refused(&sync), "a code definition that switches waits too: {sync:?}");
     assert!(acquire(store, "n1", secs(30), 16).await.is_empty(), "still local: not acquired");
     complete(store, local_run.id, "n2", RunOutcome::Succeeded, secs(31)).await;
     assert!(store.schedule(std::slice::from_ref(&cluster), secs(32)).await[0].is_ok());
+    // A node that has not reread its local jobs yet fires the job as local: not recorded,
+    // and told not to run it (found by simulation seed 57 of the switching workload).
+    let stale = sundial::job::JobRun { id: Uuid::from_u128(8), scheduled_at: secs(33), ..local_run.clone() };
+    assert!(!store.begin_local_run(&stale, "n3", secs(33)).await.unwrap());
+    assert!(store.run_record(stale.id).await.unwrap().is_none());
     // Deleted while its cluster run goes and added again: as a local job, refused (the
     // nodes' local triggers know nothing of that run); as a cluster job, allowed (the run
     // still holds the slot, so the new job's fire waits for it).
