@@ -146,7 +146,7 @@ pub fn check(inputs: &Inputs<'_>) -> Checked {
     retries(inputs, &definitions, &history, &mut checked);
     recovery(inputs, &definitions, &mut checked);
     nothing_stuck(inputs, &executions, &mut checked);
-    history_kept(&definitions, &history, &executions, &mut checked);
+    history_kept(&inputs.workload.switched, &definitions, &history, &executions, &mut checked);
     checked.violations.extend(inputs.samples.finish(&history));
     *checked.checked.entry("state samples").or_default() += inputs.samples.count;
     checked
@@ -203,6 +203,14 @@ fn at_most_once(inputs: &Inputs<'_>, checked: &mut Checked) {
 }
 
 /// A non-concurrent job's runs never overlap in (true) time; a local job's only on one node.
+///
+/// A job whose definition switches between local and cluster-unique is judged by each
+/// run's kind (a run started by a node's local triggers is local; every other run was
+/// taken from the store and held the job's slot): its store runs never overlap each
+/// other, its runs on one node never overlap, and a run of a scheduled fire taken from
+/// the store (the job was cluster-unique then) overlaps no local run anywhere. Local runs
+/// on different nodes, and a local run beside a store run of the job's local era (an
+/// enqueued one) on another node, may overlap.
 fn no_overlap(
     inputs: &Inputs<'_>,
     definitions: &BTreeMap<&JobName, &JobDefinition>,
@@ -211,51 +219,111 @@ fn no_overlap(
     checked: &mut Checked,
 ) {
     let mut groups: BTreeMap<(String, String), Vec<&Execution<'_>>> = BTreeMap::new();
+    let mut switched: BTreeMap<&JobName, Vec<&Execution<'_>>> = BTreeMap::new();
     for execution in executions.values() {
         let Some(def) = definitions.get(&execution.facts.run.job) else { continue };
+        if inputs.workload.switched.contains(&def.name) {
+            // Concurrent in one definition and not in another: judged as non-concurrent
+            // only when every definition of it is (the workload keeps the flag).
+            if !def.allow_concurrent {
+                switched.entry(&def.name).or_default().push(execution);
+            }
+            continue;
+        }
         if def.allow_concurrent {
             continue;
         }
         let node = if def.run_on_every_instance { execution.facts.node.clone() } else { String::new() };
         groups.entry((def.name.to_string(), node)).or_default().push(execution);
     }
-    for ((job, _), mut runs) in groups {
-        runs.sort_by_key(|e| (e.start, e.seq));
-        *checked.checked.entry("exclusive runs").or_default() += runs.len() as u64;
-        let mut holder: Option<&Execution<'_>> = None;
-        for run in runs {
-            if let Some(previous) = holder {
-                // Log order breaks ties: a run that starts at the instant another ends,
-                // but before that end was logged, overlaps it.
-                let previous_end = previous.end.unwrap_or((inputs.end, usize::MAX));
-                if (run.start, run.seq) < previous_end {
-                    let lost = history.get(&previous.facts.run.id).is_some_and(|r| r.state == RunState::Lost);
-                    let line = format!(
-                        "job {job}: run {} on {} ({} to {}) overlaps run {} on {} (from {})",
-                        previous.facts.run.id,
-                        previous.facts.node,
-                        previous.start,
-                        previous_end.0,
-                        run.facts.run.id,
-                        run.facts.node,
-                        run.start
-                    );
-                    if lost && previous.facts.ignores_cancel {
-                        // One line per lost run, however many later runs it overlapped.
-                        let id = previous.facts.run.id.to_string();
-                        if !checked.lost_node_overlaps.last().is_some_and(|l| l.contains(&id)) {
-                            checked.lost_node_overlaps.push(line);
-                        }
-                    } else {
-                        checked.violations.push(line);
-                    }
-                }
-                if run.end.unwrap_or((inputs.end, usize::MAX)) <= previous_end {
-                    continue;
-                }
-            }
-            holder = Some(run);
+    for ((job, _), runs) in groups {
+        exclusive(inputs, history, &job, runs, checked);
+    }
+    for (job, runs) in switched {
+        // Not in history: a local run whose start the store did not record.
+        let local = |e: &Execution<'_>| history.get(&e.facts.run.id).is_none_or(|r| r.local);
+        let store_runs: Vec<&Execution<'_>> = runs.iter().copied().filter(|e| !local(e)).collect();
+        exclusive(inputs, history, job.as_str(), store_runs, checked);
+        let mut by_node: BTreeMap<&str, Vec<&Execution<'_>>> = BTreeMap::new();
+        for run in &runs {
+            by_node.entry(run.facts.node.as_str()).or_default().push(run);
         }
+        for (_, on_node) in by_node {
+            exclusive(inputs, history, job.as_str(), on_node, checked);
+        }
+        let scheduled = runs.iter().filter(|e| !local(e) && e.facts.run.cause == RunCause::Schedule);
+        for store_run in scheduled {
+            for local_run in runs.iter().filter(|e| local(e)) {
+                let (first, second) = if (local_run.start, local_run.seq) < (store_run.start, store_run.seq) {
+                    (local_run, store_run)
+                } else {
+                    (store_run, local_run)
+                };
+                overlap(inputs, history, job.as_str(), first, second, checked);
+            }
+        }
+    }
+}
+
+/// Checks that `runs` (of `job`) never overlap one another.
+fn exclusive<'e>(
+    inputs: &Inputs<'_>,
+    history: &BTreeMap<Uuid, &RunRecord>,
+    job: &str,
+    mut runs: Vec<&'e Execution<'e>>,
+    checked: &mut Checked,
+) {
+    runs.sort_by_key(|e| (e.start, e.seq));
+    *checked.checked.entry("exclusive runs").or_default() += runs.len() as u64;
+    let mut holder: Option<&Execution<'_>> = None;
+    for run in runs {
+        if let Some(previous) = holder {
+            overlap(inputs, history, job, previous, run, checked);
+            let previous_end = previous.end.unwrap_or((inputs.end, usize::MAX));
+            if run.end.unwrap_or((inputs.end, usize::MAX)) <= previous_end {
+                continue;
+            }
+        }
+        holder = Some(run);
+    }
+}
+
+/// Reports `run` (started at or after `previous`) if it started before `previous` ended:
+/// as the one allowed overlap when `previous` ignored cancellation on a node declared
+/// lost, as a violation otherwise (each once).
+fn overlap(
+    inputs: &Inputs<'_>,
+    history: &BTreeMap<Uuid, &RunRecord>,
+    job: &str,
+    previous: &Execution<'_>,
+    run: &Execution<'_>,
+    checked: &mut Checked,
+) {
+    // Log order breaks ties: a run that starts at the instant another ends, but before
+    // that end was logged, overlaps it.
+    let previous_end = previous.end.unwrap_or((inputs.end, usize::MAX));
+    if (run.start, run.seq) >= previous_end {
+        return;
+    }
+    let lost = history.get(&previous.facts.run.id).is_some_and(|r| r.state == RunState::Lost);
+    let line = format!(
+        "job {job}: run {} on {} ({} to {}) overlaps run {} on {} (from {})",
+        previous.facts.run.id,
+        previous.facts.node,
+        previous.start,
+        previous_end.0,
+        run.facts.run.id,
+        run.facts.node,
+        run.start
+    );
+    if lost && previous.facts.ignores_cancel {
+        // One line per lost run, however many later runs it overlapped.
+        let id = previous.facts.run.id.to_string();
+        if !checked.lost_node_overlaps.iter().any(|l| l.contains(&id)) {
+            checked.lost_node_overlaps.push(line);
+        }
+    } else if !checked.violations.contains(&line) {
+        checked.violations.push(line);
     }
 }
 
@@ -568,13 +636,16 @@ fn nothing_stuck(inputs: &Inputs<'_>, executions: &BTreeMap<Uuid, Execution<'_>>
 
 /// Every cluster-unique run a job started is in history.
 fn history_kept(
+    switched: &BTreeSet<JobName>,
     definitions: &BTreeMap<&JobName, &JobDefinition>,
     history: &BTreeMap<Uuid, &RunRecord>,
     executions: &BTreeMap<Uuid, Execution<'_>>,
     checked: &mut Checked,
 ) {
     for (id, execution) in executions {
-        let local = definitions.get(&execution.facts.run.job).is_some_and(|d| d.run_on_every_instance);
+        // A job that switched may have run locally whatever its first definition says.
+        let job = &execution.facts.run.job;
+        let local = switched.contains(job) || definitions.get(job).is_some_and(|d| d.run_on_every_instance);
         if !local && !history.contains_key(id) {
             checked.violations.push(format!(
                 "run {id} of {} started on {} at {} but is not in history",

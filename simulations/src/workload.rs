@@ -83,6 +83,9 @@ pub struct Workload {
     pub ops: Vec<(Duration, Op)>,
     /// Jobs whose definitions change during the run (the fire accounting skips them).
     pub changed: BTreeSet<JobName>,
+    /// Jobs a new definition of which switches between local and cluster-unique (the
+    /// overlap check judges their runs by kind); all of them are in `changed` too.
+    pub switched: BTreeSet<JobName>,
 }
 
 impl Workload {
@@ -186,6 +189,9 @@ pub fn generate(options: &SimOptions) -> Workload {
     let names: Vec<JobName> = code_jobs.iter().chain(&runtime_jobs).map(|d| d.name.clone()).collect();
     let mut ops = Vec::new();
     let mut changed = BTreeSet::new();
+    let mut switched = BTreeSet::new();
+    // Switches draw from their own stream: every other draw stays as it was.
+    let mut switches = Entropy::from_seed(options.seed ^ 0x7377_6974_6368_0000);
     let span = options.duration.as_secs().max(120);
     let mut at = 30 + entropy.below(120);
     while at + 60 < span {
@@ -218,6 +224,12 @@ pub fn generate(options: &SimOptions) -> Workload {
                     replacement.allow_concurrent = old.allow_concurrent;
                     replacement.run_on_every_instance = old.run_on_every_instance;
                 }
+                // Now and then local becomes cluster-unique or the reverse (refused while
+                // runs of the other kind go).
+                if chance(&mut switches, 25) {
+                    replacement.run_on_every_instance = !replacement.run_on_every_instance;
+                    switched.insert(job.clone());
+                }
                 changed.insert(job);
                 ops.push((offset, Op::Schedule(Box::new(replacement))));
             }
@@ -239,5 +251,5 @@ pub fn generate(options: &SimOptions) -> Workload {
         at += 20 + entropy.below(280);
     }
     ops.sort_by_key(|(offset, _)| *offset);
-    Workload { code_jobs, runtime_jobs, ops, changed }
+    Workload { code_jobs, runtime_jobs, ops, changed, switched }
 }

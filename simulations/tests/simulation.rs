@@ -167,6 +167,14 @@ mod regressions {
         default_options(7180);
     }
 
+    /// A local job made cluster-unique: a node that had not reread its local jobs yet
+    /// started a local run after the switch, beside the job's first cluster run on
+    /// another node. A local run now starts only while the store still has the job local.
+    #[test]
+    fn seed_57_local_run_of_a_job_already_made_cluster_unique() {
+        default_options(57);
+    }
+
     /// Checker fixes: a `once` trigger still held back by its busy non-concurrent job (13),
     /// and fires of a job paused into the liveness phase (48).
     #[test]
