@@ -320,10 +320,14 @@ impl<T: KvTransaction> Tx<'_, T> {
     pub(crate) async fn runs_of_the_other_kind(&self, job: &str, local: bool) -> Result<bool, StoreError> {
         let (begin, end) = self.keys.running_of_job(job);
         let running = self.txn.get_range(&RangeRequest::new(begin, end), false).await?;
-        for (key, _) in &running.pairs {
-            let id = self.keys.node_run_of(key)?;
-            let run = decode_run(self.txn.get(&self.keys.run(id), true).await?)?;
-            if run.is_some_and(|run| run.local != local) {
+        let keys = running
+            .pairs
+            .iter()
+            .map(|(key, _)| self.keys.node_run_of(key).map(|id| self.keys.run(id)))
+            .collect::<Result<Vec<_>, _>>()?;
+        // One round trip for all of them (a run on each node, for a local job).
+        for bytes in self.txn.get_many(&keys, true).await? {
+            if decode_run(bytes)?.is_some_and(|run| run.local != local) {
                 return Ok(true);
             }
         }
