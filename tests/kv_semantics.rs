@@ -569,3 +569,20 @@ async fn random_interleavings_lose_no_update_and_invent_no_conflict() {
     }
     assert_eq!(kv.stats().conflicts, 0);
 }
+
+#[tokio::test]
+async fn a_commit_after_a_read_version_was_taken_gets_a_later_version() {
+    // A read version can run ahead of the last commit (it follows the clock); a commit in
+    // the same microsecond must still land after it, or the reader would see it and miss
+    // its conflict.
+    let (kv, clock) = store();
+    put(&kv, &[("k", "old")]).await;
+    clock.advance(Duration::from_secs(1));
+    let t = kv.create_transaction().unwrap();
+    assert_eq!(t.get(b"k", false).await.unwrap(), Some(b"old".to_vec()));
+    put(&kv, &[("k", "new")]).await;
+    assert_eq!(t.get(b"k", true).await.unwrap(), Some(b"old".to_vec()), "one snapshot");
+    t.set(b"k", b"old+1");
+    assert_eq!(code(t.commit().await), KvError::NOT_COMMITTED, "a lost update");
+    assert_eq!(get(&kv, "k").await.as_deref(), Some("new"));
+}

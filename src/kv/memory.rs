@@ -142,6 +142,10 @@ struct State {
     data: BTreeMap<StoredKey, Versions>,
     /// The last commit version.
     version: Version,
+    /// The newest read version handed out. It can be ahead of `version` (read versions
+    /// follow the clock), and every later commit must land after it: a commit at a read
+    /// version in use would be seen by that reader and escape its conflict check.
+    newest_read: Version,
     /// Added to the clock-derived version (an injected recovery jump).
     version_offset: Version,
     /// Range writes (clear_range, explicit write-conflict ranges), in commit order.
@@ -250,6 +254,7 @@ impl State {
     }
 
     fn register_read(&mut self, version: Version) {
+        self.newest_read = self.newest_read.max(version);
         *self.live_reads.entry(version).or_insert(0) += 1;
     }
 
@@ -290,7 +295,7 @@ impl State {
 
     /// Checks and applies `writes` at a new version, returning it.
     fn apply(&mut self, writes: Writes, now_version: Version) -> Result<CommitInfo, KvError> {
-        let version = now_version.max(self.version + 1);
+        let version = now_version.max(self.version.max(self.newest_read) + 1);
         if version - writes.read_version > TRANSACTION_LIFE_VERSIONS_MAX {
             self.stats.too_old += 1;
             return Err(KvError::new(KvError::TRANSACTION_TOO_OLD));
@@ -405,6 +410,7 @@ impl MemoryKv {
         let state = State {
             data: BTreeMap::new(),
             version: 0,
+            newest_read: 0,
             version_offset: 0,
             range_log: VecDeque::new(),
             expiry: VecDeque::new(),
