@@ -79,6 +79,9 @@ struct Summary {
     max: f64,
     missed: usize,
     duplicated: usize,
+    /// Fires that ran per second the scheduler was running (warm-up included): at a load
+    /// it cannot keep up with, how many fires per second it does run.
+    ran_per_second: f64,
 }
 
 /// The process's CPU time so far (user + system, all threads), from `/proc/self/stat`.
@@ -125,6 +128,7 @@ fn summarize(records: &[(String, i64, i64)], from: i64, to: i64, expected: usize
         max: pct(1.0),
         missed,
         duplicated,
+        ran_per_second: f64::NAN,
     }
 }
 
@@ -180,6 +184,7 @@ async fn sundial_cron(load: usize, seconds: i64, node: &str) -> Summary {
     let (scheduler, records, clock) =
         sundial_node(node, load, "cron * * * * * *", options, expected_fires(load, seconds)).await;
     let cpu_before = process_cpu();
+    let serving = Instant::now();
     scheduler.serve();
     // Warm up, then measure whole seconds. A node that starts with thousands of fires due
     // within its first second cannot acquire them ahead (it was not running): its first
@@ -189,6 +194,7 @@ async fn sundial_cron(load: usize, seconds: i64, node: &str) -> Summary {
     tokio::time::sleep((to - clock.now()).to_std().unwrap_or_default() + Duration::from_millis(500)).await;
     let engine = scheduler.counters();
     scheduler.stop(Duration::from_secs(5)).await;
+    let running = serving.elapsed();
     let records = records.lock().unwrap().clone();
     let cpu = cpu_per_fire(cpu_before, process_cpu(), records.len());
     let per_fire = |work: EngineWork| {
@@ -214,6 +220,7 @@ async fn sundial_cron(load: usize, seconds: i64, node: &str) -> Summary {
     Summary {
         cpu_per_fire_us: cpu,
         engine_per_fire_us: engine_per_fire,
+        ran_per_second: records.len() as f64 / running.as_secs_f64(),
         ..summarize(&records, from.timestamp_micros(), to.timestamp_micros(), load * seconds as usize)
     }
 }
@@ -222,9 +229,11 @@ async fn apalis_cron(load: usize, seconds: i64) -> Summary {
     let from = next_second(Utc::now()) + TimeDelta::seconds(WARM_UP_SECONDS);
     let to = from + TimeDelta::seconds(seconds);
     let cpu_before = process_cpu();
+    let running = Instant::now();
     let records = apalis_workers(load, "* * * * * *", to, expected_fires(load, seconds)).await;
     Summary {
         cpu_per_fire_us: cpu_per_fire(cpu_before, process_cpu(), records.len()),
+        ran_per_second: records.len() as f64 / running.elapsed().as_secs_f64(),
         ..summarize(&records, from.timestamp_micros(), to.timestamp_micros(), load * seconds as usize)
     }
 }
@@ -384,8 +393,8 @@ fn main() {
     println!("\nsustained {load} fires/s for {seconds} s (target: 0 missed, p99 <= 50 ms)");
     for (name, s) in [("sundial", &ours), ("apalis", &peer)] {
         println!(
-            "{name:>8}: p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms, {} missed, {} duplicated",
-            s.p50, s.p90, s.p99, s.max, s.missed, s.duplicated
+            "{name:>8}: p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms, {} missed, {} duplicated; ran {:.0} fires/s",
+            s.p50, s.p90, s.p99, s.max, s.missed, s.duplicated, s.ran_per_second
         );
     }
     println!(
