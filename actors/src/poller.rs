@@ -484,8 +484,16 @@ async fn run_local<S: JobStore>(
                 continue;
             }
             Err(error) => {
+                // Not recorded, so not run, as a cluster fire is not taken while the store
+                // is out of reach: the run would be missing from history, and a switch of
+                // a non-concurrent job to cluster-unique would not see it running. A
+                // commit reported unknown may have recorded it all the same: the next
+                // cycle marks such a run, which no actor runs, lost.
                 shared.stats.store_error(StoreOp::LocalJobs);
-                tracing::warn!(run_id = %fire.run.id, %error, "could not record a local run; running it anyway");
+                tracing::warn!(run_id = %fire.run.id, %error, "could not record a local run; not running it");
+                state.local.handle_run_finished(&fire.run, now, false, shared.registry.calendars(), || shared.run_id());
+                state.reclaimed = false;
+                continue;
             }
         }
         let acquired = AcquiredRun { run: fire.run, job_type: fire.job_type, timeout: fire.timeout, exclusive: false };

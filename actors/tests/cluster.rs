@@ -55,8 +55,17 @@ fn registry() -> JobRegistry {
 }
 
 async fn node(kv: &MemoryKv, clock: &Arc<TokioClock>, id: &str, seed: u64) -> (JobScheduler<Store>, Store) {
+    node_with(kv, clock, id, seed, registry()).await
+}
+
+async fn node_with(
+    kv: &MemoryKv,
+    clock: &Arc<TokioClock>,
+    id: &str,
+    seed: u64,
+    registry: JobRegistry,
+) -> (JobScheduler<Store>, Store) {
     let client = kv.client(id);
-    let registry = registry();
     let store = KvJobStore::new(
         client.clone(),
         registry.calendars().clone(),
@@ -164,6 +173,49 @@ async fn local_jobs_run_on_every_node() {
     assert!(per_node.values().all(|n| *n >= 4), "about once a second on each: {per_node:?}");
     a.stop(Duration::from_secs(1)).await;
     b.stop(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_local_fire_the_store_cannot_record_does_not_run() {
+    // Every run goes to history (SPEC §7), and a switch of a non-concurrent job to
+    // cluster-unique relies on seeing its local runs: a node cut off from the store skips
+    // its local fires instead of running them unrecorded.
+    let clock = Arc::new(TokioClock::new(t0()));
+    let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
+    let executions = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = executions.clone();
+    let mut local = JobDefinition::new(JobName::new("local-count").unwrap(), JobTypeKey::new("count").unwrap())
+        .with_trigger(sundial::job::JobTriggerDefinition::new(
+            sundial::name::TriggerName::new("t").unwrap(),
+            "cron * * * * * *".parse().unwrap(),
+        ));
+    local.run_on_every_instance = true;
+    let registry = JobRegistry::builder()
+        .add_job_type_as("count", move || {
+            let counted = counted.clone();
+            FnJob::new(move |_| {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async { Ok(()) }
+            })
+        })
+        .add_job_definition(local)
+        .build()
+        .unwrap();
+    let (node, store) = node_with(&kv, &clock, "cut-off", 31, registry).await;
+    tokio::time::sleep(Duration::from_millis(2_600)).await;
+    // Cut off for less than the self-fence (two thirds of `node_timeout`): the node goes
+    // on, its fires due meanwhile find no store.
+    kv.set_partitioned("cut-off", true);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    kv.set_partitioned("cut-off", false);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    node.stop(Duration::from_secs(1)).await;
+    let query = JobRunQuery { job: Some(JobName::new("local-count").unwrap()), limit: 1000, ..JobRunQuery::default() };
+    let recorded = store.runs(&query).await.unwrap();
+    let ran = executions.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(recorded.len() >= 4, "it ran before and after: {} runs", recorded.len());
+    assert_eq!(ran, recorded.len(), "every run that ran is in history");
+    assert!(recorded.iter().all(|r| r.state == RunState::Succeeded), "{recorded:#?}");
 }
 
 #[tokio::test(start_paused = true)]

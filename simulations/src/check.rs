@@ -146,7 +146,7 @@ pub fn check(inputs: &Inputs<'_>) -> Checked {
     retries(inputs, &definitions, &history, &mut checked);
     recovery(inputs, &definitions, &mut checked);
     nothing_stuck(inputs, &executions, &mut checked);
-    history_kept(&inputs.workload.switched, &definitions, &history, &executions, &mut checked);
+    history_kept(&history, &executions, &mut checked);
     checked.violations.extend(inputs.samples.finish(&history));
     *checked.checked.entry("state samples").or_default() += inputs.samples.count;
     checked
@@ -240,7 +240,7 @@ fn no_overlap(
         exclusive(inputs, history, &job, runs, checked);
     }
     for (job, runs) in switched {
-        // Not in history: a local run whose start the store did not record.
+        // A run missing from history is reported by `history_kept`; here it counts as local.
         let local = |e: &Execution<'_>| history.get(&e.facts.run.id).is_none_or(|r| r.local);
         let store_runs: Vec<&Execution<'_>> = runs.iter().copied().filter(|e| !local(e)).collect();
         exclusive(inputs, history, job.as_str(), store_runs, checked);
@@ -634,19 +634,15 @@ fn nothing_stuck(inputs: &Inputs<'_>, executions: &BTreeMap<Uuid, Execution<'_>>
     }
 }
 
-/// Every cluster-unique run a job started is in history.
+/// Every run a job started is in history, local runs included: a node starts a run only
+/// once the store has recorded it.
 fn history_kept(
-    switched: &BTreeSet<JobName>,
-    definitions: &BTreeMap<&JobName, &JobDefinition>,
     history: &BTreeMap<Uuid, &RunRecord>,
     executions: &BTreeMap<Uuid, Execution<'_>>,
     checked: &mut Checked,
 ) {
     for (id, execution) in executions {
-        // A job that switched may have run locally whatever its first definition says.
-        let job = &execution.facts.run.job;
-        let local = switched.contains(job) || definitions.get(job).is_some_and(|d| d.run_on_every_instance);
-        if !local && !history.contains_key(id) {
+        if !history.contains_key(id) {
             checked.violations.push(format!(
                 "run {id} of {} started on {} at {} but is not in history",
                 execution.facts.run.job, execution.facts.node, execution.start
