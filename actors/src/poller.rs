@@ -476,22 +476,25 @@ async fn run_local<S: JobStore>(
         match shared.store.begin_local_run(&fire.run, &shared.node_id, now).await {
             Ok(true) => {}
             Ok(false) => {
-                // Deleted or made cluster-unique elsewhere since the last refresh: not run
-                // (a cluster run of it may start any moment). Re-read the local jobs.
-                tracing::info!(run_id = %fire.run.id, job = %fire.run.job, "the job is no longer local; not running it");
-                state.local.handle_run_finished(&fire.run, now, false, shared.registry.calendars(), || shared.run_id());
+                // Deleted or made cluster-unique elsewhere since the last refresh (a
+                // cluster run of it may start any moment), or this run, recorded by an
+                // attempt reported failed, was since reclaimed as lost: not run. Re-read
+                // the local jobs.
+                tracing::info!(run_id = %fire.run.id, job = %fire.run.job, "the job is no longer local here, or the run ended; not running it");
+                state.local.not_started(fire, now, shared.registry.calendars());
                 state.refresh_local = true;
                 continue;
             }
             Err(error) => {
                 // Not recorded, so not run, as a cluster fire is not taken while the store
                 // is out of reach: the run would be missing from history, and a switch of
-                // a non-concurrent job to cluster-unique would not see it running. A
-                // commit reported unknown may have recorded it all the same: the next
-                // cycle marks such a run, which no actor runs, lost.
+                // a non-concurrent job to cluster-unique would not see it running. The
+                // fire is skipped; a retry goes again next cycle (same run: a record an
+                // ambiguous commit made is found then). A skipped fire's record made so
+                // is marked lost by the next cycle's reclaim, as no actor runs it.
                 shared.stats.store_error(StoreOp::LocalJobs);
                 tracing::warn!(run_id = %fire.run.id, %error, "could not record a local run; not running it");
-                state.local.handle_run_finished(&fire.run, now, false, shared.registry.calendars(), || shared.run_id());
+                state.local.not_started(fire, now, shared.registry.calendars());
                 state.reclaimed = false;
                 continue;
             }

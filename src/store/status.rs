@@ -9,7 +9,9 @@ use super::jobs::{instant, Provenance};
 use super::records::{JobRecord, RunRecord, RunSummary, TriggerKind, TriggerRecord};
 use super::{codec, parse_data, KvJobStore, StoreError, Tx};
 
-use crate::job::{JobDefinition, JobOrigin, JobRun, JobRunInfo, JobTriggerDefinition, JobTypeKey, TriggerState};
+use crate::job::{
+    JobDefinition, JobOrigin, JobRun, JobRunInfo, JobTriggerDefinition, JobTypeKey, RunState, TriggerState,
+};
 use crate::kv::{run, Kv, KvTransaction, RangeRequest};
 use crate::name::{JobName, TriggerName};
 use crate::schedule::JobSchedule;
@@ -338,19 +340,21 @@ impl<K: Kv> KvJobStore<K> {
     }
 
     /// Records the start of a local job's run on `node` (it still goes to history; no
-    /// slot: "not concurrent" is judged on the node). `Ok(false)`: the job is no longer a
-    /// local job (deleted, or made cluster-unique since the node last read its local
-    /// jobs): the run must not start. The job is read serializably, so a change racing
-    /// this start either sees the run (and the switch rule of `schedule` applies) or is
-    /// seen by it.
+    /// slot: "not concurrent" is judged on the node). `Ok(false)`: the run must not start,
+    /// because the job is no longer a local job (deleted, or made cluster-unique since the
+    /// node last read its local jobs), or because an earlier attempt recorded the run and
+    /// it has ended since (the node, not knowing that attempt committed, reclaimed the run
+    /// as lost). The job is read serializably, so a change racing this start either sees
+    /// the run (and the switch rule of `schedule` applies) or is seen by it.
     ///
     /// # Errors
     /// `SCHEDULING_UNAVAILABLE_004` when history is full; store errors.
     pub async fn begin_local_run(&self, job_run: &JobRun, node: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
         run(&self.kv, self.options.retry, |txn, _| async move {
             let tx = self.tx(txn);
-            if tx.run(job_run.id).await?.is_some() {
-                return Ok::<_, StoreError>(true);
+            if let Some(recorded) = tx.run(job_run.id).await? {
+                // An earlier attempt committed (its result was reported unknown).
+                return Ok::<_, StoreError>(recorded.state == RunState::Running && recorded.node == node);
             }
             if !self.node_may_run(&tx, node).await? {
                 // Declared lost: the leader no longer watches this node, so a run recorded

@@ -624,10 +624,19 @@ pub(crate) async fn local_jobs_stay_out_of_acquisition_but_their_runs_go_to_hist
         data: JsonObject::new(),
     };
     assert!(store.begin_local_run(&job_run, "n1", secs(5)).await.unwrap());
+    assert!(store.begin_local_run(&job_run, "n1", secs(5)).await.unwrap(), "a retry after an ambiguous commit");
+    // A run the node reclaimed as lost (it never knew its start committed) never starts.
+    let mut unknown = job_run.clone();
+    unknown.id = Uuid::from_u128(43);
+    assert!(store.begin_local_run(&unknown, "n1", secs(5)).await.unwrap());
+    let known = std::collections::BTreeSet::from([job_run.id]);
+    let reclaimed = store.reclaim_previous_runs("n1", &known, secs(5), 64).await.unwrap();
+    assert_eq!(reclaimed.lost_runs, vec![unknown.id]);
+    assert!(!store.begin_local_run(&unknown, "n1", secs(5)).await.unwrap(), "ended: not started again");
     let failure = RunOutcome::Failed { code: Some("E".into()), message: "x".into() };
     let done = complete(store, job_run.id, "n1", failure, secs(6)).await;
     assert_eq!(done.retry_trigger, None, "local jobs retry in process, not in the store");
-    assert_eq!(store.count_runs(&sundial::job::JobRunQuery::default()).await.unwrap(), 1);
+    assert_eq!(store.count_runs(&sundial::job::JobRunQuery::default()).await.unwrap(), 2);
 }
 
 /// `local_jobs_since` answers `None` while nothing a node's local triggers depend on
