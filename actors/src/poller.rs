@@ -481,7 +481,7 @@ async fn run_local<S: JobStore>(
                 // attempt reported failed, was since reclaimed as lost: not run. Re-read
                 // the local jobs.
                 tracing::info!(run_id = %fire.run.id, job = %fire.run.job, "the job is no longer local here, or the run ended; not running it");
-                state.local.not_started(fire, now, shared.registry.calendars());
+                state.local.not_started(fire, now, shared.options.poll_interval, shared.registry.calendars());
                 state.refresh_local = true;
                 continue;
             }
@@ -489,12 +489,12 @@ async fn run_local<S: JobStore>(
                 // Not recorded, so not run, as a cluster fire is not taken while the store
                 // is out of reach: the run would be missing from history, and a switch of
                 // a non-concurrent job to cluster-unique would not see it running. The
-                // fire is skipped; a retry goes again next cycle (same run: a record an
-                // ambiguous commit made is found then). A skipped fire's record made so
+                // fire is skipped; a retry goes again a poll interval later (same run: a
+                // record an ambiguous commit made is found then). A skipped fire's record made so
                 // is marked lost by the next cycle's reclaim, as no actor runs it.
                 shared.stats.store_error(StoreOp::LocalJobs);
                 tracing::warn!(run_id = %fire.run.id, %error, "could not record a local run; not running it");
-                state.local.not_started(fire, now, shared.registry.calendars());
+                state.local.not_started(fire, now, shared.options.poll_interval, shared.registry.calendars());
                 state.reclaimed = false;
                 continue;
             }

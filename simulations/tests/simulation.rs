@@ -198,6 +198,19 @@ mod regressions {
         assert_clean(&run(305, &overrides));
     }
 
+    /// Store outages and ambiguous commits: a local retry the store could not record went
+    /// back to the pending retries due at once, so the node asked the store again and
+    /// again without virtual time moving, and the simulation never ended (also seeds 103
+    /// and 105; fixed: it goes again a poll interval later).
+    #[test]
+    fn seed_100_store_outages_local_retry_asked_again_without_end() {
+        let faults =
+            Faults::parse("unavailable=15,partition=10,unknown-result=0.2,crash=4").expect("a valid fault list");
+        let overrides =
+            Overrides { duration: Some(Duration::from_secs(3600)), faults: Some(faults), ..Overrides::default() };
+        assert_clean(&run(100, &overrides));
+    }
+
     /// Fires skipped by a clock that jumped ahead, counted as missing in the liveness
     /// phase (a checker fix: clocks are corrected when the faults heal).
     #[test]
