@@ -394,8 +394,17 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
     // Sleep until this node's next fire enters the lookahead, at most one poll interval.
     // (A successful acquisition reached the fires due by `acquired_until`.)
     let acquired_until = seen_outlook.is_some().then(|| sundial::time::add_duration(now, state.lookahead));
+    let local_ran_at = now;
     let now = shared.clock.now();
-    let local_wait = state.local.poll_timeout().map(|due| (due - now).to_std().unwrap_or(Duration::ZERO));
+    let local_wait = state.local.poll_timeout().map(|due| {
+        let wait = (due - now).to_std().unwrap_or(Duration::ZERO);
+        // Due when this cycle ran its local fires, yet not started: never spin on it.
+        if due <= local_ran_at {
+            wait.max(MIN_RETRY_WAIT)
+        } else {
+            wait
+        }
+    });
     if slots == 0 {
         // Nothing can be taken until a run ends (which wakes the poller) or the next
         // heartbeat succeeds: no need to know what is due.
