@@ -286,18 +286,18 @@ impl LocalTriggers {
         Some(plan.due)
     }
 
-    /// A fire from [`poll_due`](Self::poll_due) that did not start (the store could not
-    /// record it, or the job is no longer local there): the job's slot here is freed and
-    /// an interval trigger re-armed from `now`, as when a run ends; a scheduled fire is
-    /// thereby skipped, while a retry goes back to the pending retries, due again `again`
-    /// after `now` (not at once: a store out of reach would be asked again and again
-    /// without end). A retry of a job that is gone is dropped, as
-    /// [`refresh`](Self::refresh) drops it.
-    pub fn not_started(&mut self, fire: LocalFire, now: DateTime<Utc>, again: Duration, calendars: &Calendars) {
+    /// A fire from [`poll_due`](Self::poll_due) that did not start: the job's slot here is
+    /// freed and an interval trigger re-armed from `now`, as when a run ends, so a
+    /// scheduled fire is skipped. A retry goes back to the pending retries, due `again`
+    /// after `now`, when `again` is given (the store could not record it: not at once, or
+    /// a store out of reach would be asked again and again without end); without it (the
+    /// run must never start), or when its job is gone (as [`refresh`](Self::refresh)
+    /// drops it), it is dropped.
+    pub fn not_started(&mut self, fire: LocalFire, now: DateTime<Utc>, again: Option<Duration>, calendars: &Calendars) {
         // Not failed: no retry is planned, so no id is drawn.
         self.handle_run_finished(&fire.run, now, false, calendars, Uuid::nil);
         let listed = self.jobs.get(&fire.run.job).is_some_and(|job| !job.removed);
-        if fire.run.cause == RunCause::Retry && listed {
+        if let (RunCause::Retry, true, Some(again)) = (fire.run.cause, listed, again) {
             let key = (crate::time::add_duration(now, again), fire.run.id);
             self.retries.insert(key, Retry { run: fire.run, job_type: fire.job_type, timeout: fire.timeout });
         }
@@ -532,22 +532,21 @@ mod tests {
         local.refresh(vec![job], t(0), &cal);
         let mut id = ids();
         let fire = local.poll_due(t(10), Duration::from_secs(60), &cal, &mut id).remove(0);
-        local.not_started(fire, t(10), Duration::from_secs(1), &cal);
+        local.not_started(fire, t(10), Some(Duration::from_secs(1)), &cal);
         assert!(!local.is_busy(&JobName::new("r").unwrap()), "its slot is free");
         assert!(local.poll_due(t(11), Duration::from_secs(60), &cal, &mut id).is_empty(), "skipped, not fired again");
         let fire = local.poll_due(t(20), Duration::from_secs(60), &cal, &mut id).remove(0);
         assert_eq!(local.handle_run_finished(&fire.run, t(21), true, &cal, &mut id), Some(t(26)));
         let retry = local.poll_due(t(26), Duration::from_secs(60), &cal, &mut id).remove(0);
         let (retry_id, attempt) = (retry.run.id, retry.run.attempt);
-        local.not_started(retry, t(26), Duration::from_secs(1), &cal);
+        local.not_started(retry, t(26), Some(Duration::from_secs(1)), &cal);
         assert_eq!(local.poll_timeout(), Some(t(27)), "the retry is pending again, a while later");
         assert!(local.poll_due(t(26), Duration::from_secs(60), &cal, &mut id).is_empty());
         let again = local.poll_due(t(27), Duration::from_secs(60), &cal, &mut id);
         assert_eq!(again.len(), 1);
         assert_eq!((again[0].run.id, again[0].run.attempt), (retry_id, attempt), "the same retry run");
-        local.not_started(again.into_iter().next().unwrap(), t(27), Duration::from_secs(1), &cal);
-        local.refresh(Vec::new(), t(28), &cal);
-        assert_eq!(local.poll_timeout(), None, "a deleted job's retry is dropped");
+        local.not_started(again.into_iter().next().unwrap(), t(27), None, &cal);
+        assert_eq!(local.poll_timeout(), Some(t(30)), "a retry that must never start is dropped");
     }
 
     #[test]

@@ -490,7 +490,7 @@ async fn run_local<S: JobStore>(
                 // attempt reported failed, was since reclaimed as lost: not run. Re-read
                 // the local jobs.
                 tracing::info!(run_id = %fire.run.id, job = %fire.run.job, "the job is no longer local here, or the run ended; not running it");
-                state.local.not_started(fire, now, shared.options.poll_interval, shared.registry.calendars());
+                state.local.not_started(fire, now, None, shared.registry.calendars());
                 state.refresh_local = true;
                 continue;
             }
@@ -499,11 +499,13 @@ async fn run_local<S: JobStore>(
                 // is out of reach: the run would be missing from history, and a switch of
                 // a non-concurrent job to cluster-unique would not see it running. The
                 // fire is skipped; a retry goes again a poll interval later (same run: a
-                // record an ambiguous commit made is found then). A skipped fire's record made so
-                // is marked lost by the next cycle's reclaim, as no actor runs it.
+                // record an ambiguous commit made is found then). A skipped fire that an
+                // ambiguous commit recorded all the same is marked lost by the next
+                // reclaim, as no actor runs it.
                 shared.stats.store_error(StoreOp::LocalJobs);
                 tracing::warn!(run_id = %fire.run.id, %error, "could not record a local run; not running it");
-                state.local.not_started(fire, now, shared.options.poll_interval, shared.registry.calendars());
+                let again = Some(shared.options.poll_interval);
+                state.local.not_started(fire, now, again, shared.registry.calendars());
                 state.reclaimed = false;
                 continue;
             }
