@@ -20,7 +20,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use chrono::{DateTime, TimeDelta, Timelike, Utc};
+use chrono::{DateTime, Datelike, TimeDelta, Timelike, Utc};
 use chrono_tz::Tz;
 
 use crate::calendar::{first_included, JobCalendar, EXCLUDED_SPANS_MAX};
@@ -256,7 +256,7 @@ impl JobSchedule {
     /// A candidate the calendar excludes is skipped: cron moves to its next match, an
     /// interval moves to the first instant the calendar does not exclude. After
     /// [`crate::calendar::EXCLUDED_SPANS_MAX`] consecutive excluded candidates there is
-    /// no next fire. A candidate after `end_at` means no next fire.
+    /// no next fire. A candidate after `end_at` or after year 9999 means no next fire.
     pub fn next_fire(&self, previous: &PreviousFire, calendar: Option<&dyn JobCalendar>) -> Option<DateTime<Utc>> {
         match &self.kind {
             ScheduleKind::Manual | ScheduleKind::Once { .. } => None,
@@ -276,8 +276,10 @@ impl JobSchedule {
         }
     }
 
+    /// Whether `at` may fire: not after `end_at`, nor after year 9999, the last instant
+    /// the text form (RFC 3339) can carry, so every due time a user sees parses back.
     fn within_end(&self, at: DateTime<Utc>) -> bool {
-        self.end_at.is_none_or(|end| at <= end)
+        at.year() <= 9999 && self.end_at.is_none_or(|end| at <= end)
     }
 
     fn finish_interval(&self, candidate: DateTime<Utc>, calendar: Option<&dyn JobCalendar>) -> Option<DateTime<Utc>> {
@@ -315,7 +317,6 @@ impl JobSchedule {
 }
 
 fn check_instant(what: &str, at: DateTime<Utc>) -> Result<(), ScheduleError> {
-    use chrono::Datelike;
     if (1..=9999).contains(&at.year()) {
         Ok(())
     } else {
@@ -624,6 +625,27 @@ mod tests {
         assert_eq!(windowed.first_fire(utc("2026-01-01T00:00:00Z"), None), Some(utc("2026-01-01T01:00:00Z")));
         let late = PreviousFire { scheduled_at: utc("2026-01-01T01:30:00Z"), ..prev };
         assert_eq!(windowed.next_fire(&late, None), None);
+    }
+
+    #[test]
+    fn nothing_fires_after_year_9999() {
+        // The text form carries years 1–9999 only: a later due time could not be shown
+        // as RFC 3339, so the trigger completes instead.
+        let every = JobSchedule::every(Duration::from_secs(36_500 * 86_400)).unwrap();
+        let late = every.clone().starting_at(utc("9999-12-30T00:00:00Z"));
+        assert_eq!(late.first_fire(utc("2026-01-01T00:00:00Z"), None), None);
+        let prev = PreviousFire {
+            scheduled_at: utc("9990-01-01T00:00:00Z"),
+            completed_at: utc("9990-01-01T00:00:00Z"),
+            fire_count: 1,
+        };
+        assert_eq!(every.next_fire(&prev, None), None);
+        let leap = JobSchedule::cron("0 0 0 29 2 *", None).unwrap().starting_at(utc("9999-01-01T00:00:00Z"));
+        assert_eq!(leap.first_fire(utc("2026-01-01T00:00:00Z"), None), None);
+        let last = JobSchedule::cron("59 59 23 31 12 *", None).unwrap();
+        assert_eq!(last.first_fire(utc("9999-12-31T00:00:00Z"), None), Some(utc("9999-12-31T23:59:59Z")));
+        let prev = PreviousFire { scheduled_at: utc("9999-12-31T23:59:59Z"), ..prev };
+        assert_eq!(last.next_fire(&prev, None), None);
     }
 
     #[test]
