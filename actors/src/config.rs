@@ -29,7 +29,7 @@ use sundial::name::CalendarName;
 use sundial::options::SchedulerOptions;
 use sundial::timezone::parse_time_zone;
 
-use crate::spec::{detail, JobSpec};
+use crate::spec::{reason, JobSpec};
 
 /// The admin API's default address.
 pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:7600";
@@ -342,7 +342,8 @@ impl NodeFileConfig {
                     format!("job '{}' is also jobs[{first}]", def.name),
                 ));
             }
-            def.validate(Some(&known)).map_err(|e| ConfigError::at(format!("{path} ({})", def.name), detail(&e)))?;
+            def.validate(Some(&known))
+                .map_err(|e| ConfigError::at(format!("{path} ({})", def.name), reason(&e, &def.name)))?;
             crate::kinds::check(&def).map_err(|e| ConfigError::at(format!("{path} ({})", def.name), e))?;
             jobs.push(def);
         }

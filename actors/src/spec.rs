@@ -230,7 +230,7 @@ impl JobSpec {
                     RetryPolicy::exponential(retry.max_retries, retry.delay.0, retry.max_delay.map(|d| d.0))
                 }
             };
-            def.retry = Some(policy.map_err(|e| invalid(&format!("{path}.retry"), detail(&e)))?);
+            def.retry = Some(policy.map_err(|e| invalid(&format!("{path}.retry"), reason(&e, &def.name)))?);
         }
         for (i, trigger) in self.triggers.iter().enumerate() {
             let at = format!("{path}.triggers[{i}]");
@@ -248,7 +248,7 @@ impl JobSpec {
             t.description = trigger.description.clone();
             def = def.with_trigger(t);
         }
-        def.validate(None).map_err(|e| invalid(&path, detail(&e)))?;
+        def.validate(None).map_err(|e| invalid(&path, reason(&e, &def.name)))?;
         Ok(def)
     }
 
@@ -293,6 +293,18 @@ impl JobSpec {
 }
 
 /// An error's detail without its code prefix, for messages that add their own context.
+/// What is wrong, for a message that already says where and that the definition is
+/// invalid: an invalid definition's bare reason (without the core's `job '<name>': `
+/// prefix, since the caller's path names the job), else [`detail`].
+pub(crate) fn reason(error: &SchedulingError, job: &JobName) -> String {
+    match error {
+        SchedulingError::InvalidDefinition { reason } => {
+            reason.strip_prefix(&format!("job '{job}': ")).unwrap_or(reason).to_owned()
+        }
+        other => detail(other),
+    }
+}
+
 pub(crate) fn detail(error: &SchedulingError) -> String {
     let text = error.to_string();
     match text.split_once(": ") {
@@ -356,7 +368,16 @@ mod tests {
         s.name = "Bad Name".into();
         assert!(s.to_definition("jobs[0]").unwrap_err().to_string().contains("jobs[0].name"));
         let bad_retry = spec("name = \"a\"\ntype = \"log\"\nretry = { max_retries = 0, delay = \"1s\" }");
-        assert!(bad_retry.to_definition("j").unwrap_err().to_string().contains("j (a).retry"));
+        assert_eq!(
+            bad_retry.to_definition("j").unwrap_err().to_string(),
+            "j (a).retry: max_retries 0 must be from 1 to 100",
+            "said once, without the summary or the job name again"
+        );
+        let long = spec("name = \"a\"\ntype = \"log\"\ntimeout = \"31d\"");
+        assert_eq!(
+            long.to_definition("j").unwrap_err().to_string(),
+            "j (a): timeout 31.00:00:00 must be greater than zero and at most 30 days"
+        );
         assert!(toml::from_str::<JobSpec>("name = \"a\"\ntype = \"log\"\ncolour = 1").is_err());
     }
 }
