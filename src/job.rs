@@ -26,6 +26,48 @@ pub const RETRIES_MAX: u32 = 100;
 pub const PRIORITY_DEFAULT: i32 = 5;
 /// The longest job type key, in bytes.
 pub const JOB_TYPE_LEN_MAX: usize = 256;
+/// The largest data object, in bytes of JSON text: a job's data, a trigger's, and the
+/// data given to one `trigger` or `enqueue`. A run's data merges at most three of them,
+/// so every record fits in one store value (100,000 bytes on FoundationDB) with room for
+/// its names and error message.
+pub const DATA_LEN_MAX: usize = 16 * 1024;
+/// The longest description of a job or trigger, in bytes.
+pub const DESCRIPTION_LEN_MAX: usize = 4 * 1024;
+/// The longest schedule text, in bytes.
+pub const SCHEDULE_TEXT_LEN_MAX: usize = 1024;
+/// The longest error message a run's history keeps, in bytes. A job chooses its own
+/// message, and one too large for a store value would hold its completion (and every
+/// completion batched with it) for ever: a longer one is cut and says how long it was.
+pub const ERROR_MESSAGE_LEN_MAX: usize = 8 * 1024;
+/// The longest error code a run's history keeps, in bytes (codes are short identifiers).
+pub const ERROR_CODE_LEN_MAX: usize = 128;
+
+/// Checks that `data` (named `what` in the error) is at most [`DATA_LEN_MAX`] bytes as JSON.
+///
+/// # Errors
+/// [`SchedulingError::InvalidDefinition`] (`SCHEDULING_VALIDATION_001`) naming the size.
+pub fn check_data(what: &str, data: &JsonObject) -> Result<(), SchedulingError> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    let len = json_text(data).len();
+    if len > DATA_LEN_MAX {
+        return Err(SchedulingError::invalid_definition(format!(
+            "{what} is {len} bytes as JSON; at most {DATA_LEN_MAX} are allowed"
+        )));
+    }
+    Ok(())
+}
+
+fn check_description(what: &str, description: Option<&String>) -> Result<(), SchedulingError> {
+    match description {
+        Some(text) if text.len() > DESCRIPTION_LEN_MAX => Err(SchedulingError::invalid_definition(format!(
+            "{what} description is {} bytes long; at most {DESCRIPTION_LEN_MAX} are allowed",
+            text.len()
+        ))),
+        _ => Ok(()),
+    }
+}
 
 /// Which code runs a job: a key registered with a factory. Any non-empty text without
 /// control characters, at most [`JOB_TYPE_LEN_MAX`] bytes (by default a Rust type path).
@@ -374,11 +416,24 @@ impl JobDefinition {
     /// # Errors
     /// [`SchedulingError::InvalidDefinition`] (`SCHEDULING_VALIDATION_001`) with the reason:
     /// duplicate trigger names, a manual trigger schedule, an invalid schedule or window,
-    /// an unknown calendar, or a timeout outside (0, 30 days].
+    /// an unknown calendar, a timeout outside (0, 30 days], or data, a description or a
+    /// schedule text over its size limit ([`DATA_LEN_MAX`], [`DESCRIPTION_LEN_MAX`],
+    /// [`SCHEDULE_TEXT_LEN_MAX`]).
     pub fn validate(&self, calendars: Option<&Calendars>) -> Result<(), SchedulingError> {
         let job = &self.name;
+        check_data(&format!("job '{job}' data"), &self.data)?;
+        check_description(&format!("job '{job}'"), self.description.as_ref())?;
         let mut seen = BTreeSet::new();
         for trigger in &self.triggers {
+            let at = format!("trigger '{job}/{}'", trigger.name);
+            check_data(&format!("{at} data"), &trigger.data)?;
+            check_description(&at, trigger.description.as_ref())?;
+            let text = trigger.schedule.to_string().len();
+            if text > SCHEDULE_TEXT_LEN_MAX {
+                return Err(SchedulingError::invalid_definition(format!(
+                    "{at} schedule text is {text} bytes long; at most {SCHEDULE_TEXT_LEN_MAX} are allowed"
+                )));
+            }
             if !seen.insert(&trigger.name) {
                 return Err(SchedulingError::invalid_definition(format!(
                     "job '{job}' has two triggers named '{}'",
@@ -742,6 +797,34 @@ mod tests {
         }
         assert!(job("a").with_timeout(DURATION_LIMIT_MAX).validate(None).is_ok());
         assert!(JobTypeKey::new(" ").is_err());
+    }
+
+    /// An object whose JSON text is exactly `len` bytes (`{"p":"…"}` is 8 bytes of frame).
+    fn data_of(len: usize) -> JsonObject {
+        let mut data = JsonObject::new();
+        data.insert("p".into(), "x".repeat(len - 8).into());
+        assert_eq!(json_text(&data).len(), len);
+        data
+    }
+
+    #[test]
+    fn data_descriptions_and_schedule_texts_have_size_limits() {
+        assert!(job("a").with_data(data_of(DATA_LEN_MAX)).validate(None).is_ok());
+        let err = job("a").with_data(data_of(DATA_LEN_MAX + 1)).validate(None).unwrap_err();
+        assert_eq!(err.code(), "SCHEDULING_VALIDATION_001");
+        assert!(err.to_string().contains("job 'a' data is 16385 bytes as JSON; at most 16384"), "{err}");
+        let t = trigger("t", "every 00:01:00").with_data(data_of(DATA_LEN_MAX + 1));
+        assert!(job("a").with_trigger(t).validate(None).unwrap_err().to_string().contains("trigger 'a/t' data"));
+        let mut described = job("a");
+        described.description = Some("d".repeat(DESCRIPTION_LEN_MAX + 1));
+        assert!(described.validate(None).unwrap_err().to_string().contains("description is 4097 bytes"));
+        let mut t = trigger("t", "every 00:01:00");
+        t.description = Some("d".repeat(DESCRIPTION_LEN_MAX));
+        assert!(job("a").with_trigger(t).validate(None).is_ok());
+        let long_cron = format!("cron {} * * * * *", vec!["0"; 600].join(","));
+        let err = job("a").with_trigger(trigger("t", &long_cron)).validate(None).unwrap_err();
+        assert!(err.to_string().contains("schedule text is"), "{err}");
+        assert_eq!(check_data("x", &JsonObject::new()), Ok(()));
     }
 
     #[test]

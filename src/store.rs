@@ -89,6 +89,13 @@ impl From<StoreError> for SchedulingError {
     }
 }
 
+/// Bytes of run and trigger data (JSON text) one batch transaction — an acquisition, a
+/// reap or reclaim step — writes before it stops and reports that more is left. Records
+/// carry data up to their size limits, so counts alone (16 fires, 100 runs) do not bound
+/// a transaction; with this budget a batch stays far inside FoundationDB's 10,000,000
+/// bytes, and a batch too large to ever commit cannot stall a node.
+pub(crate) const BATCH_DATA_BUDGET: usize = 2_000_000;
+
 /// Options of a [`KvJobStore`].
 #[derive(Debug, Clone)]
 pub struct StoreOptions {

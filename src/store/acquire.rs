@@ -31,13 +31,18 @@ use super::keys::{fnv, DUE_SHARDS};
 use super::records::{JobRecord, NodeRecord, RunRecord, TriggerKind, TriggerRecord};
 use super::{
     codec, data_text, decode_job, decode_trigger, job_run_of, micros, parse_data, KvJobStore, Prefetched, StoreError,
-    Tx,
+    Tx, BATCH_DATA_BUDGET,
 };
 use crate::error::SchedulingError;
-use crate::job::{merge_data, JobRun, RunCause, RunState, TriggerState};
-use crate::kv::{run, Kv, KvTransaction, RangeRequest};
+use crate::job::{merge_data, JobRun, RunCause, RunState, TriggerState, ERROR_MESSAGE_LEN_MAX};
+use crate::kv::{run, Kv, KvTransaction, RangeRequest, VALUE_SIZE_MAX};
 use crate::rules::on_due;
 use crate::schedule::{JobSchedule, PreviousFire, ScheduleKind};
+
+/// The largest data a run may carry, in bytes of JSON text: its record must fit in one
+/// store value with room for its names and error message. Definitions keep data far
+/// smaller ([`crate::job::DATA_LEN_MAX`] per part, three parts at most).
+const RUN_DATA_LEN_MAX: usize = VALUE_SIZE_MAX - ERROR_MESSAGE_LEN_MAX - 8 * 1024;
 
 /// What a node asks for when it acquires.
 #[derive(Debug, Clone)]
@@ -277,8 +282,9 @@ pub struct Acquisition {
     /// The due outlook after it (see [`KvJobStore::due_outlook`]); `None` when `more`.
     /// Without `steal`, the other nodes' shards were not read: `first_elsewhere` is `None`.
     pub outlook: Option<DueOutlook>,
-    /// More fires may be due right now (it took `max`, or read only part of a crowded
-    /// shard): the caller acquires again rather than sleeps, and the outlook is not read.
+    /// More fires may be due right now (it took `max`, wrote its data budget, or read only
+    /// part of a crowded shard): the caller acquires again rather than sleeps, and the
+    /// outlook is not read.
     pub more: bool,
 }
 
@@ -344,17 +350,18 @@ impl<K: Kv> KvJobStore<K> {
             let mut changed = BTreeSet::new();
             let mut cache = ReadCache::default();
             let mut reads = self.prefetch_fires(&tx, request, &ordered, &mut cache).await?;
+            let mut written = 0;
             for candidate in ordered {
-                if acquired.len() == request.max {
+                if acquired.len() == request.max || written >= BATCH_DATA_BUDGET {
                     break;
                 }
                 // Taking (or clearing) a fire rewrites due entries of its trigger's shard.
                 changed.insert(candidate.shard);
-                if let Some(run) = self.take_fire(&tx, request, &candidate, &mut reads, &mut cache).await? {
-                    acquired.push(run);
-                }
+                let taken = self.take_fire(&tx, request, &candidate, &mut reads, &mut cache, &mut written).await?;
+                acquired.extend(taken);
             }
-            let more = acquired.len() == request.max || truncated && !acquired.is_empty();
+            let full = acquired.len() == request.max || written >= BATCH_DATA_BUDGET;
+            let more = full || truncated && !acquired.is_empty();
             let Some((window, limit)) = wanted.filter(|_| !more) else {
                 // More may be due at once (the caller acquires again before it sleeps), or
                 // no outlook was asked for.
@@ -644,6 +651,7 @@ impl<K: Kv> KvJobStore<K> {
         candidate: &Candidate,
         reads: &mut FireReads,
         cache: &mut ReadCache,
+        written: &mut usize,
     ) -> Result<Option<AcquiredRun>, StoreError> {
         let snapshot = self.broken_acquisition();
         let key = self.keys.trigger(&candidate.job, &candidate.trigger);
@@ -682,6 +690,24 @@ impl<K: Kv> KvJobStore<K> {
             tx.put_trigger(Some(&trigger), &next, false);
             return Ok(None);
         };
+        let (cause, attempt, retry_of, data) = match trigger.kind {
+            TriggerKind::Defined => (RunCause::Schedule, 1, None, cache.merged(&job, &trigger)?),
+            TriggerKind::Manual => (RunCause::Manual, 1, None, cache.merged(&job, &trigger)?),
+            TriggerKind::Retry { attempt, retry_of } => {
+                (RunCause::Retry, attempt, Some(retry_of), trigger.data.clone())
+            }
+            TriggerKind::Recovery { attempt, retry_of, .. } => {
+                (RunCause::Recovery, attempt, retry_of, trigger.data.clone())
+            }
+        };
+        if data.len() > RUN_DATA_LEN_MAX {
+            // Validation keeps data far smaller; a record written otherwise must fail on
+            // its own, not fail every acquisition it is part of (the store would refuse
+            // the whole transaction, on every node, at every cycle).
+            let reason = format!("run data is {} bytes as JSON; a run keeps at most {RUN_DATA_LEN_MAX}", data.len());
+            self.put_error(tx, &trigger, reason);
+            return Ok(None);
+        }
         let exclusive = !job.allow_concurrent;
         if exclusive {
             let mut slot = tx.slot_prefetched(&mut reads.slots, &job.name).await?;
@@ -699,16 +725,6 @@ impl<K: Kv> KvJobStore<K> {
             tx.put_slot(&job.name, &slot);
         }
         self.make_room(tx).await?;
-        let (cause, attempt, retry_of, data) = match trigger.kind {
-            TriggerKind::Defined => (RunCause::Schedule, 1, None, cache.merged(&job, &trigger)?),
-            TriggerKind::Manual => (RunCause::Manual, 1, None, cache.merged(&job, &trigger)?),
-            TriggerKind::Retry { attempt, retry_of } => {
-                (RunCause::Retry, attempt, Some(retry_of), trigger.data.clone())
-            }
-            TriggerKind::Recovery { attempt, retry_of, .. } => {
-                (RunCause::Recovery, attempt, retry_of, trigger.data.clone())
-            }
-        };
         let record = RunRecord {
             id: run_id,
             job: job.name.clone(),
@@ -733,6 +749,7 @@ impl<K: Kv> KvJobStore<K> {
             return Ok(None);
         }
         tx.put_run(None, &record);
+        *written += record.data.len() + trigger.data.len();
         self.count_runs_delta(tx, 1);
         if trigger.kind.is_synthetic() {
             tx.delete_trigger(&trigger);

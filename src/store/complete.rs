@@ -12,8 +12,11 @@ use super::jobs::{instant, one_shot_record, settle};
 use super::records::{JobRecord, RunRecord, TriggerKind, TriggerRecord};
 use super::{decode_trigger, job_run_of, micros, parse_data, AcquiredRun, KvJobStore, Prefetched, StoreError, Tx};
 use crate::error::SchedulingError;
-use crate::job::{merge_data, JobRun, JsonObject, RunCause, RunState, TriggerState};
-use crate::kv::{run, Kv, KvTransaction, MaybeCommitted, RangeRequest};
+use crate::job::{
+    check_data, merge_data, JobRun, JsonObject, RunCause, RunState, TriggerState, ERROR_CODE_LEN_MAX,
+    ERROR_MESSAGE_LEN_MAX,
+};
+use crate::kv::{run, Kv, KvError, KvTransaction, MaybeCommitted, RangeRequest};
 use crate::name::JobName;
 use crate::rules::plan_retry;
 use crate::schedule::{PreviousFire, ScheduleKind};
@@ -74,6 +77,20 @@ pub struct CompletionResult {
     pub retry_trigger: Option<String>,
 }
 
+/// `text` cut to at most `max` bytes at a character boundary; a cut text ends with how
+/// long it was (and is that note alone when `max` has no room for more).
+fn bounded(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let note = format!("… (cut from {} bytes)", text.len());
+    let mut end = max.saturating_sub(note.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{note}", &text[..end])
+}
+
 /// What a batch of completions read ahead (see `prefetch_completions`).
 #[derive(Default)]
 struct CompletionReads {
@@ -107,8 +124,9 @@ impl<K: Kv> KvJobStore<K> {
     /// result per completion, in order. Each completion has exactly the effects it has
     /// alone (later ones see earlier ones' writes). A store error fails every item alike
     /// (nothing was recorded, or, after an ambiguous commit, a retry finds each recorded);
-    /// when an item fails on its own (e.g. an unknown run) the batch is retried one
-    /// completion per transaction, so the others are still recorded.
+    /// when an item fails on its own (e.g. an unknown run), or the batch is too large for
+    /// one transaction, it is retried one completion per transaction, so the others are
+    /// still recorded.
     pub async fn complete_runs(&self, completions: &[Completion]) -> Vec<Result<CompletionResult, StoreError>> {
         if completions.len() <= 1 {
             let mut out = Vec::with_capacity(1);
@@ -143,7 +161,11 @@ impl<K: Kv> KvJobStore<K> {
                 }
                 out
             }
-            Err(StoreError::Kv(error)) => completions.iter().map(|_| Err(StoreError::Kv(error.clone()))).collect(),
+            // Records at their size limits can make a batch larger than one transaction may
+            // be: then each completion on its own, as when one fails alone.
+            Err(StoreError::Kv(error)) if error.code() != KvError::TRANSACTION_TOO_LARGE => {
+                completions.iter().map(|_| Err(StoreError::Kv(error.clone()))).collect()
+            }
             Err(_) => {
                 let mut out = Vec::with_capacity(completions.len());
                 for completion in completions {
@@ -209,10 +231,14 @@ impl<K: Kv> KvJobStore<K> {
         ended.finished_us = Some(micros(completion.finished_at));
         (ended.error_code, ended.error_message) = match &completion.outcome {
             RunOutcome::Succeeded => (None, None),
-            RunOutcome::Failed { code, message } => (code.clone(), Some(message.clone())),
-            RunOutcome::Canceled { message } => {
-                (Some(SchedulingError::RunCanceled { run_id: id.to_string() }.code().to_owned()), Some(message.clone()))
-            }
+            RunOutcome::Failed { code, message } => (
+                code.as_deref().map(|code| bounded(code, ERROR_CODE_LEN_MAX)),
+                Some(bounded(message, ERROR_MESSAGE_LEN_MAX)),
+            ),
+            RunOutcome::Canceled { message } => (
+                Some(SchedulingError::RunCanceled { run_id: id.to_string() }.code().to_owned()),
+                Some(bounded(message, ERROR_MESSAGE_LEN_MAX)),
+            ),
         };
         tx.put_run(Some(&stored), &ended);
         if cache.cancel_requested(tx, &stored.node, id).await? {
@@ -361,7 +387,8 @@ impl<K: Kv> KvJobStore<K> {
     ///
     /// # Errors
     /// `SCHEDULING_NOTFOUND_001` for an unknown job, `SCHEDULING_CONFLICT_001` when a
-    /// non-concurrent job is running, `SCHEDULING_UNAVAILABLE_004` when history is full.
+    /// non-concurrent job is running, `SCHEDULING_UNAVAILABLE_004` when history is full,
+    /// `SCHEDULING_VALIDATION_001` for data over [`DATA_LEN_MAX`](crate::job::DATA_LEN_MAX).
     pub async fn begin_manual_run(
         &self,
         job: &JobName,
@@ -370,6 +397,7 @@ impl<K: Kv> KvJobStore<K> {
         run_id: Uuid,
         now: DateTime<Utc>,
     ) -> Result<AcquiredRun, StoreError> {
+        check_data("trigger data", data)?;
         run(&self.kv, self.options.retry, |txn, maybe| async move {
             let tx = self.tx(txn);
             let record =
@@ -446,5 +474,20 @@ impl<K: Kv> KvJobStore<K> {
     /// Store errors.
     pub async fn job_record(&self, job: &str) -> Result<Option<JobRecord>, StoreError> {
         run(&self.kv, self.options.retry, |txn, _| async move { self.tx(txn).job(job).await }).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bounded;
+
+    #[test]
+    fn long_texts_are_cut_at_a_character_boundary_and_say_so() {
+        assert_eq!(bounded("short", 10), "short");
+        let cut = bounded(&"é".repeat(100), 40);
+        assert!(cut.len() <= 40, "{cut}");
+        assert!(cut.ends_with("… (cut from 200 bytes)"), "{cut}");
+        assert!(cut.starts_with("éééé"));
+        assert_eq!(bounded("abcdef", 3), "… (cut from 6 bytes)", "the note alone when there is no room");
     }
 }

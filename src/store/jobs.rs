@@ -6,7 +6,7 @@ use uuid::Uuid;
 use super::records::{JobRecord, TriggerKind, TriggerRecord};
 use super::{data_text, micros, KvJobStore, StoreError, Tx};
 use crate::error::SchedulingError;
-use crate::job::{JobDefinition, JobOrigin, JobTriggerDefinition, JsonObject, MisfirePolicy, TriggerState};
+use crate::job::{check_data, JobDefinition, JobOrigin, JobTriggerDefinition, JsonObject, MisfirePolicy, TriggerState};
 use crate::kv::{run, Kv, KvTransaction};
 use crate::name::{JobName, TriggerKey, TriggerName};
 use crate::schedule::JobSchedule;
@@ -281,7 +281,8 @@ impl<K: Kv> KvJobStore<K> {
     /// paused and while the node drains.
     ///
     /// # Errors
-    /// Per item: `SCHEDULING_NOTFOUND_001` for an unknown job.
+    /// Per item: `SCHEDULING_NOTFOUND_001` for an unknown job, `SCHEDULING_VALIDATION_001`
+    /// for data over [`DATA_LEN_MAX`](crate::job::DATA_LEN_MAX).
     pub async fn enqueue(
         &self,
         requests: &[(JobName, JsonObject)],
@@ -289,6 +290,10 @@ impl<K: Kv> KvJobStore<K> {
     ) -> Vec<Result<TriggerName, SchedulingError>> {
         let mut results = Vec::with_capacity(requests.len());
         for (job, data) in requests {
+            if let Err(e) = check_data("enqueued data", data) {
+                results.push(Err(e));
+                continue;
+            }
             let id = Uuid::from_u64_pair(self.random_u64(), self.random_u64());
             let uid = self.random_u64();
             let result = self

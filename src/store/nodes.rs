@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::jobs::one_shot_record;
 use super::records::{NodeRecord, RunRecord, TriggerKind};
-use super::{codec, micros, parse_data, KvJobStore, Prefetched, StoreError};
+use super::{codec, micros, parse_data, KvJobStore, Prefetched, StoreError, BATCH_DATA_BUDGET};
 use crate::error::SchedulingError;
 use crate::job::RunState;
 use crate::kv::{run, Kv, KvTransaction, RangeRequest};
@@ -161,10 +161,15 @@ impl<K: Kv> KvJobStore<K> {
             // completion racing this conflicts on the run, and one state wins.
             let listing = tx.txn.get_range(&RangeRequest::new(begin, end).limit(chunk), true).await?;
             let why = format!("node '{node}' was lost while the run was running");
-            for ((key, _), uid) in listing.pairs.iter().zip(uids) {
-                self.lose_run(&tx, key, node, now, *uid, &why, &mut result, &mut unblock).await?;
-            }
+            let mut written = 0;
             result.more = listing.more;
+            for ((key, _), uid) in listing.pairs.iter().zip(uids) {
+                if written >= BATCH_DATA_BUDGET {
+                    result.more = true;
+                    break;
+                }
+                written += self.lose_run(&tx, key, node, now, *uid, &why, &mut result, &mut unblock).await?;
+            }
             Ok((result, unblock))
         })
         .await?;
@@ -204,15 +209,16 @@ impl<K: Kv> KvJobStore<K> {
             let why = format!(
                 "node '{node}' does not run it: its process ended, or the acquisition that started it failed after its commit"
             );
+            let mut written = 0;
             for (key, _) in &listing.pairs {
                 if known.contains(&self.keys.node_run_of(key)?) {
                     continue;
                 }
-                let Some(uid) = uids.next() else {
+                let (Some(uid), true) = (uids.next(), written < BATCH_DATA_BUDGET) else {
                     result.more = true;
                     break;
                 };
-                self.lose_run(&tx, key, node, now, *uid, &why, &mut result, &mut unblock).await?;
+                written += self.lose_run(&tx, key, node, now, *uid, &why, &mut result, &mut unblock).await?;
             }
             Ok::<_, StoreError>((result, unblock))
         })
@@ -225,6 +231,7 @@ impl<K: Kv> KvJobStore<K> {
 
     /// Marks the run behind running-index entry `key` `Lost` (if it still runs on `node`),
     /// frees its slot, re-arms its interval trigger and writes its recovery trigger.
+    /// Returns the bytes of run data it wrote (for [`BATCH_DATA_BUDGET`]).
     #[allow(clippy::too_many_arguments)]
     async fn lose_run(
         &self,
@@ -236,15 +243,15 @@ impl<K: Kv> KvJobStore<K> {
         why: &str,
         result: &mut ReapResult,
         unblock: &mut Vec<String>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<usize, StoreError> {
         let id = self.keys.node_run_of(key)?;
         let Some(stored) = tx.run(id).await? else {
             tx.txn.clear(key);
-            return Ok(());
+            return Ok(0);
         };
         if stored.state != RunState::Running || stored.node != node {
             tx.txn.clear(key);
-            return Ok(());
+            return Ok(0);
         }
         let mut lost = stored.clone();
         lost.state = RunState::Lost;
@@ -257,11 +264,13 @@ impl<K: Kv> KvJobStore<K> {
             unblock.push(stored.job.clone());
         }
         self.finish_interval_trigger(tx, &stored, job.as_ref(), now, &mut Prefetched::default()).await?;
+        let mut written = stored.data.len();
         if job.as_ref().is_some_and(|j| j.requests_recovery) && !stored.local {
             result.recovery_triggers.push(self.write_recovery(tx, &stored, uid, now)?);
+            written += stored.data.len();
         }
         result.lost_runs.push(id);
-        Ok(())
+        Ok(written)
     }
 
     fn write_recovery(

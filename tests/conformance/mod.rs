@@ -8,15 +8,18 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
+use sundial::error::SchedulingError;
 use sundial::job::{
     JobDefinition, JobTriggerDefinition, JobTypeKey, JsonObject, MisfirePolicy, RetryPolicy, RunCause, RunState,
-    TriggerState,
+    TriggerState, DATA_LEN_MAX, ERROR_CODE_LEN_MAX, ERROR_MESSAGE_LEN_MAX,
 };
-use sundial::kv::Kv;
+use sundial::kv::{Kv, KvTransaction, RetryOptions};
 use sundial::name::{JobName, TriggerKey, TriggerName};
 use sundial::schedule::format_instant;
+use sundial::store::records::{JobRecord, TriggerRecord};
 use sundial::store::{
-    AcquireRequest, AcquiredRun, Completion, CompletionResult, DueOutlook, KvJobStore, LocalJobs, RunOutcome,
+    codec, AcquireRequest, AcquiredRun, Completion, CompletionResult, DueOutlook, KvJobStore, LocalJobs, RunOutcome,
+    StoreError,
 };
 use sundial::time::from_micros;
 use uuid::Uuid;
@@ -54,6 +57,8 @@ macro_rules! for_each_scenario {
             batched_completions_act_as_each_one_alone,
             the_due_outlook_splits_home_fires_from_the_others,
             a_non_concurrent_job_switches_between_local_and_cluster_only_between_runs,
+            oversized_inputs_are_refused_and_never_wedge_the_store,
+            data_heavy_batches_are_split_to_fit_a_transaction,
         );
     };
 }
@@ -960,4 +965,128 @@ pub(crate) async fn a_non_concurrent_job_switches_between_local_and_cluster_only
     assert!(running.iter().any(|r| r.run.job.as_str() == "free"));
     free.run_on_every_instance = true;
     assert!(store.schedule(std::slice::from_ref(&free), secs(61)).await[0].is_ok());
+}
+
+/// A JSON object whose text is `len` bytes or a little more.
+fn data_of_len(len: usize) -> JsonObject {
+    let mut data = JsonObject::new();
+    data.insert("pad".into(), "x".repeat(len).into());
+    data
+}
+
+pub(crate) async fn oversized_inputs_are_refused_and_never_wedge_the_store<K: Kv>(store: &KvJobStore<K>) {
+    // Data over the limit is refused with the validation code, and nothing is stored.
+    let mut big = job("big", &[("t", "cron */10 * * * * *")]);
+    big.data = data_of_len(DATA_LEN_MAX);
+    let refused = store.schedule(&[big], t0()).await;
+    assert_eq!(refused[0].as_ref().unwrap_err().code(), "SCHEDULING_VALIDATION_001", "{refused:?}");
+    assert!(store.status(&name("big")).await.unwrap().is_none());
+    let mut other = job("other", &[("t", "cron */10 * * * * *")]);
+    other.allow_concurrent = true;
+    store.schedule(&[job("small", &[("t", "cron */10 * * * * *")]), other], t0()).await;
+    let enqueued = store.enqueue(&[(name("small"), data_of_len(DATA_LEN_MAX))], t0()).await;
+    assert_eq!(enqueued[0].as_ref().unwrap_err().code(), "SCHEDULING_VALIDATION_001");
+    let manual =
+        store.begin_manual_run(&name("small"), &data_of_len(DATA_LEN_MAX), "n1", Uuid::from_u128(9), t0()).await;
+    assert_eq!(SchedulingError::from(manual.unwrap_err()).code(), "SCHEDULING_VALIDATION_001");
+
+    // A trigger whose runs could not be stored (data written around validation, e.g. by
+    // an older version) goes to Error on its own; the fires due with it still run.
+    // Job and trigger data of 60,000 bytes each: a run would merge them past the store's
+    // value limit, and without the check every acquisition would fail with 2103.
+    let (job_key, trigger_key) = (store.keys().job("small"), store.keys().trigger("small", "t"));
+    let kv = store.kv().clone();
+    let (job_key, trigger_key) = (&job_key, &trigger_key);
+    sundial::kv::run(&kv, RetryOptions::default(), |txn, _| async move {
+        let bytes = txn.get(job_key, false).await?.unwrap();
+        let mut job: JobRecord = codec::decode(&bytes, "job record").unwrap();
+        job.data = serde_json::Value::Object(data_of_len(60_000)).to_string();
+        txn.set(job_key, &codec::encode(&job));
+        let bytes = txn.get(trigger_key, false).await?.unwrap();
+        let mut trigger: TriggerRecord = codec::decode(&bytes, "trigger record").unwrap();
+        let mut data = JsonObject::new();
+        data.insert("more".into(), "y".repeat(60_000).into());
+        trigger.data = serde_json::Value::Object(data).to_string();
+        txn.set(trigger_key, &codec::encode(&trigger));
+        Ok::<_, StoreError>(())
+    })
+    .await
+    .unwrap();
+    let runs = acquire(store, "n1", secs(10), 16).await;
+    assert_eq!(runs.iter().map(|r| r.run.job.as_str()).collect::<Vec<_>>(), ["other"]);
+    let small = store.trigger_record("small", "t").await.unwrap().unwrap();
+    assert_eq!(small.state, TriggerState::Error);
+    assert!(small.error.as_deref().unwrap().starts_with("run data is "), "{:?}", small.error);
+
+    // A job's error message of any length is recorded, cut, in the same batch as others.
+    let manual = store.begin_manual_run(&name("other"), &JsonObject::new(), "n1", Uuid::from_u128(10), secs(10)).await;
+    let message = "é".repeat(100_000);
+    let completions = [
+        Completion {
+            run_id: runs[0].run.id,
+            node: "n1".into(),
+            outcome: RunOutcome::Failed { code: Some("C".repeat(10_000)), message: message.clone() },
+            finished_at: secs(11),
+        },
+        Completion {
+            run_id: manual.unwrap().run.id,
+            node: "n1".into(),
+            outcome: RunOutcome::Succeeded,
+            finished_at: secs(11),
+        },
+    ];
+    let results = store.complete_runs(&completions).await;
+    assert!(results.iter().all(|r| r.as_ref().is_ok_and(|r| r.recorded)), "{results:?}");
+    let stored = store.run_record(runs[0].run.id).await.unwrap().unwrap();
+    let kept = stored.error_message.unwrap();
+    assert!(kept.len() <= ERROR_MESSAGE_LEN_MAX && kept.ends_with("… (cut from 200000 bytes)"), "{}", kept.len());
+    assert!(message.starts_with(kept.trim_end_matches("… (cut from 200000 bytes)")));
+    assert!(stored.error_code.unwrap().len() <= ERROR_CODE_LEN_MAX);
+}
+
+pub(crate) async fn data_heavy_batches_are_split_to_fit_a_transaction<K: Kv>(store: &KvJobStore<K>) {
+    // 250 fires whose runs each carry 32 KiB of data (job and trigger data at their limit):
+    // about 12 MB of writes, more than one transaction may hold (10,000,000 bytes).
+    const FIRES: usize = 250;
+    let mut trigger_data = JsonObject::new();
+    trigger_data.insert("t".into(), "y".repeat(DATA_LEN_MAX - 8).into());
+    let defs: Vec<JobDefinition> = (0..FIRES)
+        .map(|i| {
+            let mut def = job(&format!("heavy-{i:03}"), &[]);
+            def.data = data_of_len(DATA_LEN_MAX - 10);
+            def.allow_concurrent = true;
+            let trigger =
+                JobTriggerDefinition::new(TriggerName::new("t").unwrap(), "cron */10 * * * * *".parse().unwrap());
+            def.with_trigger(trigger.with_data(trigger_data.clone()))
+        })
+        .collect();
+    assert!(store.schedule(&defs, t0()).await.iter().all(Result::is_ok));
+    let known = BTreeSet::new();
+    let mut runs = Vec::new();
+    let mut transactions = 0;
+    loop {
+        let taken = store
+            .acquire_with_outlook(&request("n1", secs(10), FIRES, &known), Duration::from_secs(1), 16)
+            .await
+            .unwrap();
+        transactions += 1;
+        runs.extend(taken.runs);
+        if !taken.more {
+            break;
+        }
+    }
+    assert_eq!(runs.len(), FIRES, "every fire taken");
+    assert!(transactions > 2, "in several transactions, each within its data budget ({transactions})");
+    // Their completions in one batch, each with an error message at its limit.
+    let completions: Vec<Completion> = runs
+        .iter()
+        .map(|run| Completion {
+            run_id: run.run.id,
+            node: "n1".into(),
+            outcome: RunOutcome::Failed { code: None, message: "m".repeat(ERROR_MESSAGE_LEN_MAX) },
+            finished_at: secs(11),
+        })
+        .collect();
+    let results = store.complete_runs(&completions).await;
+    assert!(results.iter().all(|r| r.as_ref().is_ok_and(|r| r.recorded && r.state == RunState::Failed)));
 }
