@@ -35,6 +35,10 @@ pub const DATA_LEN_MAX: usize = 16 * 1024;
 pub const DESCRIPTION_LEN_MAX: usize = 4 * 1024;
 /// The longest schedule text, in bytes.
 pub const SCHEDULE_TEXT_LEN_MAX: usize = 1024;
+/// The most triggers one job may have: a job and its triggers are written in one
+/// transaction, which must stay inside the store's limit (10,000,000 bytes on
+/// FoundationDB) with every trigger at its size limits.
+pub const TRIGGERS_PER_JOB_MAX: usize = 256;
 /// The longest error message a run's history keeps, in bytes. A job chooses its own
 /// message, and one too large for a store value would hold its completion (and every
 /// completion batched with it) for ever: a longer one is cut and says how long it was.
@@ -416,11 +420,17 @@ impl JobDefinition {
     /// # Errors
     /// [`SchedulingError::InvalidDefinition`] (`SCHEDULING_VALIDATION_001`) with the reason:
     /// duplicate trigger names, a manual trigger schedule, an invalid schedule or window,
-    /// an unknown calendar, a timeout outside (0, 30 days], or data, a description or a
-    /// schedule text over its size limit ([`DATA_LEN_MAX`], [`DESCRIPTION_LEN_MAX`],
-    /// [`SCHEDULE_TEXT_LEN_MAX`]).
+    /// an unknown calendar, a timeout outside (0, 30 days], more than
+    /// [`TRIGGERS_PER_JOB_MAX`] triggers, or data, a description or a schedule text over
+    /// its size limit ([`DATA_LEN_MAX`], [`DESCRIPTION_LEN_MAX`], [`SCHEDULE_TEXT_LEN_MAX`]).
     pub fn validate(&self, calendars: Option<&Calendars>) -> Result<(), SchedulingError> {
         let job = &self.name;
+        if self.triggers.len() > TRIGGERS_PER_JOB_MAX {
+            return Err(SchedulingError::invalid_definition(format!(
+                "job '{job}' has {} triggers; at most {TRIGGERS_PER_JOB_MAX} are allowed",
+                self.triggers.len()
+            )));
+        }
         check_data(&format!("job '{job}' data"), &self.data)?;
         check_description(&format!("job '{job}'"), self.description.as_ref())?;
         let mut seen = BTreeSet::new();
@@ -825,6 +835,9 @@ mod tests {
         let err = job("a").with_trigger(trigger("t", &long_cron)).validate(None).unwrap_err();
         assert!(err.to_string().contains("schedule text is"), "{err}");
         assert_eq!(check_data("x", &JsonObject::new()), Ok(()));
+        let many = |n: usize| (0..n).fold(job("a"), |j, i| j.with_trigger(trigger(&format!("t{i}"), "every 00:01:00")));
+        assert!(many(TRIGGERS_PER_JOB_MAX).validate(None).is_ok());
+        assert!(many(TRIGGERS_PER_JOB_MAX + 1).validate(None).unwrap_err().to_string().contains("257 triggers"));
     }
 
     #[test]
