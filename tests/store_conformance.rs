@@ -14,9 +14,10 @@ use std::time::Duration;
 
 use sundial::calendar::Calendars;
 use sundial::entropy::Entropy;
+use sundial::job::TriggerState;
 use sundial::kv::memory::{KvFaults, MemoryKv, MemoryKvOptions};
 use sundial::kv::{BoxFuture, RetryOptions};
-use sundial::store::{KvJobStore, StoreOptions};
+use sundial::store::{KvJobStore, RunOutcome, StoreOptions};
 use sundial::time::ManualClock;
 use sundial::time::Sleeper;
 
@@ -202,4 +203,38 @@ async fn runs_an_acquisition_took_before_it_failed_are_adopted_not_lost() {
     let reclaimed = store.reclaim_previous_runs("node-0", &known, now, 64).await.unwrap();
     assert!(reclaimed.lost_runs.is_empty(), "{reclaimed:?}");
     assert_eq!(store.adopt_committed_runs("node-0", &known, &[]).await.unwrap(), Vec::new());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_without_a_triggers_calendar_puts_it_in_error_rather_than_ignore_the_calendar() {
+    // Calendars are registered per node: during a rolling change one node may lack a
+    // calendar another used to schedule a trigger. Its next fires would skip nothing.
+    use sundial::calendar::WeeklyCalendar;
+    use sundial::name::CalendarName;
+    let clock = ManualClock::new(conformance::t0());
+    let kv = MemoryKv::with_options(Arc::new(clock), Arc::new(TokioSleeper), MemoryKvOptions::default());
+    let mut calendars = Calendars::new();
+    let weekends = CalendarName::new("weekends").unwrap();
+    calendars.insert(weekends, Arc::new(WeeklyCalendar::new(&[], chrono_tz::Tz::UTC)));
+    let with = KvJobStore::new(kv.clone(), Arc::new(calendars), Entropy::from_seed(1), StoreOptions::default());
+    let without = KvJobStore::new(kv, Arc::new(Calendars::new()), Entropy::from_seed(2), StoreOptions::default());
+    let cron = conformance::job("weekdays", &[("t", "cron 0 0 * * * * calendar=weekends")]);
+    let every = conformance::job("ticks", &[("t", "every 00:00:10 calendar=weekends")]);
+    assert!(with.schedule(&[cron, every], conformance::t0()).await.iter().all(Result::is_ok));
+    // 2027-01-15 is a Friday. A node without the calendar takes neither trigger's fire.
+    assert!(conformance::acquire(&without, "old", conformance::secs(3600), 16).await.is_empty());
+    let weekdays = with.trigger_record("weekdays", "t").await.unwrap().unwrap();
+    assert_eq!(weekdays.state, TriggerState::Error);
+    assert_eq!(weekdays.error.as_deref(), Some("calendar 'weekends' is not registered on node 'old'"));
+    // An interval run taken with the calendar and completed without it (its node restarted
+    // with another config): the next fire is not computed either.
+    let every = conformance::job("ticks2", &[("t", "every 00:00:10 calendar=weekends")]);
+    assert!(with.schedule(&[every], conformance::secs(3600)).await.iter().all(Result::is_ok));
+    let runs = conformance::acquire(&with, "n1", conformance::secs(3610), 16).await;
+    assert_eq!(runs.len(), 1);
+    conformance::complete(&without, runs[0].run.id, "n1", RunOutcome::Succeeded, conformance::secs(3611)).await;
+    let ticks = with.trigger_record("ticks2", "t").await.unwrap().unwrap();
+    assert_eq!(ticks.state, TriggerState::Error, "{ticks:?}");
+    assert_eq!(ticks.error.as_deref(), Some("calendar 'weekends' is not registered on node 'n1'"));
+    assert!(conformance::acquire(&with, "n1", conformance::secs(7200), 16).await.is_empty(), "nothing left to run");
 }

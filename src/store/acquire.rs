@@ -683,6 +683,12 @@ impl<K: Kv> KvJobStore<K> {
                 return Ok(None);
             }
         };
+        if let Some(reason) = self.missing_calendar(&schedule, request.node) {
+            // Its next fire would ignore the calendar (a holiday job run on a holiday), as
+            // on a node that lacks the job's type: visible in Error, not silently wrong.
+            self.put_error(tx, &trigger, reason);
+            return Ok(None);
+        }
         let (decision, run_id) = self.fire_of(request, &trigger, candidate.due)?;
         let (Some(scheduled), Some(run_id)) = (decision.run_scheduled_at, run_id) else {
             // Skipped by the misfire policy: no run, next fire from now.
@@ -865,6 +871,14 @@ impl<K: Kv> KvJobStore<K> {
         record.next_fire_us = next.map(micros);
         record.state = if next.is_some() { TriggerState::Waiting } else { TriggerState::Complete };
         record
+    }
+
+    /// Why `schedule`'s next fires cannot be computed on `node`: it names a calendar that
+    /// is not registered here (calendars are registered in code or config, per node, and
+    /// may differ during a rolling change).
+    pub(crate) fn missing_calendar(&self, schedule: &JobSchedule, node: &str) -> Option<String> {
+        let name = schedule.calendar.as_ref()?;
+        (!self.calendars.contains(name)).then(|| format!("calendar '{name}' is not registered on node '{node}'"))
     }
 
     fn put_error(&self, tx: &Tx<'_, K::Transaction>, trigger: &TriggerRecord, reason: String) {

@@ -343,6 +343,13 @@ impl<K: Kv> KvJobStore<K> {
         next.running_run = None;
         match self.schedules.get(&trigger.schedule) {
             Ok(schedule) if matches!(schedule.kind, ScheduleKind::Every { .. }) => {
+                if let Some(reason) = self.missing_calendar(&schedule, &run.node) {
+                    next.state = TriggerState::Error;
+                    next.error = Some(reason);
+                    settle(&mut next, job.paused);
+                    tx.put_trigger(Some(&trigger), &next, job.run_on_every_instance);
+                    return Ok(());
+                }
                 let calendar = schedule.calendar.as_ref().and_then(|name| self.calendars.get(name));
                 let previous = PreviousFire {
                     scheduled_at: instant(run.scheduled_us)?,
