@@ -11,6 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use sundial::job::RunState;
 use sundial::store::{Completion, JobStore, RunOutcome, StoreError};
 use tokio::sync::{mpsc, oneshot};
@@ -24,10 +25,20 @@ pub(crate) const BATCH_MAX: usize = 256;
 /// The longest wait between attempts while the store is unreachable.
 const RETRY_MAX: Duration = Duration::from_secs(5);
 
-/// A completion and where its stored final state goes.
+/// A completion and where what was recorded goes.
 pub(crate) struct CompletionRequest {
     pub(crate) completion: Completion,
-    pub(crate) reply: oneshot::Sender<RunState>,
+    pub(crate) reply: oneshot::Sender<Recorded>,
+}
+
+/// What the store recorded for a completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Recorded {
+    /// The run's stored final state (it differs from the outcome when the run had already
+    /// been declared lost).
+    pub(crate) state: RunState,
+    /// The earliest fire the completion made due (see `CompletionResult::next_due`).
+    pub(crate) next_due: Option<DateTime<Utc>>,
 }
 
 /// Starts the completer; it stops when the returned handle is dropped (with the
@@ -52,25 +63,27 @@ pub(crate) fn spawn_completer<S: JobStore>(
             let (completions, replies): (Vec<Completion>, Vec<_>) =
                 batch.into_iter().map(|r| (r.completion, r.reply)).unzip();
             let began = shared.clock.monotonic();
-            let states = complete_durably(&shared, &completions).await;
+            let recorded = complete_durably(&shared, &completions).await;
             shared.stats.spent(EngineWork::Complete, began, shared.clock.monotonic());
-            for (reply, state) in replies.into_iter().zip(states) {
-                let _ = reply.send(state);
+            for (reply, recorded) in replies.into_iter().zip(recorded) {
+                let _ = reply.send(recorded);
             }
         }
     }))
 }
 
 /// Records `completions`, retrying with backoff while the store is unreachable. Returns
-/// each run's stored final state (which differs from the outcome when the run had already
-/// been declared lost).
-pub(crate) async fn complete_durably<S: JobStore>(shared: &NodeShared<S>, completions: &[Completion]) -> Vec<RunState> {
-    let mut states: Vec<Option<RunState>> = vec![None; completions.len()];
+/// what was recorded for each.
+pub(crate) async fn complete_durably<S: JobStore>(shared: &NodeShared<S>, completions: &[Completion]) -> Vec<Recorded> {
+    let mut states: Vec<Option<Recorded>> = vec![None; completions.len()];
     let mut wait = Duration::from_millis(50);
     loop {
         let pending: Vec<usize> = (0..completions.len()).filter(|&i| states[i].is_none()).collect();
         if pending.is_empty() {
-            return states.into_iter().map(|s| s.unwrap_or(RunState::Failed)).collect();
+            return states
+                .into_iter()
+                .map(|s| s.unwrap_or(Recorded { state: RunState::Failed, next_due: None }))
+                .collect();
         }
         let results = if pending.len() == completions.len() {
             shared.store.complete_runs(completions).await
@@ -83,7 +96,7 @@ pub(crate) async fn complete_durably<S: JobStore>(shared: &NodeShared<S>, comple
         for (&i, result) in pending.iter().zip(results) {
             let completion = &completions[i];
             match result {
-                Ok(result) => states[i] = Some(result.state),
+                Ok(result) => states[i] = Some(Recorded { state: result.state, next_due: result.next_due }),
                 Err(StoreError::Kv(error)) => {
                     if !unavailable {
                         shared.stats.store_error(StoreOp::Complete);
@@ -94,11 +107,12 @@ pub(crate) async fn complete_durably<S: JobStore>(shared: &NodeShared<S>, comple
                 Err(error) => {
                     shared.stats.store_error(StoreOp::Complete);
                     tracing::error!(run_id = %completion.run_id, %error, "completion not recorded");
-                    states[i] = Some(match completion.outcome {
+                    let state = match completion.outcome {
                         RunOutcome::Succeeded => RunState::Succeeded,
                         RunOutcome::Failed { .. } => RunState::Failed,
                         RunOutcome::Canceled { .. } => RunState::Canceled,
-                    });
+                    };
+                    states[i] = Some(Recorded { state, next_due: None });
                 }
             }
         }

@@ -16,7 +16,6 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr, SupervisionEvent};
 use sundial::entropy::{Entropy, RunIdGenerator};
-use sundial::job::RunState;
 use sundial::leader::{Fence, LocalLeaderElection};
 use sundial::options::SchedulerOptions;
 use sundial::store::Completion;
@@ -26,7 +25,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use uuid::Uuid;
 
 use crate::clock::TokioSleeper;
-use crate::completer::{spawn_completer, CompletionRequest};
+use crate::completer::{spawn_completer, CompletionRequest, Recorded};
 use crate::events::{publish_logged, CloudEvent, EventPublisher, NoPublisher};
 use crate::execute::{AbortOnDrop, CancelReason, RunCancel, RunMiddleware};
 use crate::housekeeper::{HousekeeperActor, HousekeeperMsg};
@@ -117,14 +116,15 @@ impl<S: JobStore> NodeShared<S> {
     }
 
     /// Records a run's end through the completer (batched with others ending meanwhile);
-    /// returns the run's stored final state. Without a completer (its supervisor is gone)
+    /// returns what was recorded (the run's stored final state, and the earliest fire the
+    /// end made due). Without a completer (its supervisor is gone)
     /// the run records itself.
-    pub(crate) async fn complete(&self, completion: Completion) -> RunState {
+    pub(crate) async fn complete(&self, completion: Completion) -> Recorded {
         let (reply, stored) = oneshot::channel();
         let request = CompletionRequest { completion: completion.clone(), reply };
         if self.completions.send(request).is_ok() {
-            if let Ok(state) = stored.await {
-                return state;
+            if let Ok(recorded) = stored.await {
+                return recorded;
             }
         }
         // Recording is idempotent: a completion the completer did record is found as such.

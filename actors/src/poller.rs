@@ -23,7 +23,7 @@ use sundial::kv::{AsKvError, KvError};
 use sundial::name::JobName;
 use sundial::rules::{acquire_slots, AcquisitionBatch, AcquisitionLead};
 use sundial::store::{AcquireRequest, AcquiredRun, Acquisition, JobStore, RunOutcome, StoreError, SyncOutcome};
-use sundial::time::Clock;
+use sundial::time::{Clock, MonotonicInstant};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
@@ -63,6 +63,9 @@ pub(crate) enum PollerMsg {
     Tick(u64),
     /// Something changed locally: cycle now.
     Wake,
+    /// A fire is due at this instant (a run here ended and made it due): cycle then, if
+    /// that is sooner than planned.
+    DueAt(chrono::DateTime<chrono::Utc>),
     /// A local job's run here ended: the run, and whether it failed (its retries are in
     /// process). Every run's slot is freed when its actor terminates.
     LocalRunFinished(sundial::job::JobRun, bool),
@@ -91,6 +94,8 @@ pub(crate) struct PollerState<S: JobStore> {
     unadopted: Vec<chrono::DateTime<chrono::Utc>>,
     known_times_declared_lost: Option<u64>,
     tick: u64,
+    /// When the planned cycle (tick `tick`) comes.
+    wake_at: MonotonicInstant,
     /// This node's local triggers and in-process retries.
     local: LocalTriggers,
     /// Runs of local jobs here that came from the store (enqueued, manual, recovery):
@@ -155,6 +160,7 @@ impl<S: JobStore> Actor for PollerActor<S> {
             unadopted: Vec::new(),
             known_times_declared_lost: None,
             tick: 0,
+            wake_at: MonotonicInstant::from_origin(Duration::ZERO),
             local: LocalTriggers::new(),
             store_runs_of_local_jobs: BTreeMap::new(),
             cycles_since_refresh: 0,
@@ -178,15 +184,18 @@ impl<S: JobStore> Actor for PollerActor<S> {
             PollerMsg::Tick(tick) if tick == state.tick => {
                 state.refill_pending = false;
                 let wait = cycle(&myself, state).await;
-                state.tick += 1;
-                let next = state.tick;
-                myself.send_after(wait, move || PollerMsg::Tick(next));
+                tick_in(&myself, state, wait);
             }
             PollerMsg::Tick(_) => {}
             PollerMsg::Wake => {
                 state.refresh_local = true;
-                state.tick += 1;
-                let _ = myself.send_message(PollerMsg::Tick(state.tick));
+                tick_in(&myself, state, Duration::ZERO);
+            }
+            PollerMsg::DueAt(due) => {
+                let wait = (due - state.shared.clock.now()).to_std().unwrap_or_default();
+                if state.shared.clock.monotonic().saturating_add(wait) < state.wake_at {
+                    tick_in(&myself, state, wait);
+                }
             }
             PollerMsg::LocalRunFinished(run, failed) => {
                 let shared = state.shared.clone();
@@ -195,8 +204,7 @@ impl<S: JobStore> Actor for PollerActor<S> {
                     state.local.handle_run_finished(&run, now, failed, shared.registry.calendars(), || shared.run_id());
                 if retry.is_some() || state.local.poll_timeout().is_some() {
                     // The next local fire may now be sooner than the current sleep.
-                    state.tick += 1;
-                    let _ = myself.send_message(PollerMsg::Tick(state.tick));
+                    tick_in(&myself, state, Duration::ZERO);
                 }
             }
             PollerMsg::Trigger(job, data, reply) => {
@@ -600,8 +608,7 @@ fn run_ended<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<
     if let Some(job) = state.store_runs_of_local_jobs.remove(&id) {
         state.local.note_ended(&job);
         if state.local.poll_timeout().is_some() {
-            state.tick += 1;
-            let _ = myself.send_message(PollerMsg::Tick(state.tick));
+            tick_in(myself, state, Duration::ZERO);
         }
     }
     if was_full && !state.refill_pending {
@@ -609,9 +616,20 @@ fn run_ended<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<
         // ending meanwhile have freed theirs (one acquisition for them all, not one per
         // slot).
         state.refill_pending = true;
-        state.tick += 1;
-        let next = state.tick;
-        myself.send_after(REFILL_DELAY, move || PollerMsg::Tick(next));
+        tick_in(myself, state, REFILL_DELAY);
+    }
+}
+
+/// Plans the next cycle `wait` from now, replacing the one planned before (its tick is
+/// ignored when it comes).
+fn tick_in<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<S>, wait: Duration) {
+    state.tick += 1;
+    state.wake_at = state.shared.clock.monotonic().saturating_add(wait);
+    let next = state.tick;
+    if wait.is_zero() {
+        let _ = myself.send_message(PollerMsg::Tick(next));
+    } else {
+        myself.send_after(wait, move || PollerMsg::Tick(next));
     }
 }
 

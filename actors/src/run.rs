@@ -163,7 +163,13 @@ impl<S: JobStore> Actor for RunActor<S> {
                 let finished_at = shared.clock.now();
                 let completion =
                     Completion { run_id: run.id, node: shared.node_id.clone(), outcome: outcome.clone(), finished_at };
-                let stored_state = shared.complete(completion).await;
+                let recorded = shared.complete(completion).await;
+                let stored_state = recorded.state;
+                if let Some(due) = recorded.next_due {
+                    // A fire this end made due (a blocked one, the interval's next, a
+                    // retry) may be sooner than the poller's next cycle.
+                    let _ = state.args.poller.send_message(PollerMsg::DueAt(due));
+                }
                 let (error_code, error_message) = match &outcome {
                     RunOutcome::Succeeded => (None, None),
                     RunOutcome::Failed { code, message } => (code.clone(), Some(message.clone())),

@@ -20,7 +20,7 @@ use sundial_actors::clock::{TokioClock, TokioSleeper};
 use sundial_actors::job::{FnJob, Job, JobFailure, JobResult, RunContext};
 use sundial_actors::node::{Lifecycle, Node, NodeConfig};
 use sundial_actors::registry::JobRegistry;
-use sundial_actors::scheduler::JobScheduler;
+use sundial_actors::scheduler::{JobScheduler, JobTriggerRequest};
 
 type Store = KvJobStore<MemoryKv>;
 type Log = Arc<Mutex<Vec<(DateTime<Utc>, DateTime<Utc>)>>>;
@@ -269,6 +269,42 @@ async fn a_blocked_cron_job_runs_after_its_previous_run_ends() {
     assert!(starts.len() >= 3, "blocked fires still run when the slot frees: {starts:?}");
     let runs = history(&store, "serial").await;
     assert!(runs.iter().filter(|r| r.state == RunState::Running).count() <= 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn enqueued_runs_of_a_non_concurrent_job_follow_each_other_without_waiting_for_a_poll() {
+    // A queue of work for one job that runs one at a time: each run that ends frees the
+    // slot and returns the blocked fires to waiting; the next starts at once, not at the
+    // poller's next cycle (up to `poll_interval`, 1 s, later).
+    let clock = Arc::new(TokioClock::new(t0()));
+    let log: Log = Arc::default();
+    let (c, l) = (clock.clone(), log.clone());
+    let registry = JobRegistry::builder()
+        .add_job_type_as("work", move || {
+            let (c, l) = (c.clone(), l.clone());
+            FnJob::new(move |ctx: RunContext| {
+                let (c, l) = (c.clone(), l.clone());
+                async move {
+                    l.lock().unwrap().push((ctx.run.scheduled_at, c.now()));
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    Ok(())
+                }
+            })
+        })
+        .build()
+        .unwrap();
+    let (scheduler, _store) = start("queue-node", registry, clock.clone()).await;
+    scheduler.serve();
+    scheduler.schedule_one(JobDefinition::new(name("queue"), JobTypeKey::new("work").unwrap())).await.unwrap();
+    let requests = (0..10).map(|_| JobTriggerRequest::from(name("queue"))).collect();
+    assert!(scheduler.enqueue(requests).await.iter().all(Result::is_ok));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let starts: Vec<DateTime<Utc>> = log.lock().unwrap().iter().map(|(_, started)| *started).collect();
+    assert_eq!(starts.len(), 10, "ten runs of 100 ms each, one after the other, within 3 s: {starts:?}");
+    for pair in starts.windows(2) {
+        let gap = (pair[1] - pair[0]).to_std().unwrap();
+        assert!(gap >= Duration::from_millis(100) && gap < Duration::from_millis(150), "{gap:?} in {starts:?}");
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -539,6 +575,30 @@ async fn exponential_retries_wait_twice_as_long_each_time() {
     for (n, pair) in runs.windows(2).enumerate() {
         let waited = pair[1].run.scheduled_at - pair[0].finished_at.unwrap();
         assert_eq!(waited, chrono::TimeDelta::seconds(1 << n), "retry {} waits 2^{n} s", n + 1);
+        let late = pair[1].started_at - pair[1].run.scheduled_at;
+        assert!(late < chrono::TimeDelta::milliseconds(20), "retry {} starts on time, not {late} late", n + 1);
         assert_eq!(pair[1].run.retry_of, Some(runs[0].run.id), "every retry points at the first run");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_due_sooner_than_the_next_poll_starts_on_time() {
+    let clock = Arc::new(TokioClock::new(t0()));
+    let registry = JobRegistry::builder()
+        .add_job_type_as("failing", || FnJob::new(|_| async { Err(JobFailure::new("broken")) }))
+        .build()
+        .unwrap();
+    let (scheduler, store) = start("short-retry-node", registry, clock.clone()).await;
+    scheduler.serve();
+    let def = JobDefinition::new(name("quick"), JobTypeKey::new("failing").unwrap())
+        .with_retry(RetryPolicy::fixed(2, Duration::from_millis(200)).unwrap());
+    scheduler.schedule_one(def).await.unwrap();
+    assert!(matches!(scheduler.trigger_one(name("quick")).await.unwrap(), RunOutcome::Failed { .. }));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let runs = history(&store, "quick").await;
+    assert_eq!(runs.len(), 3, "the run and its two retries");
+    for retry in &runs[1..] {
+        let late = retry.started_at - retry.run.scheduled_at;
+        assert!(late < chrono::TimeDelta::milliseconds(20), "a retry 200 ms after a failure started {late} late");
     }
 }

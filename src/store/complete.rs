@@ -75,6 +75,10 @@ pub struct CompletionResult {
     pub recorded: bool,
     /// The `retry-…` trigger created for the failed run.
     pub retry_trigger: Option<String>,
+    /// The earliest fire this completion made due: a blocked trigger of the job returned
+    /// to `Waiting` (usually due already), the job's interval trigger re-armed, or the
+    /// retry. The node that ran the run can wake for it rather than at its next poll.
+    pub next_due: Option<DateTime<Utc>>,
 }
 
 /// `text` cut to at most `max` bytes at a character boundary; a cut text ends with how
@@ -223,7 +227,7 @@ impl<K: Kv> KvJobStore<K> {
         if stored.state != RunState::Running || stored.node != completion.node {
             // A replay of our own committed completion, or a late one: keep history.
             let recorded = maybe.0 && stored.state == target && stored.node == completion.node;
-            let result = CompletionResult { state: stored.state, recorded, retry_trigger: None };
+            let result = CompletionResult { state: stored.state, recorded, retry_trigger: None, next_due: None };
             return Ok((result, false, stored.job.clone()));
         }
         let mut ended = stored.clone();
@@ -245,31 +249,37 @@ impl<K: Kv> KvJobStore<K> {
             tx.txn.clear(&self.keys.cancel(&stored.node, id));
         }
         let job = cache.job(tx, &stored.job).await?;
-        let blocked_left = self.release(tx, &stored, job.as_deref(), &mut reads.slots).await?;
+        let (blocked_left, unblocked_due) = self.release(tx, &stored, job.as_deref(), &mut reads.slots).await?;
         let finished = completion.finished_at;
-        self.finish_interval_trigger(tx, &stored, job.as_deref(), finished, &mut reads.triggers).await?;
-        let mut retry_trigger = None;
+        let interval_due =
+            self.finish_interval_trigger(tx, &stored, job.as_deref(), finished, &mut reads.triggers).await?;
+        let (mut retry_trigger, mut retry_due) = (None, None);
         if let (RunOutcome::Failed { .. }, false, Some(job)) = (&completion.outcome, stored.local, &job) {
-            retry_trigger = self.write_retry(tx, &stored, job, retry_uid, completion.finished_at)?;
+            if let Some((name, due)) = self.write_retry(tx, &stored, job, retry_uid, completion.finished_at)? {
+                (retry_trigger, retry_due) = (Some(name), Some(micros(due)));
+            }
         }
-        Ok((CompletionResult { state: target, recorded: true, retry_trigger }, blocked_left, stored.job))
+        let next_due = [unblocked_due, interval_due, retry_due].into_iter().flatten().min().map(instant).transpose()?;
+        let result = CompletionResult { state: target, recorded: true, retry_trigger, next_due };
+        Ok((result, blocked_left, stored.job))
     }
 
     /// Frees the run's slot and returns up to one batch of blocked triggers to `Waiting`.
-    /// Returns whether more blocked triggers remain.
+    /// Returns whether more blocked triggers remain, and the earliest due time of those
+    /// returned.
     pub(crate) async fn release(
         &self,
         tx: &Tx<'_, K::Transaction>,
         run: &RunRecord,
         job: Option<&JobRecord>,
         slots: &mut Prefetched,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<(bool, Option<i64>), StoreError> {
         if !run.exclusive {
-            return Ok(false);
+            return Ok((false, None));
         }
         let mut slot = tx.slot_prefetched(slots, &run.job).await?;
         if slot.holder != Some(run.id) {
-            return Ok(false);
+            return Ok((false, None));
         }
         slot.holder = None;
         if job.is_some() {
@@ -284,14 +294,16 @@ impl<K: Kv> KvJobStore<K> {
     /// Returns up to one batch of `job`'s blocked triggers to `Waiting` (their due time
     /// kept, so the misfire policy applies when they are next taken). Reads the blocked
     /// set serializably: a fire blocking concurrently conflicts with this transaction.
+    /// Returns whether more remain, and the earliest due time of those now waiting.
     async fn unblock(
         &self,
         tx: &Tx<'_, K::Transaction>,
         job_name: &str,
         job: Option<&JobRecord>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<(bool, Option<i64>), StoreError> {
         let (begin, end) = self.keys.blocked_of(job_name);
         let blocked = tx.txn.get_range(&RangeRequest::new(begin, end).limit(self.options.unblock_batch), false).await?;
+        let mut earliest: Option<i64> = None;
         for (key, _) in &blocked.pairs {
             let name = self.keys.blocked_trigger_of(key)?;
             match tx.trigger(job_name, &name).await? {
@@ -299,12 +311,15 @@ impl<K: Kv> KvJobStore<K> {
                     let mut waiting = trigger.clone();
                     waiting.state = TriggerState::Waiting;
                     settle(&mut waiting, job.is_some_and(|j| j.paused));
+                    if let (TriggerState::Waiting, Some(due)) = (waiting.state, waiting.next_fire_us) {
+                        earliest = Some(earliest.map_or(due, |e| e.min(due)));
+                    }
                     tx.put_trigger(Some(&trigger), &waiting, false);
                 }
                 _ => tx.txn.clear(key),
             }
         }
-        Ok(blocked.more)
+        Ok((blocked.more, earliest))
     }
 
     /// Unblocks every blocked trigger of `job` whose slot is free, a batch per transaction.
@@ -316,7 +331,7 @@ impl<K: Kv> KvJobStore<K> {
                 if tx.slot(job).await?.holder.is_some() {
                     return Ok::<_, StoreError>(false);
                 }
-                self.unblock(&tx, job, record.as_ref()).await
+                Ok(self.unblock(&tx, job, record.as_ref()).await?.0)
             })
             .await?;
             if !more {
@@ -333,11 +348,11 @@ impl<K: Kv> KvJobStore<K> {
         job: Option<&JobRecord>,
         finished: DateTime<Utc>,
         triggers: &mut Prefetched<Option<TriggerRecord>>,
-    ) -> Result<(), StoreError> {
-        let (Some(trigger_name), Some(job)) = (&run.trigger, job) else { return Ok(()) };
-        let Some(trigger) = tx.trigger_prefetched(triggers, &run.job, trigger_name).await? else { return Ok(()) };
+    ) -> Result<Option<i64>, StoreError> {
+        let (Some(trigger_name), Some(job)) = (&run.trigger, job) else { return Ok(None) };
+        let Some(trigger) = tx.trigger_prefetched(triggers, &run.job, trigger_name).await? else { return Ok(None) };
         if trigger.state != TriggerState::Acquired || trigger.running_run != Some(run.id) {
-            return Ok(());
+            return Ok(None);
         }
         let mut next = trigger.clone();
         next.running_run = None;
@@ -348,7 +363,7 @@ impl<K: Kv> KvJobStore<K> {
                     next.error = Some(reason);
                     settle(&mut next, job.paused);
                     tx.put_trigger(Some(&trigger), &next, job.run_on_every_instance);
-                    return Ok(());
+                    return Ok(None);
                 }
                 let calendar = schedule.calendar.as_ref().and_then(|name| self.calendars.get(name));
                 let previous = PreviousFire {
@@ -367,10 +382,11 @@ impl<K: Kv> KvJobStore<K> {
         }
         settle(&mut next, job.paused);
         tx.put_trigger(Some(&trigger), &next, job.run_on_every_instance);
-        Ok(())
+        Ok(next.next_fire_us.filter(|_| next.state == TriggerState::Waiting))
     }
 
-    /// The `retry-…` trigger of a failed run, if its job's policy allows another attempt.
+    /// The `retry-…` trigger of a failed run, and when it is due, if its job's policy
+    /// allows another attempt.
     fn write_retry(
         &self,
         tx: &Tx<'_, K::Transaction>,
@@ -378,14 +394,14 @@ impl<K: Kv> KvJobStore<K> {
         job: &JobRecord,
         uid: u64,
         failed_at: DateTime<Utc>,
-    ) -> Result<Option<String>, StoreError> {
+    ) -> Result<Option<(String, DateTime<Utc>)>, StoreError> {
         let Some(plan) = plan_retry(job.retry.as_ref(), run.attempt, failed_at) else { return Ok(None) };
         let name = format!("retry-{}", run.id.simple());
         let kind = TriggerKind::Retry { attempt: plan.attempt, retry_of: run.retry_of.unwrap_or(run.id) };
         let data = parse_data(&run.data)?;
         let record = one_shot_record(&run.job, &name, kind, &data, uid, plan.due);
         tx.put_trigger(None, &record, false);
-        Ok(Some(name))
+        Ok(Some((name, plan.due)))
     }
 
     /// Starts a run of `job` by hand on `node` (SPEC §9 `trigger`; the store's

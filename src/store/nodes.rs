@@ -260,7 +260,7 @@ impl<K: Kv> KvJobStore<K> {
         tx.put_run(Some(&stored), &lost);
         tx.txn.clear(&self.keys.cancel(node, id));
         let job = tx.job(&stored.job).await?;
-        if self.release(tx, &stored, job.as_ref(), &mut Prefetched::default()).await? {
+        if self.release(tx, &stored, job.as_ref(), &mut Prefetched::default()).await?.0 {
             unblock.push(stored.job.clone());
         }
         self.finish_interval_trigger(tx, &stored, job.as_ref(), now, &mut Prefetched::default()).await?;
