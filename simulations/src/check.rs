@@ -17,8 +17,8 @@ use crate::options::{SimOptions, LIVENESS_BOUND};
 use crate::trace::{Event, EventKind, StartFacts};
 use crate::workload::{epoch, Op, Workload};
 
-/// Fires this soon after the epoch are not accounted: the first fire depends on when the
-/// job was registered, on a node clock that may be skewed.
+/// Fires this soon after the epoch, plus the largest clock skew, are not accounted: the
+/// first fire depends on when the job was registered, on a node clock that may be skewed.
 const SETTLE: Duration = Duration::from_secs(30);
 /// The liveness phase's lateness rule applies from this long after the faults healed
 /// (nodes restart, leases expire, missed fires are caught up).
@@ -48,6 +48,11 @@ pub struct Inputs<'a> {
     pub jumped_ahead: Duration,
     /// The end (true time).
     pub end: DateTime<Utc>,
+    /// Jobs the store took only late: runtime jobs whose first scheduling it refused (the
+    /// world scheduled them again until it took them), code jobs the nodes had not written
+    /// by the first sample. Their fires do not follow from the epoch, so they are not
+    /// accounted for.
+    pub late_jobs: &'a BTreeSet<JobName>,
 }
 
 /// What the checkers found.
@@ -330,7 +335,8 @@ fn overlap(
 /// Every fire of a stable trigger is accounted for: `RunAll` cron triggers run every fire
 /// exactly at its time, in order (no gap before the latest fire run); `once` triggers fire once (at most once with `Skip`); `every … xN`
 /// triggers at most N times; and in the liveness phase every fire of a concurrent job's
-/// cron trigger starts within [`LIVENESS_BOUND`] of its time.
+/// cron trigger starts within [`LIVENESS_BOUND`] of its time (plus the most any node's clock
+/// is behind).
 fn fires_accounted(
     inputs: &Inputs<'_>,
     definitions: &BTreeMap<&JobName, &JobDefinition>,
@@ -338,13 +344,20 @@ fn fires_accounted(
     checked: &mut Checked,
 ) {
     let calendars = crate::world_calendars();
+    let skews = crate::faults::plan(inputs.options).skew;
+    let skew = skews.iter().map(|s| s.abs()).max().unwrap_or_default();
+    let settled = add_duration(epoch(), SETTLE) + skew;
+    // A node whose clock is behind takes its fires that much later in true time (and if
+    // every node is behind, no other takes them first): the bound allows for it.
+    let behind = skews.iter().map(|s| -*s).max().unwrap_or_default().max(TimeDelta::zero());
+    let bound = TimeDelta::from_std(LIVENESS_BOUND).unwrap_or_default() + behind;
+    let horizon = inputs.end - bound;
     let mut ran: BTreeMap<(&str, &str), Vec<&RunRecord>> = BTreeMap::new();
     for run in inputs.history.iter().filter(|r| r.cause == RunCause::Schedule && !r.local) {
         if let Some(trigger) = &run.trigger {
             ran.entry((&run.job, trigger)).or_default().push(run);
         }
     }
-    let horizon = inputs.end - TimeDelta::from_std(LIVENESS_BOUND).unwrap_or_default();
     let lateness_from = add_duration(inputs.liveness_from, CATCH_UP + inputs.jumped_ahead);
     // A job paused into the liveness phase is judged from its resume on.
     let mut resumed: BTreeMap<&JobName, Duration> = BTreeMap::new();
@@ -371,6 +384,10 @@ fn fires_accounted(
     for def in definitions.values() {
         let lateness_from =
             resumed.get(&def.name).map_or(lateness_from, |at| lateness_from.max(add_duration(epoch(), *at + CATCH_UP)));
+        if inputs.late_jobs.contains(&def.name) {
+            *checked.checked.entry("jobs created late (fires not accounted)").or_default() += 1;
+            continue;
+        }
         if inputs.workload.changed.contains(&def.name) || def.run_on_every_instance {
             continue;
         }
@@ -386,8 +403,8 @@ fn fires_accounted(
                     let strict = trigger.misfire == MisfirePolicy::RunAll;
                     let caught_up = scheduled.keys().next_back().copied().unwrap_or(i64::MIN);
                     let timely = def.allow_concurrent && trigger.misfire != MisfirePolicy::RunAll;
-                    let from = add_duration(epoch(), SETTLE).timestamp_micros();
-                    let mut next = trigger.schedule.first_fire(add_duration(epoch(), SETTLE), calendar);
+                    let from = settled.timestamp_micros();
+                    let mut next = trigger.schedule.first_fire(settled, calendar);
                     let mut count = 0u32;
                     // Missed fires, grouped by the next recorded fire after them; only gaps
                     // that open after a recorded fire in the window (the fires before it
@@ -412,7 +429,7 @@ fn fires_accounted(
                                 None => checked.violations.push(format!(
                                     "{label}: the fire at {at} (liveness phase) did not start by the end"
                                 )),
-                                Some(execution) if execution.start > add_duration(at, LIVENESS_BOUND) => {
+                                Some(execution) if execution.start > at + bound => {
                                     checked.violations.push(format!(
                                         "{label}: the fire at {at} (liveness phase) started late, at {}",
                                         execution.start
@@ -447,7 +464,7 @@ fn fires_accounted(
                 }
                 ScheduleKind::Once { at } => {
                     let due = trigger.schedule.first_fire(*at - TimeDelta::seconds(1), calendar);
-                    if due.is_some_and(|due| due <= horizon && due > add_duration(epoch(), SETTLE)) {
+                    if due.is_some_and(|due| due <= horizon && due > settled) {
                         *checked.checked.entry("expected fires").or_default() += 1;
                         // A non-concurrent job may still hold it back (Blocked) at the end.
                         let pending = !def.allow_concurrent

@@ -86,6 +86,13 @@ impl FaultKind {
     }
 }
 
+impl FaultKind {
+    /// Whether the rate is a probability (so at most 1).
+    pub fn is_probability(self) -> bool {
+        matches!(self, FaultKind::Conflicts | FaultKind::UnknownResult | FaultKind::Hung)
+    }
+}
+
 impl std::str::FromStr for FaultKind {
     type Err = String;
 
@@ -96,6 +103,15 @@ impl std::str::FromStr for FaultKind {
         })
     }
 }
+
+/// The largest `skew`, in seconds: two nodes skewed opposite ways stay within the misfire
+/// threshold of each other.
+pub const SKEW_MAX_SECONDS: f64 = 30.0;
+
+/// The largest `hung` rate: the share of runs that hang at which hung runs, each holding a
+/// slot for 1-3 h, stay well below the cluster's slots (two per job) for the workload's
+/// run rate.
+pub const HUNG_RATE_MAX: f64 = 0.005;
 
 /// The enabled faults and their rates.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -127,7 +143,7 @@ impl Faults {
     /// Parses `none`, `all`, or a comma list of kinds, each optionally `kind=rate`.
     ///
     /// # Errors
-    /// An unknown kind or a rate that is not a non-negative number.
+    /// An unknown kind, a rate that is not a non-negative number, or a probability over 1.
     pub fn parse(text: &str) -> Result<Self, String> {
         match text.trim() {
             "none" => return Ok(Self::none()),
@@ -148,6 +164,23 @@ impl Faults {
                 None => (item, None),
             };
             let kind: FaultKind = name.parse()?;
+            if kind.is_probability() && rate.is_some_and(|r| r > 1.0) {
+                return Err(format!("fault '{name}': rate is a probability, from 0 to 1"));
+            }
+            if kind == FaultKind::Skew && rate.is_some_and(|r| r > SKEW_MAX_SECONDS) {
+                // Two nodes that far apart disagree by more than the misfire threshold
+                // (60 s): each skips the other's fires as misfires, by design.
+                return Err(format!(
+                    "fault 'skew': at most {SKEW_MAX_SECONDS} s (clocks further apart than the 60 s misfire threshold skip each other's fires)"
+                ));
+            }
+            if kind == FaultKind::Hung && rate.is_some_and(|r| r > HUNG_RATE_MAX) {
+                // A hung run holds its slot for 1-3 h: at higher rates they add up to every
+                // slot of the cluster (two per job), and no fire could start on time.
+                return Err(format!(
+                    "fault 'hung': rate at most {HUNG_RATE_MAX} (hung runs hold their slots for hours; more would fill every node)"
+                ));
+            }
             rates.insert(kind, rate.unwrap_or(kind.default_rate()));
         }
         Ok(Self { rates })
@@ -284,6 +317,12 @@ mod tests {
         assert!(!some.has(FaultKind::Hung));
         assert!(Faults::parse("crash,meteor").unwrap_err().contains("unknown fault 'meteor'"));
         assert!(Faults::parse("crash=-1").is_err());
+        assert!(Faults::parse("unknown-result=2").unwrap_err().contains("probability, from 0 to 1"));
+        assert!(Faults::parse("conflicts=1,crash=30").is_ok());
+        assert!(Faults::parse("hung=0.005").is_ok());
+        assert!(Faults::parse("hung=0.3").unwrap_err().contains("at most 0.005"));
+        assert!(Faults::parse("skew=30").is_ok());
+        assert!(Faults::parse("skew=600").unwrap_err().contains("at most 30 s"));
         assert_eq!(Faults::parse(&some.to_string()).unwrap(), some);
     }
 

@@ -169,6 +169,11 @@ struct World {
     /// wait behind them, as an operator's would, so a retried pause never lands after the
     /// resume that was meant to follow it.
     retrying: BTreeMap<sundial::name::JobName, u32>,
+    /// Jobs the store took only late: runtime jobs whose first scheduling it refused, code
+    /// jobs not written by the first sample (see `check::Inputs`).
+    late_jobs: BTreeSet<sundial::name::JobName>,
+    /// Whether the first sample looked for the code jobs.
+    code_jobs_checked: bool,
 }
 
 impl World {
@@ -223,6 +228,8 @@ impl World {
             unavailable_windows: 0,
             partitions: BTreeMap::new(),
             retrying: BTreeMap::new(),
+            late_jobs: BTreeSet::new(),
+            code_jobs_checked: false,
         };
         world.main().await
     }
@@ -381,8 +388,17 @@ impl World {
     async fn schedule_runtime_jobs(&mut self) {
         let Some(scheduler) = self.any_scheduler() else { return };
         let results = scheduler.schedule(self.workload.runtime_jobs.clone()).await;
-        for (def, result) in self.workload.runtime_jobs.iter().zip(results) {
-            self.world(format!("schedule {}: {}", def.name, describe(&result)));
+        for (def, result) in self.workload.runtime_jobs.clone().into_iter().zip(results) {
+            let (text, refused) = outcome(format!("schedule {}", def.name), result);
+            if refused {
+                // As an operator would, and as every later operation is: again until the
+                // store takes it (with every commit failing, not before the faults heal).
+                self.world(format!("{text}; again in 10s"));
+                self.late_jobs.insert(def.name.clone());
+                self.refused(Op::Schedule(Box::new(def)), false);
+            } else {
+                self.world(text);
+            }
         }
     }
 
@@ -630,6 +646,18 @@ impl World {
     /// Samples run states for the transition checker: the running-run index, and the
     /// record of each run that left it since the last sample.
     async fn sample(&mut self) {
+        if !self.code_jobs_checked {
+            // Nodes write their code jobs at their first cycle; one the store refused that
+            // long (every commit failing) exists only later, so its fires do not follow
+            // from the epoch (see `check::Inputs::late_jobs`).
+            self.code_jobs_checked = true;
+            for def in self.workload.code_jobs.clone() {
+                if !matches!(self.observer.status(&def.name).await, Ok(Some(_))) {
+                    self.world(format!("code job {} not written yet", def.name));
+                    self.late_jobs.insert(def.name);
+                }
+            }
+        }
         let keys = Keyspace::default_root();
         let before = self.samples.running().clone();
         let read = run(self.observer.kv(), RetryOptions { retry_limit: 3, ..RetryOptions::default() }, |txn, _| {
@@ -704,6 +732,7 @@ impl World {
             liveness_from: add_duration(epoch(), self.options.duration),
             jumped_ahead: self.jumped_ahead,
             end,
+            late_jobs: &self.late_jobs,
         });
         let mut trace = Trace::new(self.options.keep_trace);
         for event in &events {

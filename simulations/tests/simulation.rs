@@ -276,4 +276,17 @@ mod regressions {
         let faults = Faults::parse("all").expect("a valid fault list");
         assert_clean(&run(5, &Overrides { jobs: Some(300), faults: Some(faults), ..Overrides::default() }));
     }
+
+    /// Every commit conflicting (checker and simulator fixes): the first scheduling of the
+    /// runtime jobs was refused and never tried again, and the nodes wrote their code jobs
+    /// only once the faults healed, yet the fires of both were expected from the epoch
+    /// (322 violations). The world now schedules again as an operator would, and jobs the
+    /// store took late are not judged from the epoch.
+    #[test]
+    fn seed_1_every_commit_conflicting() {
+        let all_conflicts = Faults::parse("conflicts=1").expect("a valid fault list");
+        let outcome = run(1, &Overrides { faults: Some(all_conflicts), ..minutes(20) });
+        assert_clean(&outcome);
+        assert!(outcome.checked.checked.keys().any(|k| k.starts_with("jobs created late")));
+    }
 }
