@@ -356,7 +356,13 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
         let starting = shared.clock.monotonic();
         shared.stats.spent(EngineWork::Acquire, acquiring, starting);
         match acquisition {
-            Ok(Acquisition { runs, outlook, more }) => {
+            Ok(Acquisition { runs, outlook, more, stolen }) => {
+                if stolen > 0 {
+                    // An acquisition takes one fire per trigger: a node behind (alive, yet
+                    // slow or saturated) may have left several due. Look again next cycle,
+                    // so they drain at the poll cadence, not one per STEAL_CHECK.
+                    state.last_steal_check = None;
+                }
                 state.batch.grow();
                 seen_outlook = Some(outlook);
                 shared.stats.acquisition(runs.len());

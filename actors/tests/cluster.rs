@@ -58,12 +58,34 @@ async fn node(kv: &MemoryKv, clock: &Arc<TokioClock>, id: &str, seed: u64) -> (J
     node_with(kv, clock, id, seed, registry()).await
 }
 
+/// Fast cluster options: poll every 200 ms, lease 2 s, lost after 3 s.
+fn fast_options() -> SchedulerOptions {
+    SchedulerOptions {
+        poll_interval: Duration::from_millis(200),
+        lease_ttl: Duration::from_secs(2),
+        node_timeout: Duration::from_secs(3),
+        housekeeping_interval: Duration::from_secs(1),
+        ..SchedulerOptions::default()
+    }
+}
+
 async fn node_with(
     kv: &MemoryKv,
     clock: &Arc<TokioClock>,
     id: &str,
     seed: u64,
     registry: JobRegistry,
+) -> (JobScheduler<Store>, Store) {
+    node_with_options(kv, clock, id, seed, registry, fast_options()).await
+}
+
+async fn node_with_options(
+    kv: &MemoryKv,
+    clock: &Arc<TokioClock>,
+    id: &str,
+    seed: u64,
+    registry: JobRegistry,
+    options: SchedulerOptions,
 ) -> (JobScheduler<Store>, Store) {
     let client = kv.client(id);
     let store = KvJobStore::new(
@@ -72,13 +94,6 @@ async fn node_with(
         Entropy::from_seed(seed),
         StoreOptions::default(),
     );
-    let options = SchedulerOptions {
-        poll_interval: Duration::from_millis(200),
-        lease_ttl: Duration::from_secs(2),
-        node_timeout: Duration::from_secs(3),
-        housekeeping_interval: Duration::from_secs(1),
-        ..SchedulerOptions::default()
-    };
     let election =
         KvLeaderElection::new(client, Keyspace::default_root(), clock.clone(), id, Entropy::from_seed(seed + 100));
     let mut config =
@@ -299,4 +314,60 @@ async fn with_stores_of_their_own_only_the_leader_runs_scheduled_triggers() {
     let b_runs = nodes[0].1.runs(&every).await.unwrap();
     assert!(b_runs.len() >= 2, "the new leader runs the cron job: {}", b_runs.len());
     nodes[0].0.stop(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_live_node_that_falls_behind_has_its_fires_stolen_on_time() {
+    // A node whose clock runs 20 s behind (alive, heartbeating) would take its home shards'
+    // fires 20 s late; the other node takes them once they are 2 s late. An acquisition
+    // takes one fire per trigger, so a stealer must look again at its next cycle while it
+    // finds late fires, or every-second triggers fall further behind at each steal check.
+    let clock = Arc::new(TokioClock::new(t0()));
+    let behind = Arc::new(TokioClock::new(t0() - chrono::TimeDelta::seconds(20)));
+    let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
+    let (on_time, store) = node(&kv, &clock, "on-time", 31).await;
+    let (_late, _) = node(&kv, &behind, "falls-behind", 32).await;
+    let jobs: Vec<JobDefinition> = (0..16)
+        .map(|i| {
+            let mut def =
+                JobDefinition::new(JobName::new(format!("tick-{i:02}")).unwrap(), JobTypeKey::new("noop").unwrap())
+                    .with_trigger(sundial::job::JobTriggerDefinition::new(
+                        sundial::name::TriggerName::new("t").unwrap(),
+                        "cron * * * * * *".parse().unwrap(),
+                    ));
+            def.allow_concurrent = true;
+            def
+        })
+        .collect();
+    assert!(on_time.schedule(jobs).await.iter().all(Result::is_ok));
+    tokio::time::sleep(Duration::from_secs(45)).await;
+    let (from, to) = (t0() + chrono::TimeDelta::seconds(15), t0() + chrono::TimeDelta::seconds(35));
+    let mut late = Vec::new();
+    let mut ran: BTreeMap<(String, DateTime<Utc>), usize> = BTreeMap::new();
+    for i in 0..16 {
+        let query = JobRunQuery {
+            job: Some(JobName::new(format!("tick-{i:02}")).unwrap()),
+            limit: 1000,
+            ..JobRunQuery::default()
+        };
+        for run in store.runs(&query).await.unwrap() {
+            let at = run.run.scheduled_at;
+            if at < from || at >= to {
+                continue;
+            }
+            *ran.entry((run.run.job.to_string(), at)).or_default() += 1;
+            // Stealable 2 s late, looked for at least every 5 s: at most about 7 s late.
+            if run.node == "on-time" && run.started_at - at > chrono::TimeDelta::seconds(8) {
+                late.push((run.run.job.to_string(), at, run.started_at - at));
+            }
+        }
+    }
+    assert_eq!(ran.len(), 16 * 20, "every second's fire of every job ran");
+    assert!(ran.values().all(|n| *n == 1), "each once");
+    assert!(
+        late.is_empty(),
+        "{} stolen fires started more than 8 s late, e.g. {:?}",
+        late.len(),
+        &late[..late.len().min(3)]
+    );
 }

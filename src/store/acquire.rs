@@ -286,6 +286,8 @@ pub struct Acquisition {
     /// part of a crowded shard): the caller acquires again rather than sleeps, and the
     /// outlook is not read.
     pub more: bool,
+    /// How many of `runs` are late fires of other nodes' shards (stolen).
+    pub stolen: usize,
 }
 
 impl<K: Kv> KvJobStore<K> {
@@ -325,9 +327,9 @@ impl<K: Kv> KvJobStore<K> {
                 Some((window, limit)) => Some(self.due_outlook(request.node, window, limit).await?),
                 None => None,
             };
-            return Ok(Acquisition { runs: Vec::new(), outlook, more: false });
+            return Ok(Acquisition { runs: Vec::new(), outlook, more: false, stolen: 0 });
         }
-        let (runs, outlook, more) = run(&self.kv, self.options.retry, |txn, maybe| async move {
+        let (runs, outlook, more, stolen) = run(&self.kv, self.options.retry, |txn, maybe| async move {
             let tx = self.tx(txn);
             let outlook_now = |tx| async move {
                 match wanted {
@@ -339,18 +341,18 @@ impl<K: Kv> KvJobStore<K> {
                 let now = [micros(request.now)];
                 let adopted = self.unknown_runs_started_at(&tx, request.node, request.known_runs, &now).await?;
                 if !adopted.is_empty() {
-                    return Ok((adopted, outlook_now(&tx).await?, false));
+                    return Ok((adopted, outlook_now(&tx).await?, false, 0));
                 }
             }
             if !self.node_may_run(&tx, request.node).await? {
-                return Ok((Vec::new(), outlook_now(&tx).await?, false));
+                return Ok((Vec::new(), outlook_now(&tx).await?, false, 0));
             }
             let Candidates { ordered, firsts, homes, truncated } = self.candidates(&tx, request).await?;
             let mut acquired = Vec::new();
             let mut changed = BTreeSet::new();
             let mut cache = ReadCache::default();
             let mut reads = self.prefetch_fires(&tx, request, &ordered, &mut cache).await?;
-            let mut written = 0;
+            let (mut written, mut stolen) = (0, 0);
             for candidate in ordered {
                 if acquired.len() == request.max || written >= BATCH_DATA_BUDGET {
                     break;
@@ -358,6 +360,7 @@ impl<K: Kv> KvJobStore<K> {
                 // Taking (or clearing) a fire rewrites due entries of its trigger's shard.
                 changed.insert(candidate.shard);
                 let taken = self.take_fire(&tx, request, &candidate, &mut reads, &mut cache, &mut written).await?;
+                stolen += usize::from(taken.is_some() && !candidate.home);
                 acquired.extend(taken);
             }
             let full = acquired.len() == request.max || written >= BATCH_DATA_BUDGET;
@@ -365,14 +368,14 @@ impl<K: Kv> KvJobStore<K> {
             let Some((window, limit)) = wanted.filter(|_| !more) else {
                 // More may be due at once (the caller acquires again before it sleeps), or
                 // no outlook was asked for.
-                return Ok((acquired, None, more));
+                return Ok((acquired, None, more, stolen));
             };
             let firsts = self.first_due(&tx, firsts, &changed).await?;
             let outlook = self.count_due(&tx, &firsts, &homes, window, limit).await?;
-            Ok::<_, StoreError>((acquired, Some(outlook), false))
+            Ok::<_, StoreError>((acquired, Some(outlook), false, stolen))
         })
         .await?;
-        Ok(Acquisition { runs, outlook: outlook.map(RawOutlook::outlook).transpose()?, more })
+        Ok(Acquisition { runs, outlook: outlook.map(RawOutlook::outlook).transpose()?, more, stolen })
     }
 
     /// `firsts` (each shard's earliest due time, `None` when empty) with the shards in
