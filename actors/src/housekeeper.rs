@@ -8,7 +8,7 @@
 //! deposed leader's late housekeeping cannot commit. A new leader observes for a full
 //! `node_timeout` before reaping anything.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,6 +35,9 @@ pub(crate) struct HousekeeperState<S: JobStore> {
     observations: BTreeMap<String, (u64, MonotonicInstant)>,
     last_retention: Option<MonotonicInstant>,
     leading_term: Option<u64>,
+    /// Nodes no longer alive (declared lost, or stopped) whose runs this term has
+    /// finished reaping.
+    swept: BTreeSet<String>,
 }
 
 /// The housekeeper.
@@ -57,7 +60,13 @@ impl<S: JobStore> Actor for HousekeeperActor<S> {
         shared: Arc<NodeShared<S>>,
     ) -> Result<Self::State, ActorProcessingErr> {
         let _ = myself.send_message(HousekeeperMsg::Tick);
-        Ok(HousekeeperState { shared, observations: BTreeMap::new(), last_retention: None, leading_term: None })
+        Ok(HousekeeperState {
+            shared,
+            observations: BTreeMap::new(),
+            last_retention: None,
+            leading_term: None,
+            swept: BTreeSet::new(),
+        })
     }
 
     async fn handle(
@@ -81,11 +90,14 @@ async fn tick<S: JobStore>(state: &mut HousekeeperState<S>) {
         state.observations.clear();
         state.leading_term = None;
         state.last_retention = None;
+        state.swept.clear();
         return;
     };
     if state.leading_term != Some(leadership.term) {
-        // A new term: observations from before do not count.
+        // A new term: observations from before do not count, and nodes no longer alive
+        // are swept again (an earlier leader may have stopped half-way).
         state.observations.clear();
+        state.swept.clear();
         state.leading_term = Some(leadership.term);
     }
     let fence = leadership.fence.as_ref();
@@ -94,7 +106,16 @@ async fn tick<S: JobStore>(state: &mut HousekeeperState<S>) {
     if shared.shared_store {
         match shared.store.nodes().await {
             Ok(nodes) => {
+                // A node no longer alive may still have runs `Running`: one stopped with
+                // runs that ignored cancellation (abandoned), or one whose reaping failed
+                // after it was declared lost. Nothing else would ever end them.
+                for node in nodes.iter().filter(|n| !n.alive && n.node != shared.node_id) {
+                    if !state.swept.contains(&node.node) && reap(&shared, &node.node, node.heartbeat_seq, fence).await {
+                        state.swept.insert(node.node.clone());
+                    }
+                }
                 for node in nodes.into_iter().filter(|n| n.alive && n.node != shared.node_id) {
+                    state.swept.remove(&node.node);
                     let seen = state.observations.entry(node.node.clone()).or_insert((node.heartbeat_seq, now_mono));
                     if seen.0 != node.heartbeat_seq {
                         *seen = (node.heartbeat_seq, now_mono);
@@ -124,7 +145,14 @@ async fn tick<S: JobStore>(state: &mut HousekeeperState<S>) {
     }
 }
 
-async fn reap<S: JobStore>(shared: &NodeShared<S>, node: &str, seq: u64, fence: Option<&sundial::leader::Fence>) {
+/// Declares `node` lost (unless it heartbeated since `seq`) and marks its runs `Lost`;
+/// returns whether that finished (a failed step is taken again at the next tick).
+async fn reap<S: JobStore>(
+    shared: &NodeShared<S>,
+    node: &str,
+    seq: u64,
+    fence: Option<&sundial::leader::Fence>,
+) -> bool {
     loop {
         match shared.store.reap_node(node, seq, shared.clock.now(), REAP_CHUNK, fence).await {
             Ok(step) => {
@@ -133,12 +161,12 @@ async fn reap<S: JobStore>(shared: &NodeShared<S>, node: &str, seq: u64, fence: 
                     publish_lost(shared, *run).await;
                 }
                 if !step.more {
-                    return;
+                    return true;
                 }
             }
             Err(error) => {
                 tracing::warn!(%node, %error, "reaping failed; retrying at the next tick");
-                return;
+                return false;
             }
         }
     }

@@ -371,3 +371,50 @@ async fn a_live_node_that_falls_behind_has_its_fires_stolen_on_time() {
         &late[..late.len().min(3)]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn runs_a_stopped_node_abandoned_are_marked_lost_and_recovered() {
+    // A node stops gracefully while a job ignores its cancellation: the stop gives up on
+    // it (abandoned) and deregisters the node. No heartbeat will ever go stale for the
+    // leader to notice, yet the run must not stay `Running` (its slot held) for ever.
+    let clock = Arc::new(TokioClock::new(t0()));
+    let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
+    let stubborn = || {
+        JobRegistry::builder()
+            .add_job_type_as("stubborn", || {
+                FnJob::new(|_| async {
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                    Ok(())
+                })
+            })
+            .build()
+            .unwrap()
+    };
+    // Lost only after a minute without heartbeat: the stop (1 s, then 10 s of grace)
+    // deregisters the node long before the leader could see it go quiet.
+    let options = SchedulerOptions { node_timeout: Duration::from_secs(60), ..fast_options() };
+    let (stays, store) = node_with_options(&kv, &clock, "stays", 41, stubborn(), options.clone()).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (leaves, _) = node_with_options(&kv, &clock, "leaves", 42, stubborn(), options).await;
+    let mut def = JobDefinition::new(JobName::new("stubborn").unwrap(), JobTypeKey::new("stubborn").unwrap());
+    def.requests_recovery = true;
+    stays.schedule_one(def).await.unwrap();
+    let trigger = leaves.clone();
+    tokio::spawn(async move { trigger.trigger(vec![JobName::new("stubborn").unwrap().into()]).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let query = JobRunQuery { job: Some(JobName::new("stubborn").unwrap()), ..JobRunQuery::default() };
+    let started = store.runs(&query).await.unwrap();
+    assert_eq!((started.len(), started[0].node.as_str()), (1, "leaves"));
+    let report = leaves.stop(Duration::from_secs(1)).await;
+    assert_eq!(report.abandoned, 1, "{report:?}");
+    let meanwhile = store.runs(&query).await.unwrap();
+    assert_eq!(meanwhile.iter().find(|r| r.run.id == started[0].run.id).unwrap().state, RunState::Running);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = store.runs(&query).await.unwrap();
+    let first = after.iter().find(|r| r.run.id == started[0].run.id).unwrap();
+    assert_eq!(first.state, RunState::Lost, "{after:#?}");
+    let recovery: Vec<_> = after.iter().filter(|r| r.run.cause == RunCause::Recovery).collect();
+    assert_eq!(recovery.len(), 1, "recovered once, on the node that stays: {after:#?}");
+    assert_eq!(recovery[0].node, "stays");
+    stays.stop(Duration::from_secs(1)).await;
+}
