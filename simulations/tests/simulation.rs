@@ -277,6 +277,20 @@ mod regressions {
         assert_clean(&run(5, &Overrides { jobs: Some(300), faults: Some(faults), ..Overrides::default() }));
     }
 
+    /// Heavy faults (crashes, partitions and unavailability at 50 an hour, drains, skew,
+    /// conflicts and ambiguous commits at 0.3, clock jumps): a node drained while its job
+    /// ignored cancellation, so the stop abandoned the run and deregistered the node; the
+    /// leader looked only at nodes still alive, and the run stayed `Running` for good
+    /// (fixed: each term reaps every node that is not alive).
+    #[test]
+    fn seed_33013_heavy_faults_run_of_a_stopped_node_stuck_running() {
+        let faults = Faults::parse(
+            "crash=50,partition=50,unavailable=50,drain=20,skew=30,conflicts=0.3,unknown-result=0.3,hung=0.005,latency=20,clock-jump=10",
+        )
+        .expect("a valid fault list");
+        assert_clean(&run(33013, &Overrides { faults: Some(faults), ..Overrides::default() }));
+    }
+
     /// Every commit conflicting (checker and simulator fixes): the first scheduling of the
     /// runtime jobs was refused and never tried again, and the nodes wrote their code jobs
     /// only once the faults healed, yet the fires of both were expected from the epoch
