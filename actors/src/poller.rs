@@ -267,6 +267,37 @@ impl<S: JobStore> Actor for PollerActor<S> {
     }
 }
 
+/// Writes this node's heartbeat and acts on what it read back (declared lost, cancel
+/// requests); returns whether it committed.
+async fn heartbeat<S: JobStore>(state: &mut PollerState<S>, now: chrono::DateTime<chrono::Utc>) -> bool {
+    let shared = state.shared.clone();
+    match shared.store.heartbeat(&shared.node_id, now, state.known_times_declared_lost).await {
+        Ok(beat) => {
+            shared.heartbeat_committed();
+            if beat.was_declared_lost {
+                // Our runs are Lost already and will run again elsewhere: stop them, as
+                // the fence would have.
+                tracing::warn!(node = %shared.node_id, "this node was declared lost; canceling its runs");
+                shared.cancel_all_runs(CancelReason::Fenced);
+            }
+            state.known_times_declared_lost = Some(beat.times_declared_lost);
+            // Cancel requests for runs here (read with the heartbeat); a failed heartbeat
+            // reads them next cycle (a request stays until its run ends).
+            for id in beat.cancel_requests {
+                if let Some(run) = state.running.get(&id) {
+                    let _ = run.send_message(RunMsg::Cancel(CancelReason::Requested));
+                }
+            }
+            true
+        }
+        Err(error) => {
+            shared.stats.store_error(StoreOp::Heartbeat);
+            tracing::warn!(%error, "heartbeat failed");
+            false
+        }
+    }
+}
+
 /// One cycle; returns how long to sleep before the next.
 async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<S>) -> Duration {
     let shared = state.shared.clone();
@@ -274,6 +305,12 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
     if shared.lifecycle() != Lifecycle::Serving {
         // Pending local retries are dropped when the node stops (SPEC §8).
         state.local.drop_retries();
+        if shared.lifecycle() == Lifecycle::Draining && shared.shared_store && !state.running.is_empty() {
+            // Finishing its runs, the node is alive: without heartbeats it would fence
+            // itself (canceling them before the stop's deadline) and the leader would
+            // declare it lost (running them again elsewhere). It takes no new work.
+            heartbeat(state, shared.clock.now()).await;
+        }
         return poll_interval;
     }
     let now = shared.clock.now();
@@ -281,34 +318,7 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
         state.synced = sync_code_jobs(&shared, now).await;
     }
     run_local(myself, state, now).await;
-    let mut alive = true;
-    if shared.shared_store {
-        let beat = shared.store.heartbeat(&shared.node_id, now, state.known_times_declared_lost).await;
-        alive = beat.is_ok();
-        match beat {
-            Ok(beat) => {
-                shared.heartbeat_committed();
-                if beat.was_declared_lost {
-                    // Our runs are Lost already and will run again elsewhere: stop them,
-                    // as the fence would have.
-                    tracing::warn!(node = %shared.node_id, "this node was declared lost; canceling its runs");
-                    shared.cancel_all_runs(CancelReason::Fenced);
-                }
-                state.known_times_declared_lost = Some(beat.times_declared_lost);
-                // Cancel requests for runs here (read with the heartbeat); a failed
-                // heartbeat reads them next cycle (a request stays until its run ends).
-                for id in beat.cancel_requests {
-                    if let Some(run) = state.running.get(&id) {
-                        let _ = run.send_message(RunMsg::Cancel(CancelReason::Requested));
-                    }
-                }
-            }
-            Err(error) => {
-                shared.stats.store_error(StoreOp::Heartbeat);
-                tracing::warn!(%error, "heartbeat failed");
-            }
-        }
-    }
+    let alive = !shared.shared_store || heartbeat(state, now).await;
     if !state.unadopted.is_empty() {
         adopt_committed_runs(myself, state).await;
     }

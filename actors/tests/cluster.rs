@@ -418,3 +418,43 @@ async fn runs_a_stopped_node_abandoned_are_marked_lost_and_recovered() {
     assert_eq!(recovery[0].node, "stays");
     stays.stop(Duration::from_secs(1)).await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_draining_node_keeps_its_runs_until_the_stop_deadline() {
+    // Stopping with a deadline longer than the node timeout: the node finishes its runs,
+    // so it must stay alive meanwhile, neither declared lost by the leader (its runs
+    // recovered elsewhere while they still run) nor fencing itself (canceling them early).
+    let clock = Arc::new(TokioClock::new(t0()));
+    let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
+    let slow = || {
+        JobRegistry::builder()
+            .add_job_type_as("slow", || {
+                FnJob::new(|ctx: RunContext| async move {
+                    tokio::select! {
+                        () = ctx.cancel.cancelled() => Err(sundial_actors::job::JobFailure::new("canceled")),
+                        () = tokio::time::sleep(Duration::from_secs(10)) => Ok(()),
+                    }
+                })
+            })
+            .build()
+            .unwrap()
+    };
+    let (stays, store) = node_with(&kv, &clock, "drain-stays", 51, slow()).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (leaves, _) = node_with(&kv, &clock, "drain-leaves", 52, slow()).await;
+    let mut def = JobDefinition::new(JobName::new("slow").unwrap(), JobTypeKey::new("slow").unwrap());
+    def.requests_recovery = true;
+    stays.schedule_one(def).await.unwrap();
+    let trigger = leaves.clone();
+    tokio::spawn(async move { trigger.trigger(vec![JobName::new("slow").unwrap().into()]).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Node timeout 3 s; the run needs 9.5 s more; the deadline is 20 s.
+    let report = leaves.stop(Duration::from_secs(20)).await;
+    assert_eq!((report.canceled, report.abandoned), (0, 0), "{report:?}");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let query = JobRunQuery { job: Some(JobName::new("slow").unwrap()), ..JobRunQuery::default() };
+    let runs = store.runs(&query).await.unwrap();
+    let states: Vec<_> = runs.iter().map(|r| (r.run.cause, r.state, r.node.clone())).collect();
+    assert_eq!(states, vec![(RunCause::Manual, RunState::Succeeded, "drain-leaves".to_owned())]);
+    stays.stop(Duration::from_secs(1)).await;
+}
