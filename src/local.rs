@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use crate::calendar::Calendars;
 use crate::job::{merge_data, JobDefinition, JobRun, RunCause};
-use crate::name::{JobName, TriggerName};
+use crate::name::{CalendarName, JobName, TriggerName};
 use crate::rules::{on_due, plan_retry};
 use crate::schedule::{JobSchedule, PreviousFire, ScheduleKind};
 use crate::store::LocalJob;
@@ -89,7 +89,17 @@ impl LocalTriggers {
     /// and schedule are unchanged keeps its progress; a new or changed one gets its first
     /// fire from `now`. Pending retries of a job no longer listed (deleted, or no longer
     /// local) are dropped, as deleting a job deletes its stored retries.
-    pub fn refresh(&mut self, jobs: Vec<LocalJob>, now: DateTime<Utc>, calendars: &Calendars) {
+    ///
+    /// A new or changed trigger naming a calendar not registered on this node never fires
+    /// here (its fires would ignore the calendar); each is returned, for the caller to
+    /// report, as (job, trigger, calendar).
+    pub fn refresh(
+        &mut self,
+        jobs: Vec<LocalJob>,
+        now: DateTime<Utc>,
+        calendars: &Calendars,
+    ) -> Vec<(JobName, TriggerName, CalendarName)> {
+        let mut unregistered = Vec::new();
         let mut next = BTreeMap::new();
         for local in jobs {
             let name = local.definition.name.clone();
@@ -109,13 +119,20 @@ impl LocalTriggers {
                     }
                     None => {
                         let calendar = def.schedule.calendar.as_ref().and_then(|c| calendars.get(c));
+                        let next_fire = match &def.schedule.calendar {
+                            Some(name) if calendar.is_none() => {
+                                unregistered.push((local.definition.name.clone(), def.name.clone(), name.clone()));
+                                None
+                            }
+                            _ => def.schedule.first_fire(now, calendar),
+                        };
                         Trigger {
                             schedule: def.schedule.clone(),
                             schedule_text: text,
                             data: def.data.clone(),
                             misfire: def.misfire,
                             paused,
-                            next_fire: def.schedule.first_fire(now, calendar),
+                            next_fire,
                             fire_count: 0,
                             waiting_for_run: false,
                         }
@@ -148,6 +165,7 @@ impl LocalTriggers {
         // only listed jobs track) and after the job was deleted.
         let jobs = &self.jobs;
         self.retries.retain(|_, retry| jobs.get(&retry.run.job).is_some_and(|job| !job.removed));
+        unregistered
     }
 
     /// The fires due at `now`, with run ids from `new_id`. Paused jobs and triggers do not
@@ -409,6 +427,21 @@ mod tests {
 
     fn local_job(name: &str) -> LocalJob {
         local(name, "cron * * * * * *", false)
+    }
+
+    #[test]
+    fn a_trigger_whose_calendar_is_not_registered_here_never_fires_here() {
+        let cal = Calendars::new();
+        let mut triggers = LocalTriggers::new();
+        let skipped = triggers.refresh(vec![local("h", "cron * * * * * * calendar=holidays", true)], t(0), &cal);
+        let expected =
+            (JobName::new("h").unwrap(), TriggerName::new("t").unwrap(), CalendarName::new("holidays").unwrap());
+        assert_eq!(skipped, vec![expected]);
+        assert_eq!(triggers.poll_timeout(), None);
+        assert!(triggers.poll_due(t(10), Duration::from_secs(60), &cal, ids()).is_empty());
+        // Reported once: an unchanged trigger keeps its state at the next refresh.
+        let again = triggers.refresh(vec![local("h", "cron * * * * * * calendar=holidays", true)], t(20), &cal);
+        assert!(again.is_empty());
     }
 
     #[test]

@@ -491,7 +491,12 @@ async fn run_local<S: JobStore>(
                         .into_iter()
                         .filter(|j| shared.registry.has_type(j.definition.job_type.as_str()))
                         .collect();
-                    state.local.refresh(jobs, now, shared.registry.calendars());
+                    for (job, trigger, calendar) in state.local.refresh(jobs, now, shared.registry.calendars()) {
+                        tracing::warn!(
+                            %job, %trigger, %calendar,
+                            "local trigger names a calendar not registered on this node: it does not fire here"
+                        );
+                    }
                     state.local_stamp = Some(listing.stamp);
                 }
                 state.refresh_local = false;
