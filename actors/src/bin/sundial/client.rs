@@ -158,6 +158,18 @@ fn usage(message: impl Into<String>) -> Failure {
     Failure { message: message.into(), code: exit::USAGE, api: None }
 }
 
+/// The admin API's base from `--server`: an `http(s)://host[:port]` address. Anything
+/// else is a usage error (exit 2), not an unreachable node.
+fn server_base(server: &str) -> CliResult<String> {
+    let example = "e.g. http://127.0.0.1:7600";
+    let url =
+        reqwest::Url::parse(server).map_err(|e| usage(format!("--server '{server}' is not a URL ({e}); {example}")))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(usage(format!("--server '{server}' is not the http(s) address of a node; {example}")));
+    }
+    Ok(server.trim_end_matches('/').to_owned())
+}
+
 /// The exit code of an API error code.
 fn exit_code_of(code: &str) -> u8 {
     if code.contains("_NOTFOUND_") || code == "ADMIN_ROUTE_001" {
@@ -190,7 +202,8 @@ impl Client {
             api: None,
         })?;
         let http = sundial_actors::kinds::http::client().as_ref().clone();
-        Ok(Self { base: remote.server.trim_end_matches('/').to_owned(), token: remote.token.clone(), http, runtime })
+        let base = server_base(&remote.server)?;
+        Ok(Self { base, token: remote.token.clone(), http, runtime })
     }
 
     fn call<T: DeserializeOwned>(
@@ -622,6 +635,12 @@ mod tests {
 
     #[test]
     fn error_codes_map_to_exit_classes() {
+        assert_eq!(server_base("http://127.0.0.1:7600/").ok().as_deref(), Some("http://127.0.0.1:7600"));
+        for bad in ["notaurl", "http://[::1]:99999", "ftp://node"] {
+            let failure = server_base(bad).err().unwrap();
+            assert_eq!(failure.code, exit::USAGE, "{bad}");
+            assert!(failure.message.contains(bad), "{}", failure.message);
+        }
         assert_eq!(exit_code_of("SCHEDULING_NOTFOUND_001"), exit::NOT_FOUND);
         assert_eq!(exit_code_of("SCHEDULING_VALIDATION_002"), exit::INVALID);
         assert_eq!(exit_code_of("ADMIN_REQUEST_001"), exit::INVALID);
