@@ -125,7 +125,10 @@ async fn tick<S: JobStore>(state: &mut HousekeeperState<S>) {
                         continue;
                     }
                     tracing::warn!(node = %node.node, "node lost: no heartbeat for node_timeout");
-                    reap(&shared, &node.node, node.heartbeat_seq, fence).await;
+                    if reap(&shared, &node.node, node.heartbeat_seq, fence).await {
+                        // Declared and reaped: the sweep of nodes no longer alive skips it.
+                        state.swept.insert(node.node.clone());
+                    }
                     state.observations.remove(&node.node);
                 }
             }

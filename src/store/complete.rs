@@ -356,29 +356,29 @@ impl<K: Kv> KvJobStore<K> {
         }
         let mut next = trigger.clone();
         next.running_run = None;
-        match self.schedules.get(&trigger.schedule) {
+        let error = match self.schedules.get(&trigger.schedule) {
             Ok(schedule) if matches!(schedule.kind, ScheduleKind::Every { .. }) => {
-                if let Some(reason) = self.missing_calendar(&schedule, &run.node) {
-                    next.state = TriggerState::Error;
-                    next.error = Some(reason);
-                    settle(&mut next, job.paused);
-                    tx.put_trigger(Some(&trigger), &next, job.run_on_every_instance);
-                    return Ok(None);
+                match self.missing_calendar(&schedule, &run.node) {
+                    Some(reason) => Some(reason),
+                    None => {
+                        let calendar = schedule.calendar.as_ref().and_then(|name| self.calendars.get(name));
+                        let previous = PreviousFire {
+                            scheduled_at: instant(run.scheduled_us)?,
+                            completed_at: finished,
+                            fire_count: trigger.fire_count,
+                        };
+                        let due = schedule.next_fire(&previous, calendar);
+                        next.next_fire_us = due.map(micros);
+                        next.state = if due.is_some() { TriggerState::Waiting } else { TriggerState::Complete };
+                        None
+                    }
                 }
-                let calendar = schedule.calendar.as_ref().and_then(|name| self.calendars.get(name));
-                let previous = PreviousFire {
-                    scheduled_at: instant(run.scheduled_us)?,
-                    completed_at: finished,
-                    fire_count: trigger.fire_count,
-                };
-                let due = schedule.next_fire(&previous, calendar);
-                next.next_fire_us = due.map(micros);
-                next.state = if due.is_some() { TriggerState::Waiting } else { TriggerState::Complete };
             }
-            _ => {
-                next.state = TriggerState::Error;
-                next.error = Some("acquired trigger without an interval schedule".into());
-            }
+            _ => Some("acquired trigger without an interval schedule".to_owned()),
+        };
+        if let Some(reason) = error {
+            next.state = TriggerState::Error;
+            next.error = Some(reason);
         }
         settle(&mut next, job.paused);
         tx.put_trigger(Some(&trigger), &next, job.run_on_every_instance);
