@@ -250,7 +250,9 @@ impl JobSchedule {
     ///
     /// - `Cron`: the first match strictly after the previous *scheduled* time.
     /// - `Every`: one interval after the previous run completed, unless `repeat_count`
-    ///   fires are done.
+    ///   fires are done. A completion stamped before the fire's scheduled time (clocks of
+    ///   two nodes apart: the run was taken on one, declared lost on another) counts as at
+    ///   the scheduled time, so each fire of a trigger is due strictly after the last.
     /// - `Once`, `Manual`: none.
     ///
     /// A candidate the calendar excludes is skipped: cron moves to its next match, an
@@ -264,7 +266,8 @@ impl JobSchedule {
                 if repeat_count.is_some_and(|count| previous.fire_count >= count) {
                     return None;
                 }
-                self.finish_interval(add_duration(previous.completed_at, *interval), calendar)
+                let completed = previous.completed_at.max(previous.scheduled_at);
+                self.finish_interval(add_duration(completed, *interval), calendar)
             }
             ScheduleKind::Cron { expression, time_zone } => {
                 let after = match self.start_at {
@@ -608,6 +611,11 @@ mod tests {
         };
         assert_eq!(s.next_fire(&prev, None), Some(utc("2026-01-01T00:23:00Z")));
         assert_eq!(s.next_fire(&PreviousFire { fire_count: 2, ..prev }, None), None);
+        // A completion stamped before the scheduled time (another node's clock) counts as
+        // at it: fires of one trigger never repeat a due time (a calendar would round the
+        // early candidate up to the same instant).
+        let early = PreviousFire { completed_at: utc("2026-01-01T00:06:00Z"), ..prev };
+        assert_eq!(s.next_fire(&early, None), Some(utc("2026-01-01T00:20:00Z")));
         let ending = s.ending_at(utc("2026-01-01T00:20:00Z"));
         assert_eq!(ending.next_fire(&prev, None), None);
     }

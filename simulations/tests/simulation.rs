@@ -291,6 +291,20 @@ mod regressions {
         assert_clean(&run(33013, &Overrides { faults: Some(faults), ..Overrides::default() }));
     }
 
+    /// Heavy faults: a node whose clock had jumped ~250 s ahead took an interval trigger's
+    /// fire (due at the end of a calendar exclusion) and was then declared lost; the
+    /// leader, its clock behind, re-armed the trigger one interval after *its* now, which
+    /// the calendar rounded up to the same instant, and that fire ran again (fixed: an
+    /// interval counts from the later of completion and scheduled time).
+    #[test]
+    fn seed_38246_heavy_faults_interval_fire_repeated_after_its_node_was_lost() {
+        let faults = Faults::parse(
+            "crash=50,partition=50,unavailable=50,drain=20,skew=30,conflicts=0.3,unknown-result=0.3,hung=0.005,latency=20,clock-jump=10",
+        )
+        .expect("a valid fault list");
+        assert_clean(&run(38246, &Overrides { faults: Some(faults), ..Overrides::default() }));
+    }
+
     /// Every commit conflicting (checker and simulator fixes): the first scheduling of the
     /// runtime jobs was refused and never tried again, and the nodes wrote their code jobs
     /// only once the faults healed, yet the fires of both were expected from the epoch
