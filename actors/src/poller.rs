@@ -317,8 +317,13 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
     if !state.synced {
         state.synced = sync_code_jobs(&shared, now).await;
     }
-    run_local(myself, state, now).await;
+    // Without a heartbeat this cycle, take no new work, local or not: this node may be
+    // about to be declared lost, and runs of a node the cluster never heard from (before
+    // its first heartbeat commits, it has no record) would never be reaped.
     let alive = !shared.shared_store || heartbeat(state, now).await;
+    if alive {
+        run_local(myself, state, now).await;
+    }
     if !state.unadopted.is_empty() {
         adopt_committed_runs(myself, state).await;
     }
@@ -326,8 +331,6 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
         // Runs of an earlier process with this id, or of this poller before it restarted.
         state.reclaimed = reclaim_previous_runs(state, now).await;
     }
-    // Without a heartbeat this cycle, take no new work: this node may be about to be
-    // declared lost, and runs of a node the cluster never heard from would never be reaped.
     let slots = if shared.shared_store && !alive {
         0
     } else {
@@ -697,8 +700,14 @@ async fn trigger<S: JobStore>(
         // A local non-concurrent job already runs here (its slot is per node).
         return Err(SchedulingError::JobRunning { job: job.to_string() });
     }
-    let run_id = shared.run_id();
     let now = shared.clock.now();
+    if shared.shared_store && state.known_times_declared_lost.is_none() && !heartbeat(state, now).await {
+        // Called before this process's first heartbeat committed: the cluster does not know
+        // this node yet, and nobody would ever reap a run it recorded and then lost.
+        let reason = "node is not registered with the store yet (its heartbeat failed)".to_owned();
+        return Err(SchedulingError::SchedulerNotRunning { reason });
+    }
+    let run_id = shared.run_id();
     let acquired = shared
         .store
         .begin_manual_run(job, data, &shared.node_id, run_id, now)

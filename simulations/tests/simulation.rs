@@ -305,6 +305,20 @@ mod regressions {
         assert_clean(&run(38246, &Overrides { faults: Some(faults), ..Overrides::default() }));
     }
 
+    /// Heavy faults: a node started, ran a local job's fire, then crashed, and none of its
+    /// heartbeats ever committed. Its first cycle ran local fires before its heartbeat, so
+    /// the run was recorded for a node without a record, which no leader could see: it
+    /// stayed `Running` for good (fixed: no new work of any kind, local fires and manual
+    /// triggers included, before the node's heartbeat commits).
+    #[test]
+    fn seed_39318_heavy_faults_local_run_of_a_node_never_registered() {
+        let faults = Faults::parse(
+            "crash=50,partition=50,unavailable=50,drain=20,skew=30,conflicts=0.3,unknown-result=0.3,hung=0.005,latency=20,clock-jump=10",
+        )
+        .expect("a valid fault list");
+        assert_clean(&run(39318, &Overrides { faults: Some(faults), ..Overrides::default() }));
+    }
+
     /// Every commit conflicting (checker and simulator fixes): the first scheduling of the
     /// runtime jobs was refused and never tried again, and the nodes wrote their code jobs
     /// only once the faults healed, yet the fires of both were expected from the epoch
