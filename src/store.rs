@@ -32,6 +32,7 @@ mod prefetch;
 mod schedules;
 mod status;
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
@@ -148,6 +149,10 @@ pub struct KvJobStore<K: Kv> {
     homes: Arc<Mutex<Option<acquire::HomeShards>>>,
     /// Trigger schedules parsed from their stored text.
     schedules: Arc<schedules::ParsedSchedules>,
+    /// Nodes this store has heartbeated for. The leader deletes the record of a node no
+    /// longer alive once it has no runs left; for these nodes a missing record then means
+    /// "declared lost or stopped", not "a store of its own" (see `node_may_run`).
+    registered: Arc<Mutex<BTreeSet<String>>>,
 }
 
 impl<K: Kv> std::fmt::Debug for KvJobStore<K> {
@@ -179,6 +184,7 @@ impl<K: Kv> KvJobStore<K> {
             entropy: Arc::new(Mutex::new(entropy)),
             homes: Arc::default(),
             schedules: Arc::default(),
+            registered: Arc::default(),
         }
     }
 
@@ -190,6 +196,11 @@ impl<K: Kv> KvJobStore<K> {
     /// The keyspace.
     pub fn keys(&self) -> &Keyspace {
         &self.keys
+    }
+
+    /// Whether this store has heartbeated for `node`.
+    fn has_registered(&self, node: &str) -> bool {
+        self.registered.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(node)
     }
 
     /// A fresh random value for ids, drawn before a retry loop.
@@ -593,6 +604,8 @@ pub trait JobStore: Clone + Send + Sync + 'static {
         now: DateTime<Utc>,
         last_known: Option<u64>,
     ) -> impl std::future::Future<Output = Result<Heartbeat, StoreError>> + Send;
+    /// Forwards to [`KvJobStore::mark_draining`], which states the contract.
+    fn mark_draining(&self, node: &str) -> impl std::future::Future<Output = Result<(), StoreError>> + Send;
     /// Forwards to [`KvJobStore::deregister_node`], which states the contract.
     fn deregister_node(&self, node: &str) -> impl std::future::Future<Output = Result<(), StoreError>> + Send;
     /// Forwards to [`KvJobStore::nodes`], which states the contract.
@@ -610,7 +623,7 @@ pub trait JobStore: Clone + Send + Sync + 'static {
     fn reclaim_previous_runs(
         &self,
         node: &str,
-        known: &std::collections::BTreeSet<Uuid>,
+        known: &BTreeSet<Uuid>,
         now: DateTime<Utc>,
         chunk: usize,
     ) -> impl std::future::Future<Output = Result<ReapResult, StoreError>> + Send;
@@ -618,7 +631,7 @@ pub trait JobStore: Clone + Send + Sync + 'static {
     fn adopt_committed_runs(
         &self,
         node: &str,
-        known: &std::collections::BTreeSet<Uuid>,
+        known: &BTreeSet<Uuid>,
         attempts: &[DateTime<Utc>],
     ) -> impl std::future::Future<Output = Result<Vec<AcquiredRun>, StoreError>> + Send;
     /// Forwards to [`KvJobStore::request_cancel`], which states the contract.
@@ -778,6 +791,9 @@ impl<K: Kv> JobStore for KvJobStore<K> {
     ) -> impl std::future::Future<Output = Result<Heartbeat, StoreError>> + Send {
         KvJobStore::heartbeat(self, node, now, last_known)
     }
+    fn mark_draining(&self, node: &str) -> impl std::future::Future<Output = Result<(), StoreError>> + Send {
+        KvJobStore::mark_draining(self, node)
+    }
     fn deregister_node(&self, node: &str) -> impl std::future::Future<Output = Result<(), StoreError>> + Send {
         KvJobStore::deregister_node(self, node)
     }
@@ -797,7 +813,7 @@ impl<K: Kv> JobStore for KvJobStore<K> {
     fn reclaim_previous_runs(
         &self,
         node: &str,
-        known: &std::collections::BTreeSet<Uuid>,
+        known: &BTreeSet<Uuid>,
         now: DateTime<Utc>,
         chunk: usize,
     ) -> impl std::future::Future<Output = Result<ReapResult, StoreError>> + Send {
@@ -806,7 +822,7 @@ impl<K: Kv> JobStore for KvJobStore<K> {
     fn adopt_committed_runs(
         &self,
         node: &str,
-        known: &std::collections::BTreeSet<Uuid>,
+        known: &BTreeSet<Uuid>,
         attempts: &[DateTime<Utc>],
     ) -> impl std::future::Future<Output = Result<Vec<AcquiredRun>, StoreError>> + Send {
         KvJobStore::adopt_committed_runs(self, node, known, attempts)

@@ -106,6 +106,9 @@ async fn tick<S: JobStore>(state: &mut HousekeeperState<S>) {
     if shared.shared_store {
         match shared.store.nodes().await {
             Ok(nodes) => {
+                // Records of nodes fully reaped are deleted: forget them.
+                state.swept.retain(|name| nodes.iter().any(|n| &n.node == name));
+                state.observations.retain(|name, _| nodes.iter().any(|n| &n.node == name));
                 // A node no longer alive may still have runs `Running`: one stopped with
                 // runs that ignored cancellation (abandoned), or one whose reaping failed
                 // after it was declared lost. Nothing else would ever end them.

@@ -393,6 +393,13 @@ impl<S: JobStore> JobScheduler<S> {
             return StopReport { canceled: 0, abandoned: 0 };
         }
         self.shared.set_lifecycle(Lifecycle::Draining);
+        if self.shared.shared_store {
+            // The others take this node's home fires on time from now on. Failing that,
+            // they take them as late fires, as from a node that died.
+            if let Err(error) = self.shared.store.mark_draining(&self.shared.node_id).await {
+                tracing::warn!(%error, "could not mark the node draining");
+            }
+        }
         let running = |this: &Self| {
             let this = this.clone();
             async move { this.call_poller(PollerMsg::RunningCount).await.unwrap_or(0) }

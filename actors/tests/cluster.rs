@@ -416,6 +416,8 @@ async fn runs_a_stopped_node_abandoned_are_marked_lost_and_recovered() {
     let recovery: Vec<_> = after.iter().filter(|r| r.run.cause == RunCause::Recovery).collect();
     assert_eq!(recovery.len(), 1, "recovered once, on the node that stays: {after:#?}");
     assert_eq!(recovery[0].node, "stays");
+    let nodes: Vec<String> = store.nodes().await.unwrap().into_iter().map(|n| n.node).collect();
+    assert_eq!(nodes, ["stays"], "the stopped node's record went with its last run");
     stays.stop(Duration::from_secs(1)).await;
 }
 
@@ -456,5 +458,56 @@ async fn a_draining_node_keeps_its_runs_until_the_stop_deadline() {
     let runs = store.runs(&query).await.unwrap();
     let states: Vec<_> = runs.iter().map(|r| (r.run.cause, r.state, r.node.clone())).collect();
     assert_eq!(states, vec![(RunCause::Manual, RunState::Succeeded, "drain-leaves".to_owned())]);
+    stays.stop(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_others_take_a_draining_nodes_fires_on_time() {
+    // While a node drains (finishing a long run), the fires of its home shards go to the
+    // other node on time: it is not mistaken for a node that is merely slow, whose fires
+    // are taken only once late.
+    let clock = Arc::new(TokioClock::new(t0()));
+    let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
+    let (stays, store) = node(&kv, &clock, "busy-stays", 61).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (leaves, _) = node(&kv, &clock, "busy-leaves", 62).await;
+    // Enough every-second jobs that both nodes have home shards among them.
+    let jobs: Vec<JobDefinition> = (0..32)
+        .map(|i| {
+            JobDefinition::new(JobName::new(format!("tick-{i}")).unwrap(), JobTypeKey::new("noop").unwrap())
+                .with_trigger(sundial::job::JobTriggerDefinition::new(
+                    sundial::name::TriggerName::new("t").unwrap(),
+                    "cron * * * * * *".parse().unwrap(),
+                ))
+        })
+        .collect();
+    for job in jobs {
+        stays.schedule_one(job).await.unwrap();
+    }
+    let long = JobDefinition::new(JobName::new("long").unwrap(), JobTypeKey::new("long").unwrap());
+    stays.schedule_one(long).await.unwrap();
+    let trigger = leaves.clone();
+    tokio::spawn(async move { trigger.trigger(vec![JobName::new("long").unwrap().into()]).await });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = store.runs(&JobRunQuery { node: Some("busy-leaves".into()), ..JobRunQuery::default() }).await;
+    assert!(before.unwrap().len() > 5, "the leaving node had home fires of its own");
+    // The long run keeps the node draining for the whole 10 s deadline.
+    let stop = tokio::spawn(async move { leaves.stop(Duration::from_secs(10)).await });
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let query = JobRunQuery { limit: 1000, ..JobRunQuery::default() };
+    let runs = store.runs(&query).await.unwrap();
+    let during: Vec<_> = runs
+        .iter()
+        .filter(|r| r.run.job.as_str().starts_with("tick-"))
+        .filter(|r| r.run.scheduled_at >= t0() + chrono::TimeDelta::seconds(7))
+        .filter(|r| r.run.scheduled_at <= t0() + chrono::TimeDelta::seconds(13))
+        .collect();
+    assert!(during.len() >= 32 * 5, "every tick fired: {}", during.len());
+    for run in &during {
+        assert_eq!(run.node, "busy-stays");
+        let late = run.started_at - run.run.scheduled_at;
+        assert!(late < chrono::TimeDelta::milliseconds(500), "{} started {late} late", run.run.job);
+    }
+    stop.await.unwrap();
     stays.stop(Duration::from_secs(1)).await;
 }

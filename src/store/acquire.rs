@@ -466,14 +466,14 @@ impl<K: Kv> KvJobStore<K> {
         outlook.outlook()
     }
 
-    /// Which shards are home to `node` among the live nodes (snapshot).
+    /// Which shards are home to `node` among the live nodes that are not draining (snapshot).
     async fn homes_of(&self, tx: &Tx<'_, K::Transaction>, node: &str) -> Result<Vec<bool>, StoreError> {
         let (begin, end) = self.keys.nodes();
         let node_records = tx.txn.get_range(&RangeRequest::new(begin, end), true).await?;
         let mut nodes = vec![node.to_owned()];
         for (_, value) in &node_records.pairs {
             let record: NodeRecord = codec::decode(value, "node record")?;
-            if record.alive && record.node != node {
+            if record.alive && !record.draining && record.node != node {
                 nodes.push(record.node);
             }
         }
@@ -484,9 +484,13 @@ impl<K: Kv> KvJobStore<K> {
     /// longer alive (declared lost, or deregistered). Its runs would belong to a node the leader no
     /// longer watches, and would stay `Running` for ever if it then died. Read
     /// serializably, so a declaration racing this acquisition conflicts with it, and the
-    /// retry sees it. A node without a record (a store of its own) may.
+    /// retry sees it. A node without a record may if this store never heartbeated for it (a
+    /// store of its own); one it did heartbeat for was declared lost or stopped, and the
+    /// leader deleted the record once no runs were left: it may not until it heartbeats.
     pub(super) async fn node_may_run(&self, tx: &Tx<'_, K::Transaction>, node: &str) -> Result<bool, StoreError> {
-        let Some(bytes) = tx.txn.get(&self.keys.node(node), false).await? else { return Ok(true) };
+        let Some(bytes) = tx.txn.get(&self.keys.node(node), false).await? else {
+            return Ok(!self.has_registered(node));
+        };
         let record: NodeRecord = codec::decode(&bytes, "node record")?;
         Ok(record.alive)
     }

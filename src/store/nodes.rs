@@ -56,6 +56,11 @@ impl<K: Kv> KvJobStore<K> {
     /// requests (snapshot). `last_known` is the `times_declared_lost` of this node's
     /// previous heartbeat (`None` for the first one of a process).
     ///
+    /// A process that heartbeated before (`last_known` is `Some`) and finds no record was
+    /// declared lost or had stopped, and the leader has since deleted the record (it does
+    /// once the node has no runs left): that is reported as
+    /// [`was_declared_lost`](Heartbeat::was_declared_lost) too.
+    ///
     /// # Errors
     /// Store errors.
     pub async fn heartbeat(
@@ -64,23 +69,52 @@ impl<K: Kv> KvJobStore<K> {
         now: DateTime<Utc>,
         last_known: Option<u64>,
     ) -> Result<Heartbeat, StoreError> {
+        // Before the commit: if it lands while reported failed, the node's record exists,
+        // and a later deletion must not read as "a store of its own".
+        self.registered.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(node.to_owned());
         run(&self.kv, self.options.retry, |txn, _| async move {
             let key = self.keys.node(node);
             let old: Option<NodeRecord> =
                 txn.get(&key, false).await?.map(|b| codec::decode(&b, "node record")).transpose()?;
             let seq = old.as_ref().map_or(1, |n| n.heartbeat_seq + 1);
-            let times_declared_lost = old.as_ref().map_or(0, |n| n.times_declared_lost);
+            let times_declared_lost = match (&old, last_known) {
+                (Some(old), _) => old.times_declared_lost,
+                (None, None) => 0,
+                (None, Some(known)) => known + 1,
+            };
             let record = NodeRecord {
                 node: node.to_owned(),
                 heartbeat_seq: seq,
                 heartbeat_us: micros(now),
                 alive: true,
                 times_declared_lost,
+                // A process drains once, to its end; a new one (`None`) serves again.
+                draining: last_known.is_some() && old.as_ref().is_some_and(|n| n.draining),
             };
             txn.set(&key, &codec::encode(&record));
             let was_declared_lost = last_known.is_some_and(|known| times_declared_lost > known);
             let cancel_requests = self.tx(txn).cancel_requests(node, true).await?;
             Ok::<_, StoreError>(Heartbeat { seq, times_declared_lost, was_declared_lost, cancel_requests })
+        })
+        .await
+    }
+
+    /// Marks `node` as draining (its stop began): it stays alive, but the other nodes no
+    /// longer count it when they share out the due shards, so they take its fires on time
+    /// rather than once late. Its heartbeats keep the mark; a new process's first clears it.
+    /// Nothing happens to a node without a record.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn mark_draining(&self, node: &str) -> Result<(), StoreError> {
+        run(&self.kv, self.options.retry, |txn, _| async move {
+            let key = self.keys.node(node);
+            if let Some(bytes) = txn.get(&key, false).await? {
+                let mut record: NodeRecord = codec::decode(&bytes, "node record")?;
+                record.draining = true;
+                txn.set(&key, &codec::encode(&record));
+            }
+            Ok::<_, StoreError>(())
         })
         .await
     }
@@ -120,7 +154,9 @@ impl<K: Kv> KvJobStore<K> {
     /// already lost or deregistered), then marks up to `chunk` of its running runs `Lost`:
     /// each frees its slot, lets blocked triggers go, re-arms its interval trigger, and,
     /// for jobs that request recovery, gets one `recovery-…` trigger due now (cause
-    /// `Recovery`, same data). Call again while [`ReapResult::more`].
+    /// `Recovery`, same data). Call again while [`ReapResult::more`]. The step that finds
+    /// no run left deletes the node's record and cancel requests (see
+    /// [`heartbeat`](Self::heartbeat) for a node that comes back).
     ///
     /// With `fence`, the step commits only while that leader term is current.
     ///
@@ -157,9 +193,11 @@ impl<K: Kv> KvJobStore<K> {
             let mut result = ReapResult { declared: true, ..ReapResult::default() };
             let mut unblock = Vec::new();
             let (begin, end) = self.keys.running_on(node);
-            // The listing is a snapshot; each run is then read serializably, so a
-            // completion racing this conflicts on the run, and one state wins.
-            let listing = tx.txn.get_range(&RangeRequest::new(begin, end).limit(chunk), true).await?;
+            // Read serializably: a run the node starts while this step is under way (it read
+            // its record as alive just before this declaration) conflicts with the step,
+            // which then sees it; with a snapshot it would stay `Running` with no record
+            // left to lead anyone to it. A completion racing this conflicts on the run.
+            let listing = tx.txn.get_range(&RangeRequest::new(begin, end).limit(chunk), false).await?;
             let why = format!("node '{node}' was lost while the run was running");
             let mut written = 0;
             result.more = listing.more;
@@ -169,6 +207,15 @@ impl<K: Kv> KvJobStore<K> {
                     break;
                 }
                 written += self.lose_run(&tx, key, node, now, *uid, &why, &mut result, &mut unblock).await?;
+            }
+            if !result.more {
+                // Nothing of the node is left: drop its record, so records of nodes gone
+                // for good (restarts under new ids) do not pile up for every acquisition
+                // and every new leader to read. Should it come back, its heartbeat finds
+                // no record and learns it was declared lost.
+                tx.txn.clear(&key);
+                let (begin, end) = self.keys.cancels_for(node);
+                tx.txn.clear_range(&begin, &end);
             }
             Ok((result, unblock))
         })

@@ -224,6 +224,10 @@ pub struct NodeRecord {
     /// a heartbeat whose commit was ambiguous cannot erase the news: the node compares it
     /// with the count it last saw.
     pub times_declared_lost: u64,
+    /// Stop began (SPEC §10): the node takes no new work but is alive while it finishes
+    /// its runs, so the others take its home shards on time instead of as late fires.
+    /// Cleared by the first heartbeat of a new process.
+    pub draining: bool,
 }
 
 /// `(10, resource)`: a leader lease.

@@ -43,6 +43,7 @@ macro_rules! for_each_scenario {
             unknown_job_types_put_the_trigger_in_error,
             schedule_replaces_and_unschedule_deletes,
             lost_nodes_are_reaped_and_their_runs_recovered_exactly_once,
+            records_of_stopped_nodes_are_deleted_once_reaped,
             cancel_requests_reach_the_running_node_until_the_run_ends,
             history_queries_filter_page_count_and_expire,
             status_shows_triggers_running_and_last_result,
@@ -450,7 +451,11 @@ pub(crate) async fn lost_nodes_are_reaped_and_their_runs_recovered_exactly_once<
     for run in &runs {
         assert_eq!(store.run_record(run.run.id).await.unwrap().unwrap().state, RunState::Lost);
     }
-    // Declared lost, the node takes nothing and records no local run (the leader no longer
+    assert!(
+        store.nodes().await.unwrap().iter().all(|n| n.node != "dying"),
+        "with no run left, the lost node's record is deleted"
+    );
+    // Declared lost (its record gone), the node takes nothing and records no local run (the leader no longer
     // watches it, so its runs would never be reaped) until it heartbeats again.
     assert!(acquire(store, "dying", secs(100), 16).await.is_empty());
     let mut local = runs[0].run.clone();
@@ -478,8 +483,39 @@ pub(crate) async fn lost_nodes_are_reaped_and_their_runs_recovered_exactly_once<
     assert!(acquire(store, "healthy", secs(101), 64).await.iter().all(|r| r.run.cause != RunCause::Recovery));
     // The node comes back and learns it was declared lost, even if this heartbeat's own
     // commit is ambiguous and retried.
-    assert!(store.heartbeat("dying", secs(102), Some(first.times_declared_lost)).await.unwrap().was_declared_lost);
+    let back = store.heartbeat("dying", secs(102), Some(first.times_declared_lost)).await.unwrap();
+    assert!(back.was_declared_lost);
+    assert!(back.times_declared_lost > first.times_declared_lost);
     assert!(!acquire(store, "dying", secs(103), 16).await.is_empty(), "alive again, it takes fires");
+    assert!(store.nodes().await.unwrap().iter().any(|n| n.node == "dying" && n.alive), "registered again");
+}
+
+pub(crate) async fn records_of_stopped_nodes_are_deleted_once_reaped<K: Kv>(store: &KvJobStore<K>) {
+    let mut abandoning = job("abandoning", &[("t", "cron * * * * * *")]);
+    abandoning.allow_concurrent = true;
+    store.schedule(&[abandoning], t0()).await;
+    // A node stops gracefully with a run still `Running` (it ignored cancellation).
+    let beat = store.heartbeat("leaving", secs(0), None).await.unwrap();
+    let runs = acquire(store, "leaving", secs(1), 16).await;
+    assert_eq!(runs.len(), 1);
+    store.deregister_node("leaving").await.unwrap();
+    let stopped = store.nodes().await.unwrap().into_iter().find(|n| n.node == "leaving").unwrap();
+    assert!(!stopped.alive);
+    // Another node asks it to cancel; the request outlives nothing.
+    store.request_cancel(&[runs[0].run.id]).await[0].as_ref().unwrap();
+    let step = store.reap_node("leaving", stopped.heartbeat_seq, secs(5), 100, None).await.unwrap();
+    assert_eq!(step.lost_runs, vec![runs[0].run.id]);
+    assert!(!step.more);
+    assert!(store.nodes().await.unwrap().iter().all(|n| n.node != "leaving"), "record deleted with its last run");
+    assert!(store.cancel_requests("leaving").await.unwrap().is_empty(), "and its cancel requests");
+    // A node that never heartbeated through this store (a store of its own) may still run
+    // without a record; this one did, so it may not until it heartbeats again.
+    assert!(acquire(store, "leaving", secs(6), 16).await.is_empty());
+    assert!(!acquire(store, "own-store", secs(6), 16).await.is_empty());
+    // Started again under the same id (a new process: `None`), it simply registers.
+    let fresh = store.heartbeat("leaving", secs(7), None).await.unwrap();
+    assert!(!fresh.was_declared_lost);
+    assert!(fresh.seq > 0 && beat.seq > 0);
 }
 
 pub(crate) async fn cancel_requests_reach_the_running_node_until_the_run_ends<K: Kv>(store: &KvJobStore<K>) {
