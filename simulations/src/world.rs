@@ -169,6 +169,9 @@ struct World {
     /// wait behind them, as an operator's would, so a retried pause never lands after the
     /// resume that was meant to follow it.
     retrying: BTreeMap<sundial::name::JobName, u32>,
+    /// Per job, the operations waiting behind its refused one, in the order they came:
+    /// each goes once the one ahead of it went through.
+    held: BTreeMap<sundial::name::JobName, std::collections::VecDeque<Op>>,
     /// Jobs the store took only late: runtime jobs whose first scheduling it refused, code
     /// jobs not written by the first sample (see `check::Inputs`).
     late_jobs: BTreeSet<sundial::name::JobName>,
@@ -228,6 +231,7 @@ impl World {
             unavailable_windows: 0,
             partitions: BTreeMap::new(),
             retrying: BTreeMap::new(),
+            held: BTreeMap::new(),
             late_jobs: BTreeSet::new(),
             code_jobs_checked: false,
         };
@@ -560,9 +564,10 @@ impl World {
         }
         let job = op.ordered_job().cloned();
         if let Some(job) = job.as_ref().filter(|job| !retry && self.retrying.contains_key(*job)) {
-            // An earlier operation on this job is still being retried: wait behind it.
-            self.world(format!("{op:?} waits behind a refused operation on {job}; again in 10s"));
-            self.at(self.elapsed() + OP_RETRY, Action::Op(op));
+            // An earlier operation on this job is still being retried: wait behind it (and
+            // behind the others already waiting).
+            self.world(format!("{op:?} waits behind a refused operation on {job}"));
+            self.held.entry(job.clone()).or_default().push_back(op);
             return;
         }
         let Some(scheduler) = self.any_scheduler() else {
@@ -634,12 +639,26 @@ impl World {
         self.at(self.elapsed() + OP_RETRY, Action::RetryOp(op));
     }
 
+    /// A retried operation on `job` went through: the first one waiting behind it goes now
+    /// (as a retry, so the ones after it keep waiting).
     fn done_retrying(&mut self, job: &sundial::name::JobName) {
         if let Some(count) = self.retrying.get_mut(job) {
             *count -= 1;
             if *count == 0 {
                 self.retrying.remove(job);
             }
+        }
+        if self.retrying.contains_key(job) {
+            return;
+        }
+        let Some(waiting) = self.held.get_mut(job) else { return };
+        let next = waiting.pop_front();
+        if waiting.is_empty() {
+            self.held.remove(job);
+        }
+        if let Some(next) = next {
+            *self.retrying.entry(job.clone()).or_default() += 1;
+            self.at(self.elapsed(), Action::RetryOp(next));
         }
     }
 

@@ -319,6 +319,21 @@ mod regressions {
         assert_clean(&run(39318, &Overrides { faults: Some(faults), ..Overrides::default() }));
     }
 
+    /// Heavy faults (simulator fix): with the store unavailable for minutes, a resume was
+    /// refused again and again while a pause and then another resume of the same job
+    /// waited behind it; each waiting operation checked again on its own 10 s phase, so the
+    /// later resume went before the earlier pause, the job ended paused, and its fires
+    /// were expected in the liveness phase (20 violations). Waiting operations now go in
+    /// the order they came.
+    #[test]
+    fn seed_42219_heavy_faults_operations_waiting_behind_a_refused_one_kept_in_order() {
+        let faults = Faults::parse(
+            "crash=50,partition=50,unavailable=50,drain=20,skew=30,conflicts=0.3,unknown-result=0.3,hung=0.005,latency=20,clock-jump=10",
+        )
+        .expect("a valid fault list");
+        assert_clean(&run(42219, &Overrides { faults: Some(faults), ..Overrides::default() }));
+    }
+
     /// Every commit conflicting (checker and simulator fixes): the first scheduling of the
     /// runtime jobs was refused and never tried again, and the nodes wrote their code jobs
     /// only once the faults healed, yet the fires of both were expected from the epoch
