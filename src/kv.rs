@@ -272,6 +272,15 @@ pub trait KvTransaction: Clone + Send + Sync + 'static {
     /// 1020 on conflict, 1007 when too old, 1021/1031 when the outcome is unknown, size
     /// errors 2101–2103, and whatever the store's faults inject.
     fn commit(&self) -> impl Future<Output = Result<CommitInfo, KvError>> + Send;
+
+    /// A watch (FoundationDB's): resolves once `key`'s value differs from the value this
+    /// transaction sees for it. It is armed when the transaction commits; until then it
+    /// reports nothing. The future outlives the transaction; dropping it cancels the watch.
+    ///
+    /// # Errors
+    /// The transaction's commit error, if its commit fails; 1025 when it is dropped
+    /// uncommitted; other store errors while watching (the caller watches again).
+    fn watch(&self, key: &[u8]) -> impl Future<Output = Result<(), KvError>> + Send + 'static;
 }
 
 /// A database: makes transactions and paces retries.

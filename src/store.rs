@@ -604,6 +604,11 @@ pub trait JobStore: Clone + Send + Sync + 'static {
         now: DateTime<Utc>,
         last_known: Option<u64>,
     ) -> impl std::future::Future<Output = Result<Heartbeat, StoreError>> + Send;
+    /// Forwards to [`KvJobStore::watch_wake`], which states the contract.
+    fn watch_wake(
+        &self,
+        node: &str,
+    ) -> impl std::future::Future<Output = Result<crate::kv::BoxFuture<'static, Result<(), StoreError>>, StoreError>> + Send;
     /// Forwards to [`KvJobStore::mark_draining`], which states the contract.
     fn mark_draining(&self, node: &str) -> impl std::future::Future<Output = Result<(), StoreError>> + Send;
     /// Forwards to [`KvJobStore::deregister_node`], which states the contract.
@@ -790,6 +795,13 @@ impl<K: Kv> JobStore for KvJobStore<K> {
         last_known: Option<u64>,
     ) -> impl std::future::Future<Output = Result<Heartbeat, StoreError>> + Send {
         KvJobStore::heartbeat(self, node, now, last_known)
+    }
+    fn watch_wake(
+        &self,
+        node: &str,
+    ) -> impl std::future::Future<Output = Result<crate::kv::BoxFuture<'static, Result<(), StoreError>>, StoreError>> + Send
+    {
+        KvJobStore::watch_wake(self, node)
     }
     fn mark_draining(&self, node: &str) -> impl std::future::Future<Output = Result<(), StoreError>> + Send {
         KvJobStore::mark_draining(self, node)

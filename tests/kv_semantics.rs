@@ -586,3 +586,89 @@ async fn a_commit_after_a_read_version_was_taken_gets_a_later_version() {
     assert_eq!(code(t.commit().await), KvError::NOT_COMMITTED, "a lost update");
     assert_eq!(get(&kv, "k").await.as_deref(), Some("new"));
 }
+
+/// Whether `watch` has fired (or failed) without waiting.
+fn fired<F: std::future::Future + Unpin>(watch: &mut F) -> Option<F::Output> {
+    let waker = std::task::Waker::noop();
+    match std::pin::Pin::new(watch).poll(&mut std::task::Context::from_waker(waker)) {
+        std::task::Poll::Ready(output) => Some(output),
+        std::task::Poll::Pending => None,
+    }
+}
+
+#[tokio::test]
+async fn a_watch_fires_once_its_key_changes_after_its_commit() {
+    let (kv, _) = store();
+    put(&kv, &[("wake", "1")]).await;
+    let t = kv.create_transaction().unwrap();
+    t.get(b"wake", true).await.unwrap();
+    let mut watch = Box::pin(t.watch(b"wake"));
+    assert!(fired(&mut watch).is_none(), "not armed before the commit");
+    t.commit().await.unwrap();
+    put(&kv, &[("wake", "1")]).await;
+    assert!(fired(&mut watch).is_none(), "the same value again is no change");
+    put(&kv, &[("other", "x")]).await;
+    assert!(fired(&mut watch).is_none(), "other keys do not fire it");
+    put(&kv, &[("wake", "2")]).await;
+    assert_eq!(fired(&mut watch), Some(Ok(())));
+    // An atomic add changes the value too; a clear of a missing key does not.
+    let t = kv.create_transaction().unwrap();
+    let mut counter = Box::pin(t.watch(b"counter"));
+    t.commit().await.unwrap();
+    let clear = kv.create_transaction().unwrap();
+    clear.clear(b"counter");
+    clear.commit().await.unwrap();
+    assert!(fired(&mut counter).is_none());
+    let add = kv.create_transaction().unwrap();
+    add.atomic_op(b"counter", &1i64.to_le_bytes(), AtomicOp::Add);
+    add.commit().await.unwrap();
+    assert_eq!(fired(&mut counter), Some(Ok(())));
+}
+
+#[tokio::test]
+async fn a_watch_compares_with_what_its_transaction_saw() {
+    let (kv, _) = store();
+    put(&kv, &[("wake", "1")]).await;
+    // Changed between the watch's read version and its commit: fires at the commit.
+    let t = kv.create_transaction().unwrap();
+    t.get(b"wake", true).await.unwrap();
+    let mut watch = Box::pin(t.watch(b"wake"));
+    put(&kv, &[("wake", "2")]).await;
+    assert!(fired(&mut watch).is_none());
+    t.commit().await.unwrap();
+    assert_eq!(fired(&mut watch), Some(Ok(())));
+    // Its own write is what it saw: another write of that value changes nothing.
+    let t = kv.create_transaction().unwrap();
+    t.set(b"wake", b"3");
+    let mut own = Box::pin(t.watch(b"wake"));
+    t.commit().await.unwrap();
+    put(&kv, &[("wake", "3")]).await;
+    assert!(fired(&mut own).is_none());
+    put(&kv, &[("wake", "4")]).await;
+    assert_eq!(fired(&mut own), Some(Ok(())));
+}
+
+#[tokio::test]
+async fn a_watch_fails_with_its_transaction() {
+    let (kv, _) = store();
+    // Dropped uncommitted: canceled.
+    let t = kv.create_transaction().unwrap();
+    let mut dropped = Box::pin(t.watch(b"wake"));
+    drop(t);
+    assert_eq!(fired(&mut dropped).unwrap().unwrap_err().code(), KvError::TRANSACTION_CANCELLED);
+    // A failed commit: its error.
+    let t = kv.create_transaction().unwrap();
+    t.get(b"wake", false).await.unwrap();
+    t.set(b"mine", b"x");
+    let mut conflicted = Box::pin(t.watch(b"wake"));
+    put(&kv, &[("wake", "1")]).await;
+    assert_eq!(code(t.commit().await), KvError::NOT_COMMITTED);
+    assert_eq!(fired(&mut conflicted).unwrap().unwrap_err().code(), KvError::NOT_COMMITTED);
+    // Partitioned: the commit cannot reach the store.
+    let client = kv.client("n1");
+    kv.set_partitioned("n1", true);
+    let t = client.create_transaction().unwrap();
+    let mut cut = Box::pin(t.watch(b"wake"));
+    assert_eq!(code(t.commit().await), KvError::TRANSACTION_TIMED_OUT);
+    assert_eq!(fired(&mut cut).unwrap().unwrap_err().code(), KvError::TRANSACTION_TIMED_OUT);
+}

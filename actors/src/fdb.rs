@@ -225,6 +225,11 @@ impl KvTransaction for FdbTransaction {
             Ok(CommitInfo { version, versionstamp })
         }
     }
+
+    fn watch(&self, key: &[u8]) -> impl Future<Output = Result<(), KvError>> + Send + 'static {
+        let future = self.with(|t| t.watch(key));
+        async move { future?.await.map_err(kv_error) }
+    }
 }
 
 impl FdbTransaction {

@@ -29,7 +29,7 @@ use uuid::Uuid;
 
 use sundial::local::LocalTriggers;
 
-use crate::execute::CancelReason;
+use crate::execute::{AbortOnDrop, CancelReason};
 use crate::node::{Lifecycle, NodeShared};
 use crate::run::{RunActor, RunArgs, RunMsg};
 use crate::stats::{EngineWork, StoreOp};
@@ -78,6 +78,9 @@ pub(crate) enum PollerMsg {
     RunningCount(RpcReplyPort<usize>),
     /// Cancel every run here; replies with how many there were.
     CancelAll(CancelReason, RpcReplyPort<usize>),
+    /// The watch on this node's wake key fired (`true`: new due work in its home shards,
+    /// cycle now) or failed (`false`: watch again after the next cycle).
+    Woken(bool),
 }
 
 pub(crate) struct PollerState<S: JobStore> {
@@ -121,6 +124,10 @@ pub(crate) struct PollerState<S: JobStore> {
     refill_pending: bool,
     /// When this node last read the other nodes' shards.
     last_steal_check: Option<sundial::time::MonotonicInstant>,
+    /// The armed watch on this node's wake key (shared store, while serving): another
+    /// node that gives this node's home shards new due work wakes it, instead of leaving
+    /// the fire for its next poll. Dropping it cancels the watch.
+    wake_watch: Option<AbortOnDrop<()>>,
 }
 
 /// Failed acquisitions whose runs the next cycle looks for (see `adopt_committed_runs`).
@@ -171,6 +178,7 @@ impl<S: JobStore> Actor for PollerActor<S> {
             sequence: None,
             refill_pending: false,
             last_steal_check: None,
+            wake_watch: None,
         })
     }
 
@@ -184,7 +192,14 @@ impl<S: JobStore> Actor for PollerActor<S> {
             PollerMsg::Tick(tick) if tick == state.tick => {
                 state.refill_pending = false;
                 let wait = cycle(&myself, state).await;
+                watch_wake(&myself, state).await;
                 tick_in(&myself, state, wait);
+            }
+            PollerMsg::Woken(fired) => {
+                state.wake_watch = None;
+                if fired {
+                    tick_in(&myself, state, Duration::ZERO);
+                }
             }
             PollerMsg::Tick(_) => {}
             PollerMsg::Wake => {
@@ -264,6 +279,29 @@ impl<S: JobStore> Actor for PollerActor<S> {
             run_ended(&myself, state, id);
         }
         Ok(())
+    }
+}
+
+/// Arms the watch on this node's wake key if it is not armed (shared store, serving).
+/// A failure leaves it for the next cycle: polling finds new work meanwhile.
+async fn watch_wake<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<S>) {
+    let shared = &state.shared;
+    if !shared.shared_store || shared.lifecycle() != Lifecycle::Serving {
+        state.wake_watch = None;
+        return;
+    }
+    if state.wake_watch.is_some() {
+        return;
+    }
+    match shared.store.watch_wake(&shared.node_id).await {
+        Ok(watch) => {
+            let myself = myself.clone();
+            state.wake_watch = Some(AbortOnDrop(tokio::spawn(async move {
+                let fired = watch.await.is_ok();
+                let _ = myself.send_message(PollerMsg::Woken(fired));
+            })));
+        }
+        Err(error) => tracing::debug!(%error, "could not watch the wake key"),
     }
 }
 

@@ -511,3 +511,30 @@ async fn the_others_take_a_draining_nodes_fires_on_time() {
     stop.await.unwrap();
     stays.stop(Duration::from_secs(1)).await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn work_enqueued_on_one_node_wakes_the_node_whose_shard_it_is() {
+    // Polls are 5 s apart: an enqueued run whose shard is the other node's starts at once
+    // only because that node watches its wake key.
+    let clock = Arc::new(TokioClock::new(t0()));
+    let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
+    let options = SchedulerOptions { poll_interval: Duration::from_secs(5), ..fast_options() };
+    let (here, store) = node_with_options(&kv, &clock, "enqueues", 71, registry(), options.clone()).await;
+    let (_there, _) = node_with_options(&kv, &clock, "watches", 72, registry(), options).await;
+    let job = JobName::new("on-demand").unwrap();
+    here.schedule_one(JobDefinition::new(job.clone(), JobTypeKey::new("noop").unwrap())).await.unwrap();
+    // Both nodes have polled since both registered: each knows the other.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let enqueued_at = sundial::time::Clock::now(clock.as_ref());
+    for _ in 0..16 {
+        here.enqueue_one(job.clone()).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let runs = store.runs(&JobRunQuery { job: Some(job), ..JobRunQuery::default() }).await.unwrap();
+    assert_eq!(runs.len(), 16, "{runs:#?}");
+    assert!(runs.iter().any(|r| r.node == "watches"), "some shards are the other node's");
+    for run in &runs {
+        let waited = run.started_at - enqueued_at;
+        assert!(waited < chrono::TimeDelta::milliseconds(200), "started {waited} after the enqueue on {}", run.node);
+    }
+}

@@ -160,7 +160,17 @@ struct State {
     partitioned: BTreeSet<String>,
     late: Vec<LateCommit>,
     stats: MemoryKvStats,
+    /// Armed watches by key: the value each watcher saw, and how to tell it.
+    watchers: BTreeMap<Vec<u8>, Vec<Watcher>>,
 }
+
+/// An armed watch: fires when its key's latest value is no longer `seen`.
+struct Watcher {
+    seen: Option<Vec<u8>>,
+    notify: WatchSender,
+}
+
+type WatchSender = futures_channel::oneshot::Sender<Result<(), KvError>>;
 
 /// A commit reported as timed out that may still land.
 struct LateCommit {
@@ -361,6 +371,9 @@ impl State {
     /// versions this one hides, or the key itself if this is a deletion. A new key with a
     /// value has nothing to collect (most writes: history, indexes), so it is not scheduled.
     fn write_version(&mut self, key: StoredKey, version: Version, value: Option<Vec<u8>>) {
+        if !self.watchers.is_empty() {
+            self.fire_watchers(&key, value.as_deref());
+        }
         let value = value.map(Vec::into_boxed_slice);
         match self.data.entry(key) {
             std::collections::btree_map::Entry::Occupied(mut versions) => {
@@ -375,6 +388,34 @@ impl State {
                 slot.insert(smallvec::smallvec![(version, value)]);
             }
         }
+    }
+
+    /// Tells the watchers of `key` whose value `value` is not the one they saw.
+    fn fire_watchers(&mut self, key: &[u8], value: Option<&[u8]>) {
+        let Some(watchers) = self.watchers.get_mut(key) else { return };
+        for watcher in std::mem::take(watchers) {
+            if watcher.seen.as_deref() == value {
+                watchers.push(watcher);
+            } else {
+                let _ = watcher.notify.send(Ok(()));
+            }
+        }
+        if watchers.is_empty() {
+            self.watchers.remove(key);
+        }
+    }
+
+    /// Arms a watch on `key` that saw `seen`: fires at once if the value moved on since.
+    fn arm_watch(&mut self, key: Vec<u8>, seen: Option<Vec<u8>>, notify: WatchSender) {
+        let latest = self.data.get(key.as_slice()).and_then(|v| v.last()).and_then(|(_, value)| value.as_deref());
+        if latest != seen.as_deref() {
+            let _ = notify.send(Ok(()));
+            return;
+        }
+        // Watchers dropped by their callers would pile up on a key nobody writes.
+        let watchers = self.watchers.entry(key).or_default();
+        watchers.retain(|w| !w.notify.is_canceled());
+        watchers.push(Watcher { seen, notify });
     }
 
     /// Drops versions no live or future transaction can read, and conflict records no
@@ -420,6 +461,7 @@ impl MemoryKv {
             unavailable: false,
             partitioned: BTreeSet::new(),
             late: Vec::new(),
+            watchers: BTreeMap::new(),
             stats: MemoryKvStats::default(),
         };
         let shared =
@@ -595,6 +637,8 @@ struct TxnData {
     error: Option<KvError>,
     /// Committed, failed at commit, or handed to a late commit: no longer usable.
     finished: bool,
+    /// Watches to arm at commit (dropped uncommitted: their futures fail with 1025).
+    watches: Vec<(Vec<u8>, WatchSender)>,
 }
 
 impl TxnData {
@@ -1026,6 +1070,17 @@ impl KvTransaction for MemoryTransaction {
         let (result, latency) = self.commit_now();
         self.delayed(result, latency)
     }
+
+    fn watch(&self, key: &[u8]) -> impl Future<Output = Result<(), KvError>> + Send + 'static {
+        let (notify, fired) = futures_channel::oneshot::channel();
+        let mut data = lock(&self.inner.data);
+        if data.finished {
+            let _ = notify.send(Err(KvError::new(KvError::USED_DURING_COMMIT)));
+        } else {
+            data.watches.push((key.to_vec(), notify));
+        }
+        async move { fired.await.unwrap_or_else(|_| Err(KvError::new(KvError::TRANSACTION_CANCELLED))) }
+    }
 }
 
 impl MemoryTransaction {
@@ -1037,11 +1092,15 @@ impl MemoryTransaction {
         }
         data.finished = true;
         let read_version = data.read_version;
+        let watches = std::mem::take(&mut data.watches);
         let mut state = match kv.enter() {
             Ok(state) => state,
             Err((mut state, error)) => {
                 if let Some(version) = read_version {
                     state.unregister_read(version);
+                }
+                for (_, notify) in watches {
+                    let _ = notify.send(Err(error.clone()));
                 }
                 let latency = kv.latency(&mut state);
                 return (Err(error), latency);
@@ -1049,7 +1108,23 @@ impl MemoryTransaction {
         };
         let latency = kv.latency(&mut state);
         let now_version = kv.now_version(&state);
+        // What each watch saw: the value at the read version, with this transaction's writes.
+        let seen: Vec<Option<Vec<u8>>> = watches
+            .iter()
+            .map(|(key, _)| {
+                let stored = state.value_at(key, read_version.unwrap_or(now_version));
+                data.resolve(key, stored).unwrap_or(None)
+            })
+            .collect();
         let result = self.commit_locked(&mut data, &mut state, now_version);
+        for ((key, notify), seen) in watches.into_iter().zip(seen) {
+            match &result {
+                Ok(_) => state.arm_watch(key, seen, notify),
+                Err(error) => {
+                    let _ = notify.send(Err(error.clone()));
+                }
+            }
+        }
         if let Some(version) = read_version {
             // A late commit keeps its read version registered until it lands.
             let handed_to_late = matches!(&result, Err(e) if e.code() == KvError::TRANSACTION_TIMED_OUT);

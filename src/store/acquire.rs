@@ -27,7 +27,7 @@ use futures_util::future::try_join;
 use uuid::Uuid;
 
 use super::jobs::instant;
-use super::keys::{fnv, DUE_SHARDS};
+use super::keys::{fnv, shard_of, DUE_SHARDS};
 use super::records::{JobRecord, NodeRecord, RunRecord, TriggerKind, TriggerRecord};
 use super::{
     codec, data_text, decode_job, decode_trigger, job_run_of, micros, parse_data, KvJobStore, Prefetched, StoreError,
@@ -35,7 +35,7 @@ use super::{
 };
 use crate::error::SchedulingError;
 use crate::job::{merge_data, JobRun, RunCause, RunState, TriggerState, ERROR_MESSAGE_LEN_MAX};
-use crate::kv::{run, Kv, KvTransaction, RangeRequest, VALUE_SIZE_MAX};
+use crate::kv::{run, BoxFuture, Kv, KvTransaction, RangeRequest, VALUE_SIZE_MAX};
 use crate::rules::on_due;
 use crate::schedule::{JobSchedule, PreviousFire, ScheduleKind};
 
@@ -636,6 +636,43 @@ impl<K: Kv> KvJobStore<K> {
         // sorting by integers only (thousands of fires due together all tie up to here).
         candidates.sort_by_cached_key(|c| (!c.home, std::cmp::Reverse(c.priority), c.spread, c.due));
         Ok(Candidates { ordered: candidates, firsts, homes, truncated })
+    }
+
+    /// Writes `new` (replacing `old`) as [`Tx::put_trigger`] does and, when that gives it a
+    /// due entry it did not have, tells the node whose home shard holds the entry (by the
+    /// node list this store's last acquisition saw) through its wake key, so it need not
+    /// wait for its next poll. A store that never acquired knows no nodes and tells none:
+    /// polling still finds the fire.
+    pub(crate) fn put_trigger_and_wake(
+        &self,
+        tx: &Tx<'_, K::Transaction>,
+        old: Option<&TriggerRecord>,
+        new: &TriggerRecord,
+        local: bool,
+    ) {
+        tx.put_trigger(old, new, local);
+        let due = |t: &TriggerRecord| (t.state == TriggerState::Waiting).then_some(t.next_fire_us).flatten();
+        if local || due(new).is_none() || old.and_then(due) == due(new) {
+            return;
+        }
+        let cache = self.homes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let home = cache.as_ref().and_then(|cached| home_of(shard_of(&new.job, &new.name), &cached.nodes));
+        if let Some(node) = home {
+            tx.txn.atomic_op(&self.keys.wake(node), &1u64.to_le_bytes(), crate::kv::AtomicOp::Add);
+        }
+    }
+
+    /// Watches `node`'s wake key: the future resolves when another transaction gives one
+    /// of its home shards new due work (see `put_trigger_and_wake`), or fails when
+    /// watching does (watch again after the next poll).
+    ///
+    /// # Errors
+    /// Store errors arming the watch.
+    pub async fn watch_wake(&self, node: &str) -> Result<BoxFuture<'static, Result<(), StoreError>>, StoreError> {
+        let txn = self.kv.create_transaction()?;
+        let watch = txn.watch(&self.keys.wake(node));
+        txn.commit().await?;
+        Ok(Box::pin(async move { watch.await.map_err(StoreError::from) }))
     }
 
     /// Which shards are home to `nodes[0]` among `nodes` (cached for the last list).

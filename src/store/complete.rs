@@ -314,7 +314,7 @@ impl<K: Kv> KvJobStore<K> {
                     if let (TriggerState::Waiting, Some(due)) = (waiting.state, waiting.next_fire_us) {
                         earliest = Some(earliest.map_or(due, |e| e.min(due)));
                     }
-                    tx.put_trigger(Some(&trigger), &waiting, false);
+                    self.put_trigger_and_wake(tx, Some(&trigger), &waiting, false);
                 }
                 _ => tx.txn.clear(key),
             }
@@ -381,7 +381,7 @@ impl<K: Kv> KvJobStore<K> {
             next.error = Some(reason);
         }
         settle(&mut next, job.paused);
-        tx.put_trigger(Some(&trigger), &next, job.run_on_every_instance);
+        self.put_trigger_and_wake(tx, Some(&trigger), &next, job.run_on_every_instance);
         Ok(next.next_fire_us.filter(|_| next.state == TriggerState::Waiting))
     }
 
@@ -400,7 +400,7 @@ impl<K: Kv> KvJobStore<K> {
         let kind = TriggerKind::Retry { attempt: plan.attempt, retry_of: run.retry_of.unwrap_or(run.id) };
         let data = parse_data(&run.data)?;
         let record = one_shot_record(&run.job, &name, kind, &data, uid, plan.due);
-        tx.put_trigger(None, &record, false);
+        self.put_trigger_and_wake(tx, None, &record, false);
         Ok(Some((name, plan.due)))
     }
 

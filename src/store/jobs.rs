@@ -130,7 +130,7 @@ impl<K: Kv> KvJobStore<K> {
         for (trigger, uid) in def.triggers.iter().zip(uids) {
             let previous = old_triggers.iter().find(|t| t.name == trigger.name.as_str() && !t.kind.is_synthetic());
             let new = self.defined_trigger(def, trigger, previous, *uid, paused, now);
-            tx.put_trigger(previous, &new, def.run_on_every_instance);
+            self.put_trigger_and_wake(tx, previous, &new, def.run_on_every_instance);
         }
         Ok(())
     }
@@ -236,7 +236,7 @@ impl<K: Kv> KvJobStore<K> {
                     let mut next = trigger.clone();
                     settle(&mut next, paused);
                     if next.state != trigger.state {
-                        tx.put_trigger(Some(&trigger), &next, job.run_on_every_instance);
+                        self.put_trigger_and_wake(&tx, Some(&trigger), &next, job.run_on_every_instance);
                     }
                 }
                 Ok(())
@@ -267,7 +267,7 @@ impl<K: Kv> KvJobStore<K> {
                 let mut next = trigger.clone();
                 next.paused = paused;
                 settle(&mut next, job.paused);
-                tx.put_trigger(Some(&trigger), &next, job.run_on_every_instance);
+                self.put_trigger_and_wake(&tx, Some(&trigger), &next, job.run_on_every_instance);
                 Ok(())
             })
             .await;
@@ -323,7 +323,7 @@ impl<K: Kv> KvJobStore<K> {
                 return Ok(());
             }
             let record = one_shot_record(job.as_str(), name, kind, data, uid, due);
-            tx.put_trigger(None, &record, false);
+            self.put_trigger_and_wake(&tx, None, &record, false);
             Ok::<_, StoreError>(())
         })
         .await?;

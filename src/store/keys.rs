@@ -26,6 +26,10 @@
 //! (12, job)                                     ''             local jobs (run on every node)
 //! (13)                                          i64 LE         number of stored runs (atomic add)
 //! (14, job, run_id)                             ''             Running runs per job
+//! (15)                                          u64 LE         local jobs' change stamp (atomic add)
+//! (16, node)                                    u64 LE         the node's wake key (atomic add): it
+//!                                                              watches it, and looks at the due
+//!                                                              index when it changes
 //! ```
 //!
 //! Times are microseconds since the Unix epoch (tuple integers sort correctly, negatives
@@ -86,6 +90,7 @@ const LOCAL_JOB: i64 = 12;
 const RUN_COUNT: i64 = 13;
 const JOB_RUNNING: i64 = 14;
 const LOCAL_STAMP: i64 = 15;
+const WAKE: i64 = 16;
 
 const BY_JOB: i64 = 0;
 const BY_TIME: i64 = 1;
@@ -364,6 +369,11 @@ impl Keyspace {
     /// `(15)`: the local-jobs stamp, so a node rereads local jobs only when they changed.
     pub fn local_jobs_stamp(&self) -> Vec<u8> {
         self.pack(&(LOCAL_STAMP,))
+    }
+
+    /// `(16, node)`: the key `node` watches to hear of new due work in its home shards.
+    pub fn wake(&self, node: &str) -> Vec<u8> {
+        self.pack(&(WAKE, node))
     }
 
     /// Every key of this store.

@@ -155,7 +155,7 @@ impl<K: Kv> KvJobStore<K> {
     /// each frees its slot, lets blocked triggers go, re-arms its interval trigger, and,
     /// for jobs that request recovery, gets one `recovery-…` trigger due now (cause
     /// `Recovery`, same data). Call again while [`ReapResult::more`]. The step that finds
-    /// no run left deletes the node's record and cancel requests (see
+    /// no run left deletes the node's record, wake key and cancel requests (see
     /// [`heartbeat`](Self::heartbeat) for a node that comes back).
     ///
     /// With `fence`, the step commits only while that leader term is current.
@@ -214,6 +214,7 @@ impl<K: Kv> KvJobStore<K> {
                 // and every new leader to read. Should it come back, its heartbeat finds
                 // no record and learns it was declared lost.
                 tx.txn.clear(&key);
+                tx.txn.clear(&self.keys.wake(node));
                 let (begin, end) = self.keys.cancels_for(node);
                 tx.txn.clear_range(&begin, &end);
             }
@@ -330,7 +331,7 @@ impl<K: Kv> KvJobStore<K> {
         let name = format!("recovery-{}", lost.id.simple());
         let kind = TriggerKind::Recovery { lost_run: lost.id, attempt: lost.attempt, retry_of: lost.retry_of };
         let record = one_shot_record(&lost.job, &name, kind, &parse_data(&lost.data)?, uid, now);
-        tx.put_trigger(None, &record, false);
+        self.put_trigger_and_wake(tx, None, &record, false);
         Ok(name)
     }
 
