@@ -238,3 +238,31 @@ async fn a_node_without_a_triggers_calendar_puts_it_in_error_rather_than_ignore_
     assert_eq!(ticks.error.as_deref(), Some("calendar 'weekends' is not registered on node 'n1'"));
     assert!(conformance::acquire(&with, "n1", conformance::secs(7200), 16).await.is_empty(), "nothing left to run");
 }
+
+#[tokio::test(start_paused = true)]
+async fn new_due_work_bumps_the_wake_key_of_its_home_node_only() {
+    use futures_util::FutureExt;
+    let store = store();
+    let t0 = conformance::t0();
+    store.heartbeat("a", t0, None).await.unwrap();
+    store.heartbeat("b", t0, None).await.unwrap();
+    let mut on_demand = conformance::job("on-demand", &[]);
+    on_demand.allow_concurrent = true;
+    store.schedule(&[on_demand], t0).await;
+    // A store learns the live nodes from its acquisitions.
+    assert!(conformance::acquire(&store, "a", t0, 16).await.is_empty());
+    let mut wake_a = store.watch_wake("a").await.unwrap();
+    let mut wake_b = store.watch_wake("b").await.unwrap();
+    assert!(wake_b.as_mut().now_or_never().is_none(), "armed, nothing new yet");
+    let pairs: Vec<_> = (0..32).map(|_| (conformance::name("on-demand"), Default::default())).collect();
+    for result in store.enqueue(&pairs, t0).await {
+        result.unwrap();
+    }
+    assert!(matches!(wake_b.now_or_never(), Some(Ok(()))), "32 one-shot fires: some are in b's shards");
+    assert!(wake_a.as_mut().now_or_never().is_none(), "this store's own node is woken by its handle");
+    // Taking fires (advancing, completing) tells nobody: only new due work does.
+    let mut wake_b = store.watch_wake("b").await.unwrap();
+    let taken = conformance::acquire(&store, "b", t0, 64).await;
+    assert!(!taken.is_empty(), "b takes the fires of its shards");
+    assert!(wake_b.as_mut().now_or_never().is_none());
+}

@@ -641,8 +641,8 @@ impl<K: Kv> KvJobStore<K> {
     /// Writes `new` (replacing `old`) as [`Tx::put_trigger`] does and, when that gives it a
     /// due entry it did not have, tells the node whose home shard holds the entry (by the
     /// node list this store's last acquisition saw) through its wake key, so it need not
-    /// wait for its next poll. A store that never acquired knows no nodes and tells none:
-    /// polling still finds the fire.
+    /// wait for its next poll, unless that is this store's own node. A store that never
+    /// acquired knows no nodes and tells none: polling still finds the fire.
     pub(crate) fn put_trigger_and_wake(
         &self,
         tx: &Tx<'_, K::Transaction>,
@@ -656,8 +656,11 @@ impl<K: Kv> KvJobStore<K> {
             return;
         }
         let cache = self.homes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let home = cache.as_ref().and_then(|cached| home_of(shard_of(&new.job, &new.name), &cached.nodes));
-        if let Some(node) = home {
+        let Some(cached) = cache.as_ref() else { return };
+        let home = home_of(shard_of(&new.job, &new.name), &cached.nodes);
+        // This store's own node (the first of the list) learns of its own writes without
+        // its watch: the handle and the run's end wake its poller.
+        if let Some(node) = home.filter(|home| Some(*home) != cached.nodes.first().map(String::as_str)) {
             tx.txn.atomic_op(&self.keys.wake(node), &1u64.to_le_bytes(), crate::kv::AtomicOp::Add);
         }
     }
