@@ -48,9 +48,28 @@ pub(super) fn parse(text: &str) -> Result<CronExpression, CronError> {
         Some(text) if text == "*" => None,
         Some(text) => Some(parse_years(text)?),
     };
+    if !day_of_week.restricted && !falls_in_some_month(&day_of_month, months as u16) {
+        // Quartz refuses such a trigger too: it could only ever be `Complete`.
+        let problem = "no selected day exists in any selected month (such as 30 FEB): the expression never fires";
+        return Err(error(&DAY_OF_MONTH, &rest[2], problem));
+    }
     let compiled =
         Compiled { seconds, minutes, hours: hours as u32, months: months as u16, years, day_of_month, day_of_week };
     Ok(CronExpression { text: fields.join(" "), compiled })
+}
+
+/// Whether the day-of-month rules select a day that exists in some month of `months`
+/// (bit n = month n), in some year: February has 29 days at most.
+fn falls_in_some_month(dom: &DayOfMonth, months: u16) -> bool {
+    const LONGEST: [u32; 12] = [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+    if !dom.restricted || dom.last_weekday {
+        return true;
+    }
+    (1..=12u32).filter(|m| months & (1 << m) != 0).any(|m| {
+        let last = LONGEST[(m - 1) as usize];
+        let up_to_last = ((1u64 << (last + 1)) - 2) as u32; // bits 1..=last
+        dom.days & up_to_last != 0 || dom.nearest_weekday & up_to_last != 0 || dom.before_last & ((1 << last) - 1) != 0
+    })
 }
 
 fn error(spec: &Spec, text: &str, problem: impl Into<String>) -> CronError {
@@ -264,6 +283,28 @@ mod tests {
         assert!(CronExpression::parse("* * * * * * 2030").is_ok());
         for text in ["", "* * * *", "* * * * * * * *"] {
             assert!(matches!(CronExpression::parse(text), Err(CronError::FieldCount { .. })), "{text}");
+        }
+    }
+
+    #[test]
+    fn days_no_selected_month_has_are_refused() {
+        for text in ["0 0 0 30 2 *", "0 0 0 30,31 FEB ?", "0 0 0 31 4,6,9,11 *", "0 0 0 30W 2 *", "0 0 0 L-29 2 *"] {
+            assert_eq!(field_error(text), CronField::DayOfMonth, "{text}");
+        }
+        let message = CronExpression::parse("0 0 0 30 2 *").unwrap_err().to_string();
+        assert!(message.contains("never fires"), "{message}");
+        // Days some selected month has (29 FEB in leap years), the month-relative forms,
+        // and a day-of-week alternative all fire.
+        for text in [
+            "0 0 0 29 2 *",
+            "0 0 0 31 1-2 *",
+            "0 0 0 L 2 *",
+            "0 0 0 LW 2 *",
+            "0 0 0 L-28 2 *",
+            "0 0 0 29W 2 *",
+            "0 0 0 30 2 MON",
+        ] {
+            assert!(CronExpression::parse(text).is_ok(), "{text}");
         }
     }
 

@@ -454,7 +454,9 @@ mod tests {
 
     #[test]
     fn impossible_dates_have_no_next_and_leap_days_are_found() {
-        assert_eq!(next("0 0 0 30 2 ?", "2026-01-01T00:00:00Z", Tz::UTC), None);
+        // 30 FEB is refused when parsed; 29 FEB only in years without one never comes.
+        assert!(CronExpression::parse("0 0 0 30 2 ?").is_err());
+        assert_eq!(next("0 0 0 29 2 ? 2026-2027", "2026-01-01T00:00:00Z", Tz::UTC), None);
         assert_eq!(next("0 0 0 29 2 ?", "2026-01-01T00:00:00Z", Tz::UTC).unwrap(), "2028-02-29T00:00:00+00:00");
         assert_eq!(next("0 0 0 1 1 ? 2030", "2026-01-01T00:00:00Z", Tz::UTC).unwrap(), "2030-01-01T00:00:00+00:00");
         // More than five years ahead: none.
