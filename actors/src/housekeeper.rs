@@ -18,6 +18,7 @@ use sundial::time::{Clock, MonotonicInstant};
 
 use crate::events::{CloudEvent, RunFacts, Topic};
 use crate::node::NodeShared;
+use crate::poller::PollerMsg;
 
 /// Runs reaped per transaction.
 const REAP_CHUNK: usize = 100;
@@ -165,6 +166,13 @@ async fn reap<S: JobStore>(
                 for run in &step.lost_runs {
                     tracing::warn!(%node, run_id = %run, "run lost with its node");
                     publish_lost(shared, *run).await;
+                }
+                if !step.recovery_triggers.is_empty() {
+                    // Recoveries are due now. Other nodes hear of those in their shards
+                    // through their wake keys; this node's poller is told here.
+                    if let Some(poller) = ractor::registry::where_is(shared.actor_name("poller")) {
+                        let _ = poller.send_message(PollerMsg::Wake);
+                    }
                 }
                 if !step.more {
                     return true;

@@ -392,7 +392,13 @@ async fn runs_a_stopped_node_abandoned_are_marked_lost_and_recovered() {
     };
     // Lost only after a minute without heartbeat: the stop (1 s, then 10 s of grace)
     // deregisters the node long before the leader could see it go quiet.
-    let options = SchedulerOptions { node_timeout: Duration::from_secs(60), ..fast_options() };
+    // Polls 2 s apart: the recovery starts at once only because the reaping leader wakes
+    // its own poller.
+    let options = SchedulerOptions {
+        node_timeout: Duration::from_secs(60),
+        poll_interval: Duration::from_secs(2),
+        ..fast_options()
+    };
     let (stays, store) = node_with_options(&kv, &clock, "stays", 41, stubborn(), options.clone()).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (leaves, _) = node_with_options(&kv, &clock, "leaves", 42, stubborn(), options).await;
@@ -416,6 +422,8 @@ async fn runs_a_stopped_node_abandoned_are_marked_lost_and_recovered() {
     let recovery: Vec<_> = after.iter().filter(|r| r.run.cause == RunCause::Recovery).collect();
     assert_eq!(recovery.len(), 1, "recovered once, on the node that stays: {after:#?}");
     assert_eq!(recovery[0].node, "stays");
+    let lost_at = first.finished_at.unwrap();
+    assert!(recovery[0].started_at - lost_at < chrono::TimeDelta::milliseconds(50), "{lost_at} {recovery:#?}");
     let nodes: Vec<String> = store.nodes().await.unwrap().into_iter().map(|n| n.node).collect();
     assert_eq!(nodes, ["stays"], "the stopped node's record went with its last run");
     stays.stop(Duration::from_secs(1)).await;
