@@ -107,6 +107,15 @@ mod regressions {
         assert_clean(&run(seed, &overrides));
     }
 
+    /// The heavy mix of the sweeps: crashes, partitions and unavailability at 50 an hour,
+    /// drains, skew, conflicts and ambiguous commits at 0.3, hung jobs, latency, clock jumps.
+    fn heavy_faults() -> Faults {
+        Faults::parse(
+            "crash=50,partition=50,unavailable=50,drain=20,skew=30,conflicts=0.3,unknown-result=0.3,hung=0.005,latency=20,clock-jump=10",
+        )
+        .expect("a valid fault list")
+    }
+
     /// An enqueued or retry trigger unblocked while its job was paused stayed paused.
     #[test]
     fn seed_2_one_shot_trigger_paused_forever() {
@@ -284,10 +293,7 @@ mod regressions {
     /// (fixed: each term reaps every node that is not alive).
     #[test]
     fn seed_33013_heavy_faults_run_of_a_stopped_node_stuck_running() {
-        let faults = Faults::parse(
-            "crash=50,partition=50,unavailable=50,drain=20,skew=30,conflicts=0.3,unknown-result=0.3,hung=0.005,latency=20,clock-jump=10",
-        )
-        .expect("a valid fault list");
+        let faults = heavy_faults();
         assert_clean(&run(33013, &Overrides { faults: Some(faults), ..Overrides::default() }));
     }
 
@@ -298,10 +304,7 @@ mod regressions {
     /// interval counts from the later of completion and scheduled time).
     #[test]
     fn seed_38246_heavy_faults_interval_fire_repeated_after_its_node_was_lost() {
-        let faults = Faults::parse(
-            "crash=50,partition=50,unavailable=50,drain=20,skew=30,conflicts=0.3,unknown-result=0.3,hung=0.005,latency=20,clock-jump=10",
-        )
-        .expect("a valid fault list");
+        let faults = heavy_faults();
         assert_clean(&run(38246, &Overrides { faults: Some(faults), ..Overrides::default() }));
     }
 
@@ -312,10 +315,7 @@ mod regressions {
     /// triggers included, before the node's heartbeat commits).
     #[test]
     fn seed_39318_heavy_faults_local_run_of_a_node_never_registered() {
-        let faults = Faults::parse(
-            "crash=50,partition=50,unavailable=50,drain=20,skew=30,conflicts=0.3,unknown-result=0.3,hung=0.005,latency=20,clock-jump=10",
-        )
-        .expect("a valid fault list");
+        let faults = heavy_faults();
         assert_clean(&run(39318, &Overrides { faults: Some(faults), ..Overrides::default() }));
     }
 
@@ -327,10 +327,7 @@ mod regressions {
     /// the order they came.
     #[test]
     fn seed_42219_heavy_faults_operations_waiting_behind_a_refused_one_kept_in_order() {
-        let faults = Faults::parse(
-            "crash=50,partition=50,unavailable=50,drain=20,skew=30,conflicts=0.3,unknown-result=0.3,hung=0.005,latency=20,clock-jump=10",
-        )
-        .expect("a valid fault list");
+        let faults = heavy_faults();
         assert_clean(&run(42219, &Overrides { faults: Some(faults), ..Overrides::default() }));
     }
 

@@ -107,16 +107,7 @@ impl<K: Kv> KvJobStore<K> {
     /// # Errors
     /// Store errors.
     pub async fn mark_draining(&self, node: &str) -> Result<(), StoreError> {
-        run(&self.kv, self.options.retry, |txn, _| async move {
-            let key = self.keys.node(node);
-            if let Some(bytes) = txn.get(&key, false).await? {
-                let mut record: NodeRecord = codec::decode(&bytes, "node record")?;
-                record.draining = true;
-                txn.set(&key, &codec::encode(&record));
-            }
-            Ok::<_, StoreError>(())
-        })
-        .await
+        self.update_node(node, |record| record.draining = true).await
     }
 
     /// Marks `node` as stopped gracefully: other nodes stop counting it among the live ones
@@ -125,11 +116,17 @@ impl<K: Kv> KvJobStore<K> {
     /// # Errors
     /// Store errors.
     pub async fn deregister_node(&self, node: &str) -> Result<(), StoreError> {
+        self.update_node(node, |record| record.alive = false).await
+    }
+
+    /// Applies `change` to `node`'s record, if it has one (read serializably, so a racing
+    /// heartbeat or declaration conflicts with it).
+    async fn update_node(&self, node: &str, change: impl Fn(&mut NodeRecord) + Copy) -> Result<(), StoreError> {
         run(&self.kv, self.options.retry, |txn, _| async move {
             let key = self.keys.node(node);
             if let Some(bytes) = txn.get(&key, false).await? {
                 let mut record: NodeRecord = codec::decode(&bytes, "node record")?;
-                record.alive = false;
+                change(&mut record);
                 txn.set(&key, &codec::encode(&record));
             }
             Ok::<_, StoreError>(())
