@@ -266,3 +266,33 @@ async fn new_due_work_bumps_the_wake_key_of_its_home_node_only() {
     assert!(!taken.is_empty(), "b takes the fires of its shards");
     assert!(wake_b.as_mut().now_or_never().is_none());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_run_started_while_its_node_is_reaped_never_outlives_the_record() {
+    // An acquisition by a node and the step that declares it lost and deletes its record,
+    // interleaved inside their transactions: whichever commits second must see the other
+    // (the acquisition then takes nothing; the reap marks the new run lost). A run left
+    // `Running` on a node with no record would never be reaped.
+    let mut seen_by_the_reap = 0;
+    for seed in 0..40 {
+        let faults = KvFaults { latency_max: Duration::from_millis(3), ..KvFaults::default() };
+        let (store, _) = store_with(faults, patient(), 500 + seed);
+        let mut racing = conformance::job("racing", &[("t", "cron * * * * * *")]);
+        racing.allow_concurrent = true;
+        store.schedule(&[racing], conformance::t0()).await;
+        let beat = store.heartbeat("x", conformance::t0(), None).await.unwrap();
+        let (taken, reaped) = tokio::join!(conformance::acquire(&store, "x", conformance::secs(1), 16), async {
+            // Starting at various points of the acquisition's transaction.
+            tokio::time::sleep(Duration::from_micros(seed * 250)).await;
+            store.reap_node("x", beat.seq, conformance::secs(1), 100, None).await
+        },);
+        assert!(reaped.unwrap().declared);
+        assert!(store.nodes().await.unwrap().iter().all(|n| n.node != "x"), "seed {seed}: record deleted");
+        for run in &taken {
+            let state = store.run_record(run.run.id).await.unwrap().unwrap().state;
+            assert_eq!(state, sundial::job::RunState::Lost, "seed {seed}: the reap saw the run");
+            seen_by_the_reap += 1;
+        }
+    }
+    assert!(seen_by_the_reap > 0, "the acquisition committed first in some seeds");
+}
