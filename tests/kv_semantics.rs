@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use sundial::entropy::Entropy;
 use sundial::kv::memory::{KvFaults, MemoryKv, MemoryKvOptions};
 use sundial::kv::{
@@ -587,15 +588,6 @@ async fn a_commit_after_a_read_version_was_taken_gets_a_later_version() {
     assert_eq!(get(&kv, "k").await.as_deref(), Some("new"));
 }
 
-/// Whether `watch` has fired (or failed) without waiting.
-fn fired<F: std::future::Future + Unpin>(watch: &mut F) -> Option<F::Output> {
-    let waker = std::task::Waker::noop();
-    match std::pin::Pin::new(watch).poll(&mut std::task::Context::from_waker(waker)) {
-        std::task::Poll::Ready(output) => Some(output),
-        std::task::Poll::Pending => None,
-    }
-}
-
 #[tokio::test]
 async fn a_watch_fires_once_its_key_changes_after_its_commit() {
     let (kv, _) = store();
@@ -603,14 +595,14 @@ async fn a_watch_fires_once_its_key_changes_after_its_commit() {
     let t = kv.create_transaction().unwrap();
     t.get(b"wake", true).await.unwrap();
     let mut watch = Box::pin(t.watch(b"wake"));
-    assert!(fired(&mut watch).is_none(), "not armed before the commit");
+    assert!(watch.as_mut().now_or_never().is_none(), "not armed before the commit");
     t.commit().await.unwrap();
     put(&kv, &[("wake", "1")]).await;
-    assert!(fired(&mut watch).is_none(), "the same value again is no change");
+    assert!(watch.as_mut().now_or_never().is_none(), "the same value again is no change");
     put(&kv, &[("other", "x")]).await;
-    assert!(fired(&mut watch).is_none(), "other keys do not fire it");
+    assert!(watch.as_mut().now_or_never().is_none(), "other keys do not fire it");
     put(&kv, &[("wake", "2")]).await;
-    assert_eq!(fired(&mut watch), Some(Ok(())));
+    assert_eq!(watch.as_mut().now_or_never(), Some(Ok(())));
     // An atomic add changes the value too; a clear of a missing key does not.
     let t = kv.create_transaction().unwrap();
     let mut counter = Box::pin(t.watch(b"counter"));
@@ -618,11 +610,11 @@ async fn a_watch_fires_once_its_key_changes_after_its_commit() {
     let clear = kv.create_transaction().unwrap();
     clear.clear(b"counter");
     clear.commit().await.unwrap();
-    assert!(fired(&mut counter).is_none());
+    assert!(counter.as_mut().now_or_never().is_none());
     let add = kv.create_transaction().unwrap();
     add.atomic_op(b"counter", &1i64.to_le_bytes(), AtomicOp::Add);
     add.commit().await.unwrap();
-    assert_eq!(fired(&mut counter), Some(Ok(())));
+    assert_eq!(counter.as_mut().now_or_never(), Some(Ok(())));
 }
 
 #[tokio::test]
@@ -634,18 +626,18 @@ async fn a_watch_compares_with_what_its_transaction_saw() {
     t.get(b"wake", true).await.unwrap();
     let mut watch = Box::pin(t.watch(b"wake"));
     put(&kv, &[("wake", "2")]).await;
-    assert!(fired(&mut watch).is_none());
+    assert!(watch.as_mut().now_or_never().is_none());
     t.commit().await.unwrap();
-    assert_eq!(fired(&mut watch), Some(Ok(())));
+    assert_eq!(watch.as_mut().now_or_never(), Some(Ok(())));
     // Its own write is what it saw: another write of that value changes nothing.
     let t = kv.create_transaction().unwrap();
     t.set(b"wake", b"3");
     let mut own = Box::pin(t.watch(b"wake"));
     t.commit().await.unwrap();
     put(&kv, &[("wake", "3")]).await;
-    assert!(fired(&mut own).is_none());
+    assert!(own.as_mut().now_or_never().is_none());
     put(&kv, &[("wake", "4")]).await;
-    assert_eq!(fired(&mut own), Some(Ok(())));
+    assert_eq!(own.as_mut().now_or_never(), Some(Ok(())));
 }
 
 #[tokio::test]
@@ -655,7 +647,7 @@ async fn a_watch_fails_with_its_transaction() {
     let t = kv.create_transaction().unwrap();
     let mut dropped = Box::pin(t.watch(b"wake"));
     drop(t);
-    assert_eq!(fired(&mut dropped).unwrap().unwrap_err().code(), KvError::TRANSACTION_CANCELLED);
+    assert_eq!(dropped.as_mut().now_or_never().unwrap().unwrap_err().code(), KvError::TRANSACTION_CANCELLED);
     // A failed commit: its error.
     let t = kv.create_transaction().unwrap();
     t.get(b"wake", false).await.unwrap();
@@ -663,12 +655,12 @@ async fn a_watch_fails_with_its_transaction() {
     let mut conflicted = Box::pin(t.watch(b"wake"));
     put(&kv, &[("wake", "1")]).await;
     assert_eq!(code(t.commit().await), KvError::NOT_COMMITTED);
-    assert_eq!(fired(&mut conflicted).unwrap().unwrap_err().code(), KvError::NOT_COMMITTED);
+    assert_eq!(conflicted.as_mut().now_or_never().unwrap().unwrap_err().code(), KvError::NOT_COMMITTED);
     // Partitioned: the commit cannot reach the store.
     let client = kv.client("n1");
     kv.set_partitioned("n1", true);
     let t = client.create_transaction().unwrap();
     let mut cut = Box::pin(t.watch(b"wake"));
     assert_eq!(code(t.commit().await), KvError::TRANSACTION_TIMED_OUT);
-    assert_eq!(fired(&mut cut).unwrap().unwrap_err().code(), KvError::TRANSACTION_TIMED_OUT);
+    assert_eq!(cut.as_mut().now_or_never().unwrap().unwrap_err().code(), KvError::TRANSACTION_TIMED_OUT);
 }
