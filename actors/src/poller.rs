@@ -63,8 +63,8 @@ pub(crate) enum PollerMsg {
     Tick(u64),
     /// Something changed locally: cycle now.
     Wake,
-    /// A fire is due at this instant (a run here ended and made it due): cycle then, if
-    /// that is sooner than planned.
+    /// A fire is due at this instant (a run here ended and made it due): cycle a lookahead
+    /// before it, if that is sooner than planned.
     DueAt(chrono::DateTime<chrono::Utc>),
     /// A local job's run here ended: the run, and whether it failed (its retries are in
     /// process). Every run's slot is freed when its actor terminates.
@@ -207,7 +207,10 @@ impl<S: JobStore> Actor for PollerActor<S> {
                 tick_in(&myself, state, Duration::ZERO);
             }
             PollerMsg::DueAt(due) => {
-                let wait = (due - state.shared.clock.now()).to_std().unwrap_or_default();
+                // Woken a lookahead early, as the regular sleep is: the fire is acquired
+                // ahead and its run starts on time, not one acquisition late.
+                let wait =
+                    (due - state.shared.clock.now()).to_std().unwrap_or_default().saturating_sub(state.lookahead);
                 if state.shared.clock.monotonic().saturating_add(wait) < state.wake_at {
                     tick_in(&myself, state, wait);
                 }

@@ -388,8 +388,9 @@ async fn a_code_job_override_survives_a_restart_until_the_code_changes() {
     third.stop(Duration::from_secs(1)).await;
 }
 
-/// A node recording its runs' start times, on a store whose every operation takes up to
-/// `latency` (a paused clock), acquiring at most `batch` fires at once.
+/// A node recording its runs' start times (job types `test.record`, and
+/// `test.record-and-fail` whose runs then fail), on a store whose every operation takes up
+/// to `latency` (a paused clock), acquiring at most `batch` fires at once.
 async fn recorder_on_a_slow_store(
     node: &str,
     latency: Duration,
@@ -400,8 +401,16 @@ async fn recorder_on_a_slow_store(
     let clock = Arc::new(TokioClock::new(t0()));
     let log: Log = Arc::default();
     let (c, l) = (clock.clone(), log.clone());
+    let (c2, l2) = (clock.clone(), log.clone());
     let registry = JobRegistry::builder()
         .add_job_type_as("test.record", move || Recorder { clock: c.clone(), log: l.clone() })
+        .add_job_type_as("test.record-and-fail", move || {
+            let (clock, log) = (c2.clone(), l2.clone());
+            FnJob::new(move |ctx: RunContext| {
+                log.lock().unwrap().push((ctx.run.scheduled_at, clock.now()));
+                async { Err(JobFailure::new("recorded, then failed")) }
+            })
+        })
         .build()
         .unwrap();
     let faults = KvFaults { latency_max: latency, ..KvFaults::default() };
@@ -468,6 +477,29 @@ async fn a_batch_too_big_for_a_slow_store_shrinks_until_it_commits() {
     tokio::time::sleep(Duration::from_secs(600)).await;
     let ran = log.lock().unwrap().len();
     assert_eq!(ran, 100, "every fire ran once");
+    scheduler.stop(Duration::from_secs(1)).await;
+}
+
+/// A retry due sooner than the poller's next cycle wakes it ahead, by the lookahead, as
+/// its regular sleep does: on a store whose operations take up to 10 ms (a cycle well
+/// within the lookahead), the retry is acquired before its time and starts on it, not one
+/// acquisition late.
+#[tokio::test(start_paused = true)]
+async fn a_fire_made_due_by_a_run_end_is_acquired_ahead_of_its_time() {
+    let (scheduler, log) = recorder_on_a_slow_store("due-ahead-node", Duration::from_millis(10), 100).await;
+    let def = JobDefinition::new(name("flaky"), JobTypeKey::new("test.record-and-fail").unwrap())
+        .with_retry(RetryPolicy::fixed(3, Duration::from_millis(400)).unwrap());
+    scheduler.schedule_one(def).await.unwrap();
+    scheduler.serve();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    scheduler.enqueue_one(JobTriggerRequest::from(name("flaky"))).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let runs = log.lock().unwrap().clone();
+    assert_eq!(runs.len(), 4, "the run and its three retries");
+    for (scheduled, started) in &runs[1..] {
+        let late = *started - *scheduled;
+        assert!(late < chrono::TimeDelta::milliseconds(2), "a retry started {late} late");
+    }
     scheduler.stop(Duration::from_secs(1)).await;
 }
 
