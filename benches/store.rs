@@ -251,8 +251,13 @@ fn main() {
     let only_cycle = std::env::args().any(|a| a == "--cycle");
     if std::env::args().any(|a| a == "--fires") {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let (acquire, complete) = runtime.block_on(fire_cost(10_000, if quick { 3 } else { 10 }));
-        println!("4. store work per fire (10,000 every-second cron triggers)");
+        // `--fires [triggers] [seconds]`: the sustained benchmark's store is 100,000
+        // triggers and 2,000,000 runs of history.
+        let numbers: Vec<usize> = std::env::args().filter_map(|a| a.parse().ok()).collect();
+        let triggers = numbers.first().copied().unwrap_or(10_000);
+        let seconds = numbers.get(1).copied().unwrap_or(if quick { 3 } else { 10 });
+        let (acquire, complete) = runtime.block_on(fire_cost(triggers, seconds));
+        println!("4. store work per fire ({triggers} every-second cron triggers, {seconds} s)");
         println!(
             "acquire {:.1} µs + complete {:.1} µs per fire",
             acquire.as_secs_f64() * 1e6,
