@@ -77,6 +77,9 @@ pub struct LocalTriggers {
     jobs: BTreeMap<JobName, Job>,
     /// Pending retries by (due, run id).
     retries: BTreeMap<(DateTime<Utc>, Uuid), Retry>,
+    /// Runs taken from the store that run on this node now, by job, whatever the job was
+    /// when they started: a job that becomes local while one runs here counts it.
+    store_runs: BTreeMap<JobName, usize>,
 }
 
 impl LocalTriggers {
@@ -140,7 +143,9 @@ impl LocalTriggers {
                 };
                 triggers.insert(def.name.clone(), trigger);
             }
-            let running = old.as_ref().map_or(0, |j| j.running);
+            // New here: the runs of it taken from the store while it was not local (or
+            // before this node knew it was) still run here.
+            let running = old.as_ref().map_or_else(|| self.store_runs.get(&name).copied().unwrap_or(0), |j| j.running);
             next.insert(
                 name,
                 Job {
@@ -351,15 +356,31 @@ impl LocalTriggers {
         self.jobs.iter().filter(|(_, j)| j.is_busy()).map(|(name, _)| name.to_string()).collect()
     }
 
-    /// A run of local job `job` started on this node outside the local triggers (taken from
-    /// the store: enqueued, manual, recovery); "not concurrent" counts it too. Returns
-    /// whether `job` is a local job here (then call [`Self::note_ended`] when it ends).
-    pub fn note_started(&mut self, job: &JobName) -> bool {
-        self.jobs.get_mut(job).map(|j| j.running += 1).is_some()
+    /// A run of `job` started on this node outside the local triggers (taken from the
+    /// store: a scheduled fire of a cluster-unique job, enqueued, manual, retry,
+    /// recovery). "Not concurrent" counts it for a local job, and for a job that becomes
+    /// local while it runs (a node may learn that only after it took the run). Call
+    /// [`Self::note_ended`] when it ends.
+    pub fn note_started(&mut self, job: &JobName) {
+        match self.store_runs.get_mut(job) {
+            Some(count) => *count += 1,
+            None => {
+                self.store_runs.insert(job.clone(), 1);
+            }
+        }
+        if let Some(j) = self.jobs.get_mut(job) {
+            j.running += 1;
+        }
     }
 
     /// A run noted by [`Self::note_started`] ended.
     pub fn note_ended(&mut self, job: &JobName) {
+        if let Some(count) = self.store_runs.get_mut(job) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.store_runs.remove(job);
+            }
+        }
         if let Some(j) = self.jobs.get_mut(job) {
             j.running = j.running.saturating_sub(1);
             if j.removed && j.running == 0 {
@@ -499,15 +520,37 @@ mod tests {
         let mut id = ids();
         let a = JobName::new("a").unwrap();
         assert!(local.busy_jobs().is_empty());
-        assert!(local.note_started(&a), "a is a local job");
-        assert!(!local.note_started(&JobName::new("elsewhere").unwrap()), "not a local job");
-        assert!(local.note_started(&JobName::new("c").unwrap()));
+        local.note_started(&a);
+        local.note_started(&JobName::new("elsewhere").unwrap());
+        local.note_started(&JobName::new("c").unwrap());
         assert_eq!(local.busy_jobs(), BTreeSet::from(["a".to_owned()]), "c runs concurrently");
         let fires = local.poll_due(t(1), Duration::from_secs(60), &cal, &mut id);
         assert_eq!(fires.len(), 1, "only c fires while a's store run runs here");
         local.note_ended(&a);
         assert!(!local.is_busy(&a));
         assert_eq!(local.poll_due(t(2), Duration::from_secs(60), &cal, &mut id).len(), 2);
+    }
+
+    /// Found by simulation seed 60343 (heavy faults): a non-concurrent job became local
+    /// while an enqueued run of it waited in the store; a node that did not know yet took
+    /// that run, then learned the job was local and fired it beside the run.
+    #[test]
+    fn a_job_that_becomes_local_waits_for_its_store_run_here() {
+        let cal = Calendars::new();
+        let mut local = LocalTriggers::new();
+        let mut id = ids();
+        let (a, b) = (JobName::new("a").unwrap(), JobName::new("b").unwrap());
+        local.note_started(&a);
+        local.note_started(&b);
+        local.note_ended(&b);
+        local.refresh(vec![local_job("a"), local_job("b")], t(0), &cal);
+        assert!(local.is_busy(&a), "its store run still runs here");
+        assert!(!local.is_busy(&b), "its store run ended before");
+        let fires = local.poll_due(t(1), Duration::from_secs(60), &cal, &mut id);
+        assert_eq!(fires.iter().map(|f| f.run.job.as_str()).collect::<Vec<_>>(), ["b"]);
+        local.note_ended(&a);
+        assert!(!local.is_busy(&a));
+        assert_eq!(local.poll_due(t(2), Duration::from_secs(60), &cal, &mut id).len(), 1, "a fires again");
     }
 
     /// Found by simulation seed 35: a local job deleted and added again while its run still

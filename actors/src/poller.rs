@@ -101,9 +101,9 @@ pub(crate) struct PollerState<S: JobStore> {
     wake_at: MonotonicInstant,
     /// This node's local triggers and in-process retries.
     local: LocalTriggers,
-    /// Runs of local jobs here that came from the store (enqueued, manual, recovery):
-    /// they count towards the job's "not concurrent" on this node.
-    store_runs_of_local_jobs: BTreeMap<Uuid, JobName>,
+    /// Runs here that came from the store, with their jobs: a local job's "not
+    /// concurrent" on this node counts them (see `LocalTriggers::note_started`).
+    store_runs: BTreeMap<Uuid, JobName>,
     /// Cycles since local jobs were last read from the store.
     cycles_since_refresh: u32,
     /// Re-read local jobs at the next cycle (a local change was made).
@@ -169,7 +169,7 @@ impl<S: JobStore> Actor for PollerActor<S> {
             tick: 0,
             wake_at: MonotonicInstant::from_origin(Duration::ZERO),
             local: LocalTriggers::new(),
-            store_runs_of_local_jobs: BTreeMap::new(),
+            store_runs: BTreeMap::new(),
             cycles_since_refresh: 0,
             refresh_local: true,
             local_stamp: None,
@@ -670,7 +670,7 @@ async fn sync_code_jobs<S: JobStore>(shared: &NodeShared<S>, now: chrono::DateTi
 fn run_ended<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<S>, id: Uuid) {
     let was_full = state.running.len() >= state.shared.options.max_concurrent_runs as usize;
     state.running.remove(&id);
-    if let Some(job) = state.store_runs_of_local_jobs.remove(&id) {
+    if let Some(job) = state.store_runs.remove(&id) {
         state.local.note_ended(&job);
         if state.local.poll_timeout().is_some() {
             tick_in(myself, state, Duration::ZERO);
@@ -707,8 +707,9 @@ async fn start_run<S: JobStore>(
 ) {
     let shared = state.shared.clone();
     let id = acquired.run.id;
-    if !local && state.local.note_started(&acquired.run.job) {
-        state.store_runs_of_local_jobs.insert(id, acquired.run.job.clone());
+    if !local {
+        state.local.note_started(&acquired.run.job);
+        state.store_runs.insert(id, acquired.run.job.clone());
     }
     let name = shared.actor_name(&format!("run/{id}"));
     let args = RunArgs { shared, acquired, poller: myself.clone(), reply, local };

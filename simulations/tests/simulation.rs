@@ -331,6 +331,16 @@ mod regressions {
         assert_clean(&run(42219, &Overrides { faults: Some(faults), ..Overrides::default() }));
     }
 
+    /// A non-concurrent job became local while an enqueued run of it waited in the store;
+    /// a node that had not yet refreshed its local jobs took that run, then learned the job
+    /// was local and fired it beside the run on the same node. A job new to a node's local
+    /// set now counts the node's runs of it taken from the store.
+    #[test]
+    fn seed_60343_heavy_faults_a_job_turned_local_fired_beside_its_store_run() {
+        let faults = heavy_faults();
+        assert_clean(&run(60343, &Overrides { faults: Some(faults), ..Overrides::default() }));
+    }
+
     /// Every commit conflicting (checker and simulator fixes): the first scheduling of the
     /// runtime jobs was refused and never tried again, and the nodes wrote their code jobs
     /// only once the faults healed, yet the fires of both were expected from the epoch
