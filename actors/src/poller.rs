@@ -707,16 +707,19 @@ async fn start_run<S: JobStore>(
 ) {
     let shared = state.shared.clone();
     let id = acquired.run.id;
-    if !local {
-        state.local.note_started(&acquired.run.job);
-        state.store_runs.insert(id, acquired.run.job.clone());
-    }
+    let store_job = (!local).then(|| acquired.run.job.clone());
     let name = shared.actor_name(&format!("run/{id}"));
     let args = RunArgs { shared, acquired, poller: myself.clone(), reply, local };
     match Actor::spawn_linked(Some(name), RunActor::new(), args, myself.get_cell()).await {
         Ok((run, _)) => {
             state.run_of_actor.insert(run.get_id(), id);
             state.running.insert(id, run);
+            // Counted once it runs (a run whose actor never started ends nowhere); the
+            // local triggers are only consulted between this actor's messages.
+            if let Some(job) = store_job {
+                state.local.note_started(&job);
+                state.store_runs.insert(id, job);
+            }
         }
         Err(error) => tracing::error!(run_id = %id, %error, "could not start a run actor"),
     }
