@@ -373,20 +373,21 @@ impl LocalTriggers {
         }
     }
 
-    /// A run noted by [`Self::note_started`] ended.
-    pub fn note_ended(&mut self, job: &JobName) {
+    /// A run noted by [`Self::note_started`] ended. Returns whether `job` is a local job
+    /// here (whose fires the end may let go).
+    pub fn note_ended(&mut self, job: &JobName) -> bool {
         if let Some(count) = self.store_runs.get_mut(job) {
             *count = count.saturating_sub(1);
             if *count == 0 {
                 self.store_runs.remove(job);
             }
         }
-        if let Some(j) = self.jobs.get_mut(job) {
-            j.running = j.running.saturating_sub(1);
-            if j.removed && j.running == 0 {
-                self.jobs.remove(job);
-            }
+        let Some(j) = self.jobs.get_mut(job) else { return false };
+        j.running = j.running.saturating_sub(1);
+        if j.removed && j.running == 0 {
+            self.jobs.remove(job);
         }
+        true
     }
 
     /// Drops pending retries (the node is stopping: SPEC §8).
@@ -542,13 +543,13 @@ mod tests {
         let (a, b) = (JobName::new("a").unwrap(), JobName::new("b").unwrap());
         local.note_started(&a);
         local.note_started(&b);
-        local.note_ended(&b);
+        assert!(!local.note_ended(&b), "not a local job yet");
         local.refresh(vec![local_job("a"), local_job("b")], t(0), &cal);
         assert!(local.is_busy(&a), "its store run still runs here");
         assert!(!local.is_busy(&b), "its store run ended before");
         let fires = local.poll_due(t(1), Duration::from_secs(60), &cal, &mut id);
         assert_eq!(fires.iter().map(|f| f.run.job.as_str()).collect::<Vec<_>>(), ["b"]);
-        local.note_ended(&a);
+        assert!(local.note_ended(&a), "a local job now");
         assert!(!local.is_busy(&a));
         assert_eq!(local.poll_due(t(2), Duration::from_secs(60), &cal, &mut id).len(), 1, "a fires again");
     }

@@ -671,8 +671,8 @@ fn run_ended<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<
     let was_full = state.running.len() >= state.shared.options.max_concurrent_runs as usize;
     state.running.remove(&id);
     if let Some(job) = state.store_runs.remove(&id) {
-        state.local.note_ended(&job);
-        if state.local.poll_timeout().is_some() {
+        // A local job's fire may have waited for this run.
+        if state.local.note_ended(&job) && state.local.poll_timeout().is_some() {
             tick_in(myself, state, Duration::ZERO);
         }
     }
