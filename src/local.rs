@@ -356,6 +356,11 @@ impl LocalTriggers {
         self.jobs.iter().filter(|(_, j)| j.is_busy()).map(|(name, _)| name.to_string()).collect()
     }
 
+    /// Whether `job` is in this node's local set (listed, or gone with runs still here).
+    pub fn knows(&self, job: &JobName) -> bool {
+        self.jobs.contains_key(job)
+    }
+
     /// A run of `job` started on this node outside the local triggers (taken from the
     /// store: a scheduled fire of a cluster-unique job, enqueued, manual, retry,
     /// recovery). "Not concurrent" counts it for a local job, and for a job that becomes

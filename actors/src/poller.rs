@@ -707,7 +707,10 @@ async fn start_run<S: JobStore>(
 ) {
     let shared = state.shared.clone();
     let id = acquired.run.id;
-    let store_job = (!local).then(|| acquired.run.job.clone());
+    // Only runs that can hold back a local fire: a non-concurrent job's (it may be, or
+    // become, local here) and a local job's. Other runs skip the bookkeeping.
+    let counts_locally = !local && (acquired.exclusive || state.local.knows(&acquired.run.job));
+    let store_job = counts_locally.then(|| acquired.run.job.clone());
     let name = shared.actor_name(&format!("run/{id}"));
     let args = RunArgs { shared, acquired, poller: myself.clone(), reply, local };
     match Actor::spawn_linked(Some(name), RunActor::new(), args, myself.get_cell()).await {
