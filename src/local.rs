@@ -77,9 +77,10 @@ pub struct LocalTriggers {
     jobs: BTreeMap<JobName, Job>,
     /// Pending retries by (due, run id).
     retries: BTreeMap<(DateTime<Utc>, Uuid), Retry>,
-    /// Runs taken from the store that run on this node now, by job, whatever the job was
-    /// when they started: a job that becomes local while one runs here counts it.
-    store_runs: BTreeMap<JobName, usize>,
+    /// Runs taken from the store that run on this node now and can hold a local fire
+    /// back (see [`Self::note_started`]), with their jobs, whatever the job was when they
+    /// started: a job that becomes local while one runs here counts it.
+    store_runs: BTreeMap<Uuid, JobName>,
 }
 
 impl LocalTriggers {
@@ -145,7 +146,8 @@ impl LocalTriggers {
             }
             // New here: the runs of it taken from the store while it was not local (or
             // before this node knew it was) still run here.
-            let running = old.as_ref().map_or_else(|| self.store_runs.get(&name).copied().unwrap_or(0), |j| j.running);
+            let running =
+                old.as_ref().map_or_else(|| self.store_runs.values().filter(|j| **j == name).count(), |j| j.running);
             next.insert(
                 name,
                 Job {
@@ -356,41 +358,31 @@ impl LocalTriggers {
         self.jobs.iter().filter(|(_, j)| j.is_busy()).map(|(name, _)| name.to_string()).collect()
     }
 
-    /// Whether `job` is in this node's local set (listed, or gone with runs still here).
-    pub fn knows(&self, job: &JobName) -> bool {
-        self.jobs.contains_key(job)
-    }
-
-    /// A run of `job` started on this node outside the local triggers (taken from the
+    /// Run `run` of `job` started on this node outside the local triggers (taken from the
     /// store: a scheduled fire of a cluster-unique job, enqueued, manual, retry,
-    /// recovery). "Not concurrent" counts it for a local job, and for a job that becomes
-    /// local while it runs (a node may learn that only after it took the run). Call
-    /// [`Self::note_ended`] when it ends.
-    pub fn note_started(&mut self, job: &JobName) {
-        match self.store_runs.get_mut(job) {
-            Some(count) => *count += 1,
-            None => {
-                self.store_runs.insert(job.clone(), 1);
-            }
+    /// recovery); `exclusive` when the job was not concurrent as it was taken. "Not
+    /// concurrent" counts it for a local job, and for a job that becomes local while it
+    /// runs (a node may learn that only after it took the run); other runs (a concurrent
+    /// job's, not local here) are not kept. Call [`Self::note_ended`] when it ends.
+    pub fn note_started(&mut self, run: Uuid, job: &JobName, exclusive: bool) {
+        let local = self.jobs.get_mut(job);
+        if !exclusive && local.is_none() {
+            return;
         }
-        if let Some(j) = self.jobs.get_mut(job) {
+        if let Some(j) = local {
             j.running += 1;
         }
+        self.store_runs.insert(run, job.clone());
     }
 
-    /// A run noted by [`Self::note_started`] ended. Returns whether `job` is a local job
-    /// here (whose fires the end may let go).
-    pub fn note_ended(&mut self, job: &JobName) -> bool {
-        if let Some(count) = self.store_runs.get_mut(job) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                self.store_runs.remove(job);
-            }
-        }
-        let Some(j) = self.jobs.get_mut(job) else { return false };
+    /// A run given to [`Self::note_started`] ended. Returns whether it counted for a local
+    /// job here (whose fires its end may let go).
+    pub fn note_ended(&mut self, run: Uuid) -> bool {
+        let Some(job) = self.store_runs.remove(&run) else { return false };
+        let Some(j) = self.jobs.get_mut(&job) else { return false };
         j.running = j.running.saturating_sub(1);
         if j.removed && j.running == 0 {
-            self.jobs.remove(job);
+            self.jobs.remove(&job);
         }
         true
     }
@@ -526,13 +518,13 @@ mod tests {
         let mut id = ids();
         let a = JobName::new("a").unwrap();
         assert!(local.busy_jobs().is_empty());
-        local.note_started(&a);
-        local.note_started(&JobName::new("elsewhere").unwrap());
-        local.note_started(&JobName::new("c").unwrap());
+        local.note_started(Uuid::from_u128(101), &a, true);
+        local.note_started(Uuid::from_u128(102), &JobName::new("elsewhere").unwrap(), true);
+        local.note_started(Uuid::from_u128(103), &JobName::new("c").unwrap(), false);
         assert_eq!(local.busy_jobs(), BTreeSet::from(["a".to_owned()]), "c runs concurrently");
         let fires = local.poll_due(t(1), Duration::from_secs(60), &cal, &mut id);
         assert_eq!(fires.len(), 1, "only c fires while a's store run runs here");
-        local.note_ended(&a);
+        local.note_ended(Uuid::from_u128(101));
         assert!(!local.is_busy(&a));
         assert_eq!(local.poll_due(t(2), Duration::from_secs(60), &cal, &mut id).len(), 2);
     }
@@ -546,15 +538,16 @@ mod tests {
         let mut local = LocalTriggers::new();
         let mut id = ids();
         let (a, b) = (JobName::new("a").unwrap(), JobName::new("b").unwrap());
-        local.note_started(&a);
-        local.note_started(&b);
-        assert!(!local.note_ended(&b), "not a local job yet");
+        let (run_a, run_b) = (Uuid::from_u128(101), Uuid::from_u128(102));
+        local.note_started(run_a, &a, true);
+        local.note_started(run_b, &b, true);
+        assert!(!local.note_ended(run_b), "not a local job yet");
         local.refresh(vec![local_job("a"), local_job("b")], t(0), &cal);
         assert!(local.is_busy(&a), "its store run still runs here");
         assert!(!local.is_busy(&b), "its store run ended before");
         let fires = local.poll_due(t(1), Duration::from_secs(60), &cal, &mut id);
         assert_eq!(fires.iter().map(|f| f.run.job.as_str()).collect::<Vec<_>>(), ["b"]);
-        assert!(local.note_ended(&a), "a local job now");
+        assert!(local.note_ended(run_a), "a local job now");
         assert!(!local.is_busy(&a));
         assert_eq!(local.poll_due(t(2), Duration::from_secs(60), &cal, &mut id).len(), 1, "a fires again");
     }

@@ -101,9 +101,6 @@ pub(crate) struct PollerState<S: JobStore> {
     wake_at: MonotonicInstant,
     /// This node's local triggers and in-process retries.
     local: LocalTriggers,
-    /// Runs here that came from the store, with their jobs: a local job's "not
-    /// concurrent" on this node counts them (see `LocalTriggers::note_started`).
-    store_runs: BTreeMap<Uuid, JobName>,
     /// Cycles since local jobs were last read from the store.
     cycles_since_refresh: u32,
     /// Re-read local jobs at the next cycle (a local change was made).
@@ -169,7 +166,6 @@ impl<S: JobStore> Actor for PollerActor<S> {
             tick: 0,
             wake_at: MonotonicInstant::from_origin(Duration::ZERO),
             local: LocalTriggers::new(),
-            store_runs: BTreeMap::new(),
             cycles_since_refresh: 0,
             refresh_local: true,
             local_stamp: None,
@@ -670,11 +666,9 @@ async fn sync_code_jobs<S: JobStore>(shared: &NodeShared<S>, now: chrono::DateTi
 fn run_ended<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<S>, id: Uuid) {
     let was_full = state.running.len() >= state.shared.options.max_concurrent_runs as usize;
     state.running.remove(&id);
-    if let Some(job) = state.store_runs.remove(&id) {
-        // A local job's fire may have waited for this run.
-        if state.local.note_ended(&job) && state.local.poll_timeout().is_some() {
-            tick_in(myself, state, Duration::ZERO);
-        }
+    // A local job's fire may have waited for this run.
+    if state.local.note_ended(id) && state.local.poll_timeout().is_some() {
+        tick_in(myself, state, Duration::ZERO);
     }
     if was_full && !state.refill_pending {
         // A slot freed up: fill it soon rather than at the next tick, after other runs
@@ -707,24 +701,22 @@ async fn start_run<S: JobStore>(
 ) {
     let shared = state.shared.clone();
     let id = acquired.run.id;
-    // Only runs that can hold back a local fire: a non-concurrent job's (it may be, or
-    // become, local here) and a local job's. Other runs skip the bookkeeping.
-    let counts_locally = !local && (acquired.exclusive || state.local.knows(&acquired.run.job));
-    let store_job = counts_locally.then(|| acquired.run.job.clone());
+    if !local {
+        // Noted before its actor exists: the local triggers are only consulted between
+        // this actor's messages, and a run whose actor never starts is forgotten below.
+        state.local.note_started(id, &acquired.run.job, acquired.exclusive);
+    }
     let name = shared.actor_name(&format!("run/{id}"));
     let args = RunArgs { shared, acquired, poller: myself.clone(), reply, local };
     match Actor::spawn_linked(Some(name), RunActor::new(), args, myself.get_cell()).await {
         Ok((run, _)) => {
             state.run_of_actor.insert(run.get_id(), id);
             state.running.insert(id, run);
-            // Counted once it runs (a run whose actor never started ends nowhere); the
-            // local triggers are only consulted between this actor's messages.
-            if let Some(job) = store_job {
-                state.local.note_started(&job);
-                state.store_runs.insert(id, job);
-            }
         }
-        Err(error) => tracing::error!(run_id = %id, %error, "could not start a run actor"),
+        Err(error) => {
+            tracing::error!(run_id = %id, %error, "could not start a run actor");
+            state.local.note_ended(id);
+        }
     }
 }
 
