@@ -1,6 +1,7 @@
-//! The checkers. They read what the simulated jobs wrote (the event log), the store's final
-//! history, and periodic samples of run states, and report every invariant broken, with
-//! the run ids and times involved.
+//! The checkers. They read what the simulated jobs wrote (the event log), the store's
+//! history (its final content and the runs retention deleted on the way), and periodic
+//! samples of run states, and report every invariant broken, with the run ids and times
+//! involved.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -33,8 +34,13 @@ pub struct Inputs<'a> {
     pub workload: &'a Workload,
     /// The event log.
     pub events: &'a [Event],
-    /// Every run record in the store at the end.
+    /// Every run record in the store at the end and every one retention deleted before, by
+    /// id.
     pub history: &'a [RunRecord],
+    /// The runs retention deleted (not in the store at the end), by id.
+    pub deleted: &'a BTreeMap<Uuid, DeletedRun>,
+    /// The lowest and highest offset from true time any node's clock had.
+    pub clock_offsets: (TimeDelta, TimeDelta),
     /// Sampled run states.
     pub samples: &'a Samples,
     /// Every trigger in the store at the end: (job, trigger).
@@ -55,6 +61,15 @@ pub struct Inputs<'a> {
     pub late_jobs: &'a BTreeSet<JobName>,
 }
 
+/// A run a node's store deleted, as the deleting transaction read it.
+#[derive(Debug, Clone)]
+pub struct DeletedRun {
+    /// The record deleted (final: only finished runs are deleted).
+    pub record: RunRecord,
+    /// When (true time) the first transaction deleting it did so; it committed then or later.
+    pub at: DateTime<Utc>,
+}
+
 /// What the checkers found.
 #[derive(Debug, Clone, Default)]
 pub struct Checked {
@@ -71,7 +86,7 @@ pub struct Checked {
 /// Run states sampled during the simulation, cheaply: each sample reads the running-run
 /// index, and the record of every run that left it since the last sample. A run must leave
 /// `Running` by a legal transition, never come back, and keep its final state to the end
-/// (history is kept for days, longer than any simulation).
+/// (in the store, or in the record retention deleted).
 #[derive(Debug, Clone, Default)]
 pub struct Samples {
     running: BTreeSet<Uuid>,
@@ -151,7 +166,7 @@ pub fn check(inputs: &Inputs<'_>) -> Checked {
     retries(inputs, &definitions, &history, &mut checked);
     recovery(inputs, &definitions, &mut checked);
     nothing_stuck(inputs, &executions, &mut checked);
-    history_kept(&history, &executions, &mut checked);
+    history_kept(inputs, &history, &executions, &mut checked);
     checked.violations.extend(inputs.samples.finish(&history));
     *checked.checked.entry("state samples").or_default() += inputs.samples.count;
     checked
@@ -653,11 +668,21 @@ fn nothing_stuck(inputs: &Inputs<'_>, executions: &BTreeMap<Uuid, Execution<'_>>
 
 /// Every run a job started is in history, local runs included: a node starts a run only
 /// once the store has recorded it.
+/// Every run that started is in history, or was deleted by retention no earlier than its
+/// end allows. The leader deletes a run once its own clock is `history_retention` past the
+/// run's `finished_at` (written by the clock of the node that ended it), so in true time
+/// the deletion comes at least `history_retention` after the run's end (for a run declared
+/// lost, after the declaration), less how far two clocks can disagree, and at least
+/// `history_retention` after `finished_at` less the highest clock offset.
 fn history_kept(
+    inputs: &Inputs<'_>,
     history: &BTreeMap<Uuid, &RunRecord>,
     executions: &BTreeMap<Uuid, Execution<'_>>,
     checked: &mut Checked,
 ) {
+    let retention = TimeDelta::from_std(inputs.options.history_retention).unwrap_or(TimeDelta::MAX);
+    let (lowest, highest) = inputs.clock_offsets;
+    let spread = highest - lowest;
     for (id, execution) in executions {
         if !history.contains_key(id) {
             checked.violations.push(format!(
@@ -666,6 +691,34 @@ fn history_kept(
             ));
         }
     }
+    for (id, deleted) in inputs.deleted {
+        let finished = deleted.record.finished_us.map(time);
+        let by_record = finished.map(|f| f - highest + retention);
+        // A run declared lost ended, for history, when it was declared: its job may have
+        // run on (on a node cut off from the store) after that.
+        let own_end = executions.get(id).and_then(|e| e.end).filter(|_| deleted.record.state != RunState::Lost);
+        let by_end = own_end.map(|(end, _)| end + retention - spread);
+        if let Some(earliest) = by_record.into_iter().chain(by_end).max().filter(|earliest| deleted.at < *earliest) {
+            checked.violations.push(format!(
+                "run {id} of {} ({:?}, finished_at {finished:?}, ended {:?}) deleted at {} before its retention \
+                 ({}s; clocks within {}..{} ms of true time): not before {earliest}",
+                deleted.record.job,
+                deleted.record.state,
+                executions.get(id).and_then(|e| e.end).map(|(end, _)| end),
+                deleted.at,
+                retention.num_seconds(),
+                lowest.num_milliseconds(),
+                highest.num_milliseconds(),
+            ));
+        }
+        if !deleted.record.state.is_final() {
+            checked.violations.push(format!(
+                "run {id} of {} deleted at {} while {:?}",
+                deleted.record.job, deleted.at, deleted.record.state
+            ));
+        }
+    }
+    *checked.checked.entry("runs deleted by retention").or_default() += inputs.deleted.len() as u64;
 }
 
 fn time(micros: i64) -> DateTime<Utc> {

@@ -210,6 +210,8 @@ pub struct Overrides {
     pub faults: Option<Faults>,
     /// A deliberately broken store (checker self-test).
     pub broken_store: Option<BrokenStore>,
+    /// How long the nodes keep finished runs.
+    pub history_retention: Option<Duration>,
 }
 
 /// Everything a simulation runs with.
@@ -229,10 +231,17 @@ pub struct SimOptions {
     pub faults: Faults,
     /// A deliberate store bug (feature `test-hooks` of the store), to test the checkers.
     pub broken_store: Option<BrokenStore>,
+    /// How long the nodes keep finished runs (their `history_retention`): two seeds in three
+    /// draw 10 to 60 minutes, so the leader deletes history while runs come and go; the
+    /// third keeps the nodes' default, [`KEEP_HISTORY`], longer than any simulation.
+    pub history_retention: Duration,
     /// Keep the trace's lines in the outcome (`--trace`), not only their hash. Not part of
     /// the world: it changes nothing the simulation does.
     pub keep_trace: bool,
 }
+
+/// The nodes' default `history_retention` (7 days).
+pub const KEEP_HISTORY: Duration = Duration::from_secs(7 * 86_400);
 
 /// The latest a due fire may start in the liveness phase (poll interval, lookahead,
 /// and catching up after the faults healed are all well inside it).
@@ -244,6 +253,10 @@ impl SimOptions {
         let mut entropy = Entropy::from_seed(seed ^ OPTIONS_SALT);
         let nodes = 2 + entropy.below(4) as usize;
         let jobs = 12 + entropy.below(28) as usize;
+        let history_retention = match entropy.below(3) {
+            0 => KEEP_HISTORY,
+            _ => Duration::from_secs(60 * (10 + entropy.below(51))),
+        };
         Self {
             seed,
             nodes: overrides.nodes.unwrap_or(nodes),
@@ -252,6 +265,7 @@ impl SimOptions {
             jobs: overrides.jobs.unwrap_or(jobs),
             faults: overrides.faults.clone().unwrap_or_else(Faults::all),
             broken_store: overrides.broken_store,
+            history_retention: overrides.history_retention.unwrap_or(history_retention),
             keep_trace: false,
         }
     }

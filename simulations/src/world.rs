@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -16,7 +16,7 @@ use sundial::options::SchedulerOptions;
 use sundial::store::codec;
 use sundial::store::keys::Keyspace;
 use sundial::store::records::RunRecord;
-use sundial::store::{KvJobStore, StoreOptions};
+use sundial::store::{KvJobStore, RunDeletedHook, StoreOptions};
 use sundial::time::{add_duration, Clock};
 use sundial_actors::clock::{TokioClock, TokioSleeper};
 use sundial_actors::node::{Node, NodeConfig};
@@ -25,7 +25,7 @@ use sundial_actors::scheduler::JobScheduler;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use crate::check::{self, Checked, Samples};
+use crate::check::{self, Checked, DeletedRun, Samples};
 use crate::faults::{self, Fault, FaultPlan};
 use crate::options::SimOptions;
 use crate::sim_job::{Incarnation, SimJob, SIM_JOB_TYPE};
@@ -56,6 +56,7 @@ pub fn node_options(options: &SimOptions) -> SchedulerOptions {
         node_timeout: Duration::from_secs(30),
         housekeeping_interval: Duration::from_secs(10),
         max_concurrent_runs: per_node.max(64),
+        history_retention: options.history_retention,
         ..SchedulerOptions::default()
     }
 }
@@ -65,19 +66,19 @@ pub fn node_options(options: &SimOptions) -> SchedulerOptions {
 pub struct Outcome {
     /// The options it ran with.
     pub options: SimOptions,
-    /// Runs caused by schedules, in the store's history.
+    /// Runs caused by schedules, in the store's history (the runs retention deleted included).
     pub fires: u64,
-    /// Every run in the store's history.
+    /// Every run in the store's history (the runs retention deleted included).
     pub runs: u64,
     /// Events in the log.
     pub events: usize,
     /// What the checkers found.
     pub checked: Checked,
-    /// SHA-256 over the full ordered trace (events, then the final history).
+    /// SHA-256 over the full ordered trace (events, then the history).
     pub trace_hash: String,
     /// Counts of what happened (faults, operations, outcomes), for the summary.
     pub counts: BTreeMap<String, u64>,
-    /// The trace the hash is over (every event, then every run in the final history),
+    /// The trace the hash is over (every event, then every run in the history),
     /// when [`SimOptions::keep_trace`] asked for it; empty otherwise.
     pub trace: Vec<String>,
 }
@@ -177,6 +178,12 @@ struct World {
     late_jobs: BTreeSet<sundial::name::JobName>,
     /// Whether the first sample looked for the code jobs.
     code_jobs_checked: bool,
+    /// Runs the nodes' stores deleted (history retention), by id, with the record and the
+    /// true time of the first deletion attempt (see `RunDeletedHook`).
+    deleted: Arc<Mutex<BTreeMap<Uuid, DeletedRun>>>,
+    /// The lowest and highest offset from true time any node's clock has had (skew and
+    /// jumps): how far two nodes' clocks can disagree about when a run ended.
+    clock_offsets: (TimeDelta, TimeDelta),
 }
 
 impl World {
@@ -209,6 +216,8 @@ impl World {
                 draining: false,
             })
             .collect();
+        let clock_offsets =
+            (plan.skew.iter().copied().min().unwrap_or_default(), plan.skew.iter().copied().max().unwrap_or_default());
         let world = World {
             workload: workload::generate(&options),
             entropy: Entropy::from_seed(options.seed ^ 0x776f_726c_6400_0000),
@@ -234,8 +243,14 @@ impl World {
             held: BTreeMap::new(),
             late_jobs: BTreeSet::new(),
             code_jobs_checked: false,
+            deleted: Arc::default(),
+            clock_offsets,
         };
         world.main().await
+    }
+
+    fn note_clock_offset(&mut self, offset: TimeDelta) {
+        self.clock_offsets = (self.clock_offsets.0.min(offset), self.clock_offsets.1.max(offset));
     }
 
     fn at(&mut self, offset: Duration, action: Action) {
@@ -356,7 +371,16 @@ impl World {
         let client = format!("{node_id}#{number}");
         let kv = self.kv.client(&client);
         let stream = seed ^ ((slot as u64) << 32) ^ u64::from(number);
-        let store_options = StoreOptions { broken: self.options.broken_store, ..StoreOptions::default() };
+        let (deleted, truth) = (self.deleted.clone(), self.truth);
+        let on_run_deleted = RunDeletedHook(Arc::new(move |record: &RunRecord| {
+            let mut deleted = deleted.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            deleted.entry(record.id).or_insert_with(|| DeletedRun { record: record.clone(), at: truth.now() });
+        }));
+        let store_options = StoreOptions {
+            broken: self.options.broken_store,
+            on_run_deleted: Some(on_run_deleted),
+            ..StoreOptions::default()
+        };
         let store =
             KvJobStore::new(kv.clone(), registry.calendars().clone(), Entropy::from_seed(stream ^ 1), store_options);
         let clock: Arc<dyn Clock> = Arc::new(clock);
@@ -496,6 +520,7 @@ impl World {
             Fault::ClockJump { slot, by } => {
                 let by = TimeDelta::from_std(by).unwrap_or_default();
                 self.slots[slot].clock.jump(by);
+                self.note_clock_offset(self.slots[slot].clock.offset());
                 self.world(format!("clock of slot {slot} jumps {}s ahead", by.num_seconds()));
                 self.count("clock jumps");
             }
@@ -700,7 +725,16 @@ impl World {
             }
         })
         .await;
-        if let Ok((running, left)) = read {
+        if let Ok((running, mut left)) = read {
+            // A run that ended since the last sample may be gone already (retention, on a
+            // leader whose clock runs ahead): its state is the deleted record's.
+            let deleted = self.deleted.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            for (id, state) in &mut left {
+                if state.is_none() {
+                    *state = deleted.get(id).map(|d| d.record.state);
+                }
+            }
+            drop(deleted);
             self.samples.observe(self.truth.now(), running, left);
         }
     }
@@ -727,7 +761,16 @@ impl World {
 
     async fn finish(mut self) -> Outcome {
         self.sample().await;
-        let history = self.history().await;
+        let mut history = self.history().await;
+        // Runs retention deleted (a deletion that did not commit left its run in the store).
+        let kept: BTreeSet<Uuid> = history.iter().map(|r| r.id).collect();
+        let deleted: BTreeMap<Uuid, DeletedRun> =
+            std::mem::take(&mut *self.deleted.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+                .into_iter()
+                .filter(|(id, _)| !kept.contains(id))
+                .collect();
+        history.extend(deleted.values().map(|d| d.record.clone()));
+        history.sort_by_key(|r| r.id);
         let end = self.truth.now();
         let live: Vec<(String, u32)> = self
             .slots
@@ -746,6 +789,8 @@ impl World {
             workload: &self.workload,
             events: &events,
             history: &history,
+            deleted: &deleted,
+            clock_offsets: self.clock_offsets,
             samples: &self.samples,
             live: &live,
             liveness_from: add_duration(epoch(), self.options.duration),
@@ -758,8 +803,9 @@ impl World {
             trace.push(event_line(event));
         }
         for run in &history {
+            let deleted_at = deleted.get(&run.id).map(|d| format!(" deleted={}", d.at.timestamp_micros()));
             trace.push(format!(
-                "history {} {} {} sched={} {:?} attempt={} {:?} on {} start={} end={:?} code={:?} {:?}",
+                "history {} {} {} sched={} {:?} attempt={} {:?} on {} start={} end={:?} code={:?} {:?}{}",
                 run.id,
                 run.job,
                 run.trigger.as_deref().unwrap_or("-"),
@@ -772,6 +818,7 @@ impl World {
                 run.finished_us,
                 run.error_code,
                 run.error_message,
+                deleted_at.unwrap_or_default(),
             ));
         }
         {

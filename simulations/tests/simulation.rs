@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use sundial_simulations::options::{BrokenStore, FaultKind, Faults};
+use sundial_simulations::options::{BrokenStore, FaultKind, Faults, KEEP_HISTORY};
 use sundial_simulations::{simulate, Outcome, Overrides, SimOptions};
 
 fn run(seed: u64, overrides: &Overrides) -> Outcome {
@@ -85,10 +85,31 @@ fn a_store_that_misfires_too_early_is_caught_within_a_handful_of_seeds() {
     }
 }
 
+#[test]
+fn a_store_that_deletes_history_early_is_caught_within_a_handful_of_seeds() {
+    // Retention at half its length: runs vanish before their time, which the history
+    // checker measures against the runs' ends in true time.
+    let retention = Overrides { history_retention: Some(Duration::from_secs(10 * 60)), ..minutes(30) };
+    let broken = Overrides { broken_store: Some(BrokenStore::EarlyRetention), ..retention.clone() };
+    let caught: Vec<u64> = (1..=6).filter(|seed| !run(*seed, &broken).checked.violations.is_empty()).collect();
+    assert!(!caught.is_empty(), "six seeds missed a store that deletes history early");
+    for seed in caught {
+        let outcome = run(seed, &retention);
+        assert_clean(&outcome);
+        assert!(outcome.checked.checked["runs deleted by retention"] > 0, "seed {seed}: retention deleted runs");
+    }
+}
+
 /// Regressions: every seed that ever failed, with the options it failed with (the default
 /// ones: two hours, every fault). What each found is in the commit that fixed it.
 mod regressions {
     use super::*;
+
+    /// Runs as the seeds failed: history kept for the nodes' default 7 days (retention was
+    /// drawn from the seed only later, and would change what these seeds do).
+    fn run(seed: u64, overrides: &Overrides) -> Outcome {
+        super::run(seed, &Overrides { history_retention: Some(KEEP_HISTORY), ..overrides.clone() })
+    }
 
     fn default_options(seed: u64) {
         assert_clean(&run(seed, &Overrides::default()));

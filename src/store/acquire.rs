@@ -970,6 +970,10 @@ impl<K: Kv> KvJobStore<K> {
 
     /// Deletes a finished run and its index entries.
     pub(crate) fn delete_run(&self, tx: &Tx<'_, K::Transaction>, run: &RunRecord) {
+        #[cfg(feature = "test-hooks")]
+        if let Some(hook) = &self.options.on_run_deleted {
+            (hook.0)(run);
+        }
         tx.txn.clear(&self.keys.run(run.id));
         tx.txn.clear(&self.keys.history_by_job(&run.job, run.scheduled_us, run.id));
         tx.txn.clear(&self.keys.history_by_time(run.scheduled_us, run.id));

@@ -153,6 +153,11 @@ impl<K: Kv> KvJobStore<K> {
         retention: Option<Duration>,
         fence: Option<&Fence>,
     ) -> Result<usize, StoreError> {
+        #[cfg(feature = "test-hooks")]
+        let retention = match self.options.broken {
+            Some(super::BrokenStore::EarlyRetention) => retention.map(|r| r / 2),
+            _ => retention,
+        };
         let cutoff =
             retention.and_then(|r| chrono::TimeDelta::from_std(r).ok()).and_then(|r| now.checked_sub_signed(r));
         match cutoff {

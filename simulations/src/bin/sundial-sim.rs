@@ -44,9 +44,14 @@ struct Args {
     faults: Option<Faults>,
     /// Run with a deliberately broken store, to see the checkers catch it:
     /// `conflict-check` (the default: acquisition without its conflict check, so fires can
-    /// run twice) or `early-misfire` (fires skipped as misfires a tenth of the threshold late).
+    /// run twice), `early-misfire` (fires skipped as misfires a tenth of the threshold late)
+    /// or `early-retention` (history deleted at half its retention).
     #[arg(long, num_args = 0..=1, default_missing_value = "conflict-check", value_parser = parse_broken)]
     broken_store: Option<BrokenStore>,
+    /// How long the nodes keep finished runs (`90s`, `30m`, `6h`, `7d`); the default is
+    /// drawn from the seed (10 to 60 minutes for two seeds in three, else 7 days).
+    #[arg(long, value_parser = parse_duration)]
+    retention: Option<std::time::Duration>,
     /// Print the full event trace.
     #[arg(long)]
     trace: bool,
@@ -75,6 +80,7 @@ fn main() -> ExitCode {
         jobs: args.jobs.map(|j| j as usize),
         faults: args.faults.clone(),
         broken_store: args.broken_store,
+        history_retention: args.retention,
     };
     let seeds: Vec<u64> = match (&args.seeds, args.seed) {
         (Some(range), _) => range.clone().collect(),
@@ -200,16 +206,18 @@ fn describe_options(options: &SimOptions) -> String {
     let broken = match options.broken_store {
         Some(BrokenStore::AcquireWithoutConflictCheck) => " broken-store=conflict-check",
         Some(BrokenStore::EarlyMisfire) => " broken-store=early-misfire",
+        Some(BrokenStore::EarlyRetention) => " broken-store=early-retention",
         None => "",
     };
     format!(
-        "seed {}\noptions: nodes={} duration={}s liveness={}s jobs={} faults={}{broken}\n\
+        "seed {}\noptions: nodes={} duration={}s liveness={}s jobs={} retention={}s faults={}{broken}\n\
          workload: {} code jobs, {} runtime jobs, {} operations; fault plan: {} timed faults, skew {:?} ms\n",
         options.seed,
         options.nodes,
         options.duration.as_secs(),
         options.liveness.as_secs(),
         options.jobs,
+        options.history_retention.as_secs(),
         options.faults,
         workload.code_jobs.len(),
         workload.runtime_jobs.len(),
@@ -229,6 +237,7 @@ fn parse_broken(text: &str) -> Result<BrokenStore, String> {
     match text {
         "conflict-check" => Ok(BrokenStore::AcquireWithoutConflictCheck),
         "early-misfire" => Ok(BrokenStore::EarlyMisfire),
-        other => Err(format!("'{other}' is not a store bug here (conflict-check, early-misfire)")),
+        "early-retention" => Ok(BrokenStore::EarlyRetention),
+        other => Err(format!("'{other}' is not a store bug here (conflict-check, early-misfire, early-retention)")),
     }
 }
