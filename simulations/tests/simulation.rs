@@ -89,11 +89,12 @@ fn a_store_that_misfires_too_early_is_caught_within_a_handful_of_seeds() {
 fn a_store_that_deletes_history_early_is_caught_within_a_handful_of_seeds() {
     // Retention at half its length: runs vanish before their time, which the history
     // checker measures against the runs' ends in true time.
-    let retention = Overrides { history_retention: Some(Duration::from_secs(10 * 60)), ..minutes(30) };
+    let retention = Overrides { history_retention: Some(Duration::from_secs(5 * 60)), ..minutes(20) };
     let broken = Overrides { broken_store: Some(BrokenStore::EarlyRetention), ..retention.clone() };
     let caught: Vec<u64> = (1..=6).filter(|seed| !run(*seed, &broken).checked.violations.is_empty()).collect();
     assert!(!caught.is_empty(), "six seeds missed a store that deletes history early");
-    for seed in caught {
+    // Two of them with the correct store are enough to show the bug was what they caught.
+    for seed in caught.into_iter().take(2) {
         let outcome = run(seed, &retention);
         assert_clean(&outcome);
         assert!(outcome.checked.checked["runs deleted by retention"] > 0, "seed {seed}: retention deleted runs");
