@@ -666,10 +666,9 @@ fn nothing_stuck(inputs: &Inputs<'_>, executions: &BTreeMap<Uuid, Execution<'_>>
     }
 }
 
-/// Every run a job started is in history, local runs included: a node starts a run only
-/// once the store has recorded it.
-/// Every run that started is in history, or was deleted by retention no earlier than its
-/// end allows. The leader deletes a run once its own clock is `history_retention` past the
+/// Every run a job started is in history, local runs included (a node starts a run only
+/// once the store has recorded it), or was deleted by retention no earlier than its end
+/// allows. The leader deletes a run once its own clock is `history_retention` past the
 /// run's `finished_at` (written by the clock of the node that ended it), so in true time
 /// the deletion comes at least `history_retention` after the run's end (for a run declared
 /// lost, after the declaration), less how far two clocks can disagree, and at least
