@@ -36,7 +36,14 @@ fn the_same_seed_gives_the_same_trace_and_another_seed_another() {
     assert_eq!(first.trace_hash, again.trace_hash);
     assert_eq!((first.fires, first.runs, first.events), (again.fires, again.runs, again.events));
     // Spelling out a derived option changes nothing.
-    let spelled = run(11, &Overrides { nodes: Some(first.options.nodes), ..minutes(20) });
+    let spelled = run(
+        11,
+        &Overrides {
+            nodes: Some(first.options.nodes),
+            history_retention: Some(first.options.history_retention),
+            ..minutes(20)
+        },
+    );
     assert_eq!(first.trace_hash, spelled.trace_hash);
     let other = run(12, &minutes(20));
     assert_ne!(first.trace_hash, other.trace_hash);
