@@ -13,10 +13,11 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use parking_lot::Mutex;
 
 use crate::entropy::Entropy;
 use crate::error::SchedulingError;
@@ -174,7 +175,7 @@ impl<K: Kv> KvLeaderElection<K> {
             clock: shared.clock.clone(),
             node: shared.node.clone(),
             retry: shared.retry,
-            entropy: Mutex::new(lock(&shared.entropy).fork()),
+            entropy: Mutex::new(shared.entropy.lock().fork()),
             observations: Mutex::new(BTreeMap::new()),
             spawner: None,
         });
@@ -192,19 +193,14 @@ impl<K: Kv> LeaderElection for KvLeaderElection<K> {
 
     async fn try_acquire(&self, resource: &ResourceName, ttl: Duration) -> Result<KvLease<K>, SchedulingError> {
         let inner = &self.inner;
-        let token = inner.entropy.lock().unwrap_or_else(std::sync::PoisonError::into_inner).alphanumeric(12);
+        let token = inner.entropy.lock().alphanumeric(12);
         let holder = format!("{}:{token}", inner.node);
         let started = inner.clock.monotonic();
         let wall = inner.clock.now();
         let key = inner.keys.lease(resource.as_str());
         // The observation as it stood before this attempt: the transaction may take over
         // only a record seen unchanged for a whole TTL.
-        let observed = inner
-            .observations
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(resource.as_str())
-            .cloned();
+        let observed = inner.observations.lock().get(resource.as_str()).cloned();
         let (key, holder_ref, observed) = (&key, &holder, &observed);
         let ttl_us = ttl.as_micros().min(u128::from(u64::MAX)) as u64;
         let attempt = run(&inner.kv, inner.retry, |txn, maybe| async move {
@@ -231,7 +227,7 @@ impl<K: Kv> LeaderElection for KvLeaderElection<K> {
         })
         .await
         .map_err(from_store)?;
-        let mut observations = inner.observations.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut observations = inner.observations.lock();
         match attempt {
             Attempt::Granted(term) => {
                 observations.remove(resource.as_str());
@@ -421,17 +417,13 @@ impl LocalLeaderElection {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 impl LeaderElection for LocalLeaderElection {
     type Lease = LocalLease;
 
     async fn try_acquire(&self, resource: &ResourceName, ttl: Duration) -> Result<LocalLease, SchedulingError> {
         let now = self.inner.clock.monotonic();
-        let holder = lock(&self.inner.entropy).alphanumeric(16);
-        let mut leases = lock(&self.inner.leases);
+        let holder = self.inner.entropy.lock().alphanumeric(16);
+        let mut leases = self.inner.leases.lock();
         let term = match leases.get(resource.as_str()) {
             Some(entry) if !entry.released && now < entry.expires => {
                 return Err(SchedulingError::LeaseHeld { resource: resource.to_string() })
@@ -480,7 +472,7 @@ impl LocalLease {
         if self.released {
             return;
         }
-        let mut leases = lock(&self.election.inner.leases);
+        let mut leases = self.election.inner.leases.lock();
         if let Some(entry) = leases.get_mut(&self.resource) {
             if entry.holder == self.holder && entry.term == self.term {
                 entry.released = true;
@@ -506,7 +498,11 @@ impl LeaderLease for LocalLease {
     fn is_held(&self) -> bool {
         let now = self.election.inner.clock.monotonic();
         !self.released
-            && lock(&self.election.inner.leases)
+            && self
+                .election
+                .inner
+                .leases
+                .lock()
                 .get(&self.resource)
                 .is_some_and(|e| self.entry_is_mine(e) && now < e.expires)
     }
@@ -514,7 +510,7 @@ impl LeaderLease for LocalLease {
     async fn renew(&mut self) -> Result<(), SchedulingError> {
         let inner = &self.election.inner;
         let now = inner.clock.monotonic();
-        let mut leases = lock(&inner.leases);
+        let mut leases = inner.leases.lock();
         match leases.get_mut(&self.resource) {
             Some(entry)
                 if !self.released

@@ -33,9 +33,10 @@ mod schedules;
 mod status;
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use parking_lot::Mutex;
 use uuid::Uuid;
 
 pub use acquire::{fire_run_id, AcquireRequest, AcquiredRun, Acquisition, DueOutlook};
@@ -222,12 +223,12 @@ impl<K: Kv> KvJobStore<K> {
 
     /// Whether this store has heartbeated for `node`.
     fn has_registered(&self, node: &str) -> bool {
-        self.registered.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(node)
+        self.registered.lock().contains(node)
     }
 
     /// A fresh random value for ids, drawn before a retry loop.
     fn random_u64(&self) -> u64 {
-        self.entropy.lock().unwrap_or_else(std::sync::PoisonError::into_inner).next_u64()
+        self.entropy.lock().next_u64()
     }
 
     fn tx(&self, txn: K::Transaction) -> Tx<'_, K::Transaction> {

@@ -5,10 +5,11 @@
 //! does, and simulations and tests use [`ManualClock`].
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
+use parking_lot::Mutex;
 
 use crate::kv::BoxFuture;
 
@@ -128,10 +129,8 @@ impl ManualClock {
         state.wall = state.wall.checked_add_signed(delta).unwrap_or(state.wall);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, ManualState> {
-        // A panic while holding this lock cannot leave the two fields inconsistent
-        // (each update is a plain store), so a poisoned lock is still usable.
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn lock(&self) -> parking_lot::MutexGuard<'_, ManualState> {
+        self.state.lock()
     }
 }
 

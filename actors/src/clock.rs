@@ -8,10 +8,11 @@
 //! deadline up to its 1 ms tick, which is most of a to-the-second fire's lateness.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use parking_lot::Mutex;
 use sundial::kv::BoxFuture;
 use sundial::time::{add_duration, Clock, MonotonicInstant, Sleeper};
 use tokio::time::Instant;
@@ -117,7 +118,7 @@ impl Sleeper for PreciseSleeper {
         }
         let deadline = Self::deadline_us(self.origin, duration);
         let window = deadline / Self::GRANULARITY.as_micros() as u64;
-        let mut gates = self.gates.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut gates = self.gates.lock();
         if let Some((latest, gate)) = gates.get_mut(&window) {
             *latest = (*latest).max(deadline);
             return Box::pin(gate.clone().wait());
@@ -131,7 +132,7 @@ impl Sleeper for PreciseSleeper {
             loop {
                 // The latest deadline may have moved later since (sleeps that joined).
                 let due = {
-                    let mut gates = all.lock().unwrap_or_else(PoisonError::into_inner);
+                    let mut gates = all.lock();
                     let latest = gates.get(&window).map_or(0, |(latest, _)| *latest);
                     if Self::now_us(origin) >= latest {
                         Some(gates.remove(&window))

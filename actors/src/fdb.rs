@@ -7,11 +7,12 @@
 //! guard alive while the database is used.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use foundationdb::options::{ConflictRangeType, MutationType, StreamingMode};
 use foundationdb::{Database, FdbError, RangeOption, Transaction};
+use parking_lot::Mutex;
 use sundial::kv::{AtomicOp, CommitInfo, Kv, KvError, KvTransaction, RangeRequest, RangeResult, Version};
 use sundial::time::{Clock, MonotonicInstant};
 
@@ -91,8 +92,8 @@ fn used_after_commit() -> KvError {
 }
 
 impl FdbTransaction {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Inner> {
+        self.inner.lock()
     }
 
     fn with<T>(&self, f: impl FnOnce(&Transaction) -> T) -> Result<T, KvError> {

@@ -11,9 +11,10 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
+use parking_lot::Mutex;
 /// A gate: closed until [`open`](Gate::open)ed, then open for ever.
 #[derive(Debug, Default)]
 pub(crate) struct Gate {
@@ -28,7 +29,7 @@ impl Gate {
     pub(crate) fn open(&self) {
         // Set before the list is taken: a waiter that registers after the take sees it.
         self.open.store(true, Ordering::Release);
-        let wakers = std::mem::take(&mut *self.wakers.lock().unwrap_or_else(PoisonError::into_inner));
+        let wakers = std::mem::take(&mut *self.wakers.lock());
         for waker in wakers {
             waker.wake();
         }
@@ -37,7 +38,7 @@ impl Gate {
     /// Makes room for `waiters` registered waiters in all, so that waiters registering
     /// together later (at a start instant) do not grow the list then.
     pub(crate) fn reserve(&self, waiters: usize) {
-        let mut wakers = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut wakers = self.wakers.lock();
         let more = waiters.saturating_sub(wakers.len());
         wakers.reserve(more);
     }
@@ -69,7 +70,7 @@ impl Future for GateWait {
             return Poll::Ready(());
         }
         let gate = self.gate.clone();
-        let mut wakers = gate.wakers.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut wakers = gate.wakers.lock();
         // Opened since the check: the list may already be taken.
         if gate.is_open() {
             return Poll::Ready(());

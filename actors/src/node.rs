@@ -12,8 +12,9 @@
 //! poller, which its own supervisor (the host's, when embedded) then sees.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 
+use parking_lot::Mutex;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr, SupervisionEvent};
 use sundial::entropy::{Entropy, RunIdGenerator};
 use sundial::leader::{Fence, LocalLeaderElection};
@@ -98,16 +99,16 @@ impl<S: JobStore> NodeShared<S> {
     }
 
     pub(crate) fn register_run(&self, id: Uuid, cancel: RunCancel) {
-        lock(&self.runs).insert(id, cancel);
+        self.runs.lock().insert(id, cancel);
     }
 
     pub(crate) fn unregister_run(&self, id: Uuid) {
-        lock(&self.runs).remove(&id);
+        self.runs.lock().remove(&id);
     }
 
     /// Cancels every run here (in run-id order); returns how many were not canceled yet.
     pub(crate) fn cancel_all_runs(&self, reason: CancelReason) -> usize {
-        let runs = lock(&self.runs);
+        let runs = self.runs.lock();
         let fresh = runs.values().filter(|c| c.reason().is_none()).count();
         for cancel in runs.values() {
             cancel.cancel(reason);
@@ -133,21 +134,21 @@ impl<S: JobStore> NodeShared<S> {
 
     /// Runs on this node now.
     pub(crate) fn running(&self) -> usize {
-        lock(&self.runs).len()
+        self.runs.lock().len()
     }
 
     pub(crate) fn heartbeat_committed(&self) {
-        *lock(&self.last_heartbeat) = Some(self.clock.monotonic());
+        *self.last_heartbeat.lock() = Some(self.clock.monotonic());
     }
 
     pub(crate) fn last_heartbeat(&self) -> Option<MonotonicInstant> {
-        *lock(&self.last_heartbeat)
+        *self.last_heartbeat.lock()
     }
 
     /// A fresh run id: UUID v7 from the injected clock and seeded entropy.
     pub(crate) fn run_id(&self) -> Uuid {
         let now = self.clock.now();
-        self.ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner).0.next_id(now)
+        self.ids.lock().0.next_id(now)
     }
 
     /// Builds (with a fresh id) and publishes an event, when the publisher takes events.
@@ -160,7 +161,7 @@ impl<S: JobStore> NodeShared<S> {
 
     /// A fresh event id from the seeded entropy.
     pub(crate) fn event_id(&self) -> Uuid {
-        let mut ids = self.ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut ids = self.ids.lock();
         Uuid::from_u64_pair(ids.1.next_u64(), ids.1.next_u64())
     }
 
@@ -168,10 +169,6 @@ impl<S: JobStore> NodeShared<S> {
     pub(crate) fn actor_name(&self, role: &str) -> String {
         format!("{}/{}/{role}", self.name_prefix, self.node_id)
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A node's current leadership.
@@ -288,7 +285,7 @@ impl<S: JobStore> Actor for NodeSupervisor<S> {
         myself: ActorRef<NodeMsg>,
         shared: Arc<NodeShared<S>>,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let inbox = lock(&shared.completion_inbox).take();
+        let inbox = shared.completion_inbox.lock().take();
         let completer = inbox.map(|inbox| spawn_completer(shared.clone(), inbox));
         let poller = spawn_poller(&myself, &shared).await?;
         let (lease, _) =

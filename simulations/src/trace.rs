@@ -3,9 +3,10 @@
 //! simulation's fingerprint.
 
 use std::fmt::Write as _;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use sundial::job::{JobRun, RunCause};
 use uuid::Uuid;
@@ -66,7 +67,7 @@ pub struct EventLog {
 impl EventLog {
     /// Appends an event.
     pub fn push(&self, at: DateTime<Utc>, kind: EventKind) {
-        self.events.lock().unwrap_or_else(PoisonError::into_inner).push(Event { at, kind });
+        self.events.lock().push(Event { at, kind });
     }
 
     /// Appends a world event.
@@ -77,12 +78,12 @@ impl EventLog {
     /// `f` of every event so far, read in place (the log of a long simulation holds
     /// millions of events: it is never copied).
     pub fn read<T>(&self, f: impl FnOnce(&[Event]) -> T) -> T {
-        f(&self.events.lock().unwrap_or_else(PoisonError::into_inner))
+        f(&self.events.lock())
     }
 
     /// Every event so far, leaving the log empty (the simulation's end).
     pub fn take(&self) -> Vec<Event> {
-        std::mem::take(&mut *self.events.lock().unwrap_or_else(PoisonError::into_inner))
+        std::mem::take(&mut *self.events.lock())
     }
 }
 

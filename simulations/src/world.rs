@@ -4,10 +4,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
+use parking_lot::Mutex;
 use sundial::entropy::Entropy;
 use sundial::kv::memory::{KvFaults, MemoryKv, MemoryKvOptions};
 use sundial::kv::{run, KvTransaction, RangeRequest, RetryOptions};
@@ -373,7 +374,7 @@ impl World {
         let stream = seed ^ ((slot as u64) << 32) ^ u64::from(number);
         let (deleted, truth) = (self.deleted.clone(), self.truth);
         let on_run_deleted = RunDeletedHook(Arc::new(move |record: &RunRecord| {
-            let mut deleted = deleted.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut deleted = deleted.lock();
             deleted.entry(record.id).or_insert_with(|| DeletedRun { record: record.clone(), at: truth.now() });
         }));
         let store_options = StoreOptions {
@@ -728,7 +729,7 @@ impl World {
         if let Ok((running, mut left)) = read {
             // A run that ended since the last sample may be gone already (retention, on a
             // leader whose clock runs ahead): its state is the deleted record's.
-            let deleted = self.deleted.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let deleted = self.deleted.lock();
             for (id, state) in &mut left {
                 if state.is_none() {
                     *state = deleted.get(id).map(|d| d.record.state);
@@ -765,10 +766,7 @@ impl World {
         // Runs retention deleted (a deletion that did not commit left its run in the store).
         let kept: BTreeSet<Uuid> = history.iter().map(|r| r.id).collect();
         let deleted: BTreeMap<Uuid, DeletedRun> =
-            std::mem::take(&mut *self.deleted.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
-                .into_iter()
-                .filter(|(id, _)| !kept.contains(id))
-                .collect();
+            std::mem::take(&mut *self.deleted.lock()).into_iter().filter(|(id, _)| !kept.contains(id)).collect();
         history.extend(deleted.values().map(|d| d.record.clone()));
         history.sort_by_key(|r| r.id);
         let end = self.truth.now();

@@ -655,7 +655,7 @@ impl<K: Kv> KvJobStore<K> {
         if local || due(new).is_none() || old.and_then(due) == due(new) {
             return;
         }
-        let cache = self.homes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let cache = self.homes.lock();
         let Some(cached) = cache.as_ref() else { return };
         let home = home_of(shard_of(&new.job, &new.name), &cached.nodes);
         // This store's own node (the first of the list) learns of its own writes without
@@ -680,7 +680,7 @@ impl<K: Kv> KvJobStore<K> {
 
     /// Which shards are home to `nodes[0]` among `nodes` (cached for the last list).
     fn home_shards(&self, nodes: Vec<String>) -> Vec<bool> {
-        let mut cache = self.homes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut cache = self.homes.lock();
         if let Some(cached) = cache.as_ref().filter(|c| c.nodes == nodes) {
             return cached.home.clone();
         }

@@ -71,7 +71,7 @@ impl<K: Kv> KvJobStore<K> {
     ) -> Result<Heartbeat, StoreError> {
         // Before the commit: if it lands while reported failed, the node's record exists,
         // and a later deletion must not read as "a store of its own".
-        self.registered.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(node.to_owned());
+        self.registered.lock().insert(node.to_owned());
         run(&self.kv, self.options.retry, |txn, _| async move {
             let key = self.keys.node(node);
             let old: Option<NodeRecord> =

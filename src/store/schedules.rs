@@ -7,7 +7,9 @@
 //! calendar is looked up by name when used), so a cached value is never stale.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use crate::schedule::JobSchedule;
 
@@ -38,8 +40,8 @@ impl ParsedSchedules {
         parsed
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Result<Arc<JobSchedule>, String>>> {
-        self.parsed.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> parking_lot::MutexGuard<'_, BTreeMap<String, Result<Arc<JobSchedule>, String>>> {
+        self.parsed.lock()
     }
 }
 
