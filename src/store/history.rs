@@ -119,11 +119,17 @@ impl<K: Kv> KvJobStore<K> {
                 }
                 let (begin, end) = self.keys.finished_before(micros(cutoff));
                 let listing = tx.txn.get_range(&RangeRequest::new(begin, end).limit(RETENTION_BATCH), true).await?;
+                let ids = listing
+                    .pairs
+                    .iter()
+                    .map(|(key, _)| self.keys.finished_run_of(key))
+                    .collect::<Result<Vec<_>, _>>()?;
+                // Read together (one round trip on FoundationDB) and serializably: a replay
+                // finds the runs gone and skips them.
+                let mut runs = tx.prefetch_runs(ids.iter().copied()).await?;
                 let mut count = 0;
-                for (key, _) in &listing.pairs {
-                    let id = self.keys.finished_run_of(key)?;
-                    // Read serializably: a replay finds the run gone and skips it.
-                    if let Some(stored) = tx.run(id).await? {
+                for ((key, _), &id) in listing.pairs.iter().zip(&ids) {
+                    if let Some(stored) = tx.run_prefetched(&mut runs, id).await? {
                         if stored.state.is_final() {
                             self.delete_run(&tx, &stored);
                             count += 1;
