@@ -37,8 +37,9 @@ pub struct Inputs<'a> {
     /// Every run record in the store at the end and every one retention deleted before, by
     /// id.
     pub history: &'a [RunRecord],
-    /// The runs retention deleted (not in the store at the end), by id.
-    pub deleted: &'a BTreeMap<Uuid, DeletedRun>,
+    /// The runs retention deleted (in `history`, not in the store at the end), by id, with
+    /// the true time of the first transaction deleting each (it committed then or later).
+    pub deleted: &'a BTreeMap<Uuid, DateTime<Utc>>,
     /// The lowest and highest offset from true time any node's clock had.
     pub clock_offsets: (TimeDelta, TimeDelta),
     /// Sampled run states.
@@ -61,7 +62,8 @@ pub struct Inputs<'a> {
     pub late_jobs: &'a BTreeSet<JobName>,
 }
 
-/// A run a node's store deleted, as the deleting transaction read it.
+/// A run a node's store deleted, as the deleting transaction read it (kept by the world
+/// until the end, when the record joins the history the checkers read).
 #[derive(Debug, Clone)]
 pub struct DeletedRun {
     /// The record deleted (final: only finished runs are deleted).
@@ -690,31 +692,31 @@ fn history_kept(
             ));
         }
     }
-    for (id, deleted) in inputs.deleted {
-        let finished = deleted.record.finished_us.map(time);
+    for (id, &deleted_at) in inputs.deleted {
+        let Some(record) = history.get(id) else { continue };
+        let finished = record.finished_us.map(time);
         let by_record = finished.map(|f| f - highest + retention);
         // A run declared lost ended, for history, when it was declared: its job may have
         // run on (on a node cut off from the store) after that.
-        let own_end = executions.get(id).and_then(|e| e.end).filter(|_| deleted.record.state != RunState::Lost);
+        let own_end = executions.get(id).and_then(|e| e.end).filter(|_| record.state != RunState::Lost);
         let by_end = own_end.map(|(end, _)| end + retention - spread);
-        if let Some(earliest) = by_record.into_iter().chain(by_end).max().filter(|earliest| deleted.at < *earliest) {
+        if let Some(earliest) = by_record.into_iter().chain(by_end).max().filter(|earliest| deleted_at < *earliest) {
             checked.violations.push(format!(
                 "run {id} of {} ({:?}, finished_at {finished:?}, ended {:?}) deleted at {} before its retention \
                  ({}s; clocks within {}..{} ms of true time): not before {earliest}",
-                deleted.record.job,
-                deleted.record.state,
+                record.job,
+                record.state,
                 executions.get(id).and_then(|e| e.end).map(|(end, _)| end),
-                deleted.at,
+                deleted_at,
                 retention.num_seconds(),
                 lowest.num_milliseconds(),
                 highest.num_milliseconds(),
             ));
         }
-        if !deleted.record.state.is_final() {
-            checked.violations.push(format!(
-                "run {id} of {} deleted at {} while {:?}",
-                deleted.record.job, deleted.at, deleted.record.state
-            ));
+        if !record.state.is_final() {
+            checked
+                .violations
+                .push(format!("run {id} of {} deleted at {deleted_at} while {:?}", record.job, record.state));
         }
     }
     *checked.checked.entry("runs deleted by retention").or_default() += inputs.deleted.len() as u64;

@@ -765,9 +765,13 @@ impl World {
         let mut history = self.history().await;
         // Runs retention deleted (a deletion that did not commit left its run in the store).
         let kept: BTreeSet<Uuid> = history.iter().map(|r| r.id).collect();
-        let deleted: BTreeMap<Uuid, DeletedRun> =
-            std::mem::take(&mut *self.deleted.lock()).into_iter().filter(|(id, _)| !kept.contains(id)).collect();
-        history.extend(deleted.values().map(|d| d.record.clone()));
+        let mut deleted = BTreeMap::new();
+        for (id, run) in std::mem::take(&mut *self.deleted.lock()) {
+            if !kept.contains(&id) {
+                deleted.insert(id, run.at);
+                history.push(run.record);
+            }
+        }
         history.sort_by_key(|r| r.id);
         let end = self.truth.now();
         let live: Vec<(String, u32)> = self
@@ -801,7 +805,7 @@ impl World {
             trace.push(event_line(event));
         }
         for run in &history {
-            let deleted_at = deleted.get(&run.id).map(|d| format!(" deleted={}", d.at.timestamp_micros()));
+            let deleted_at = deleted.get(&run.id).map(|at| format!(" deleted={}", at.timestamp_micros()));
             trace.push(format!(
                 "history {} {} {} sched={} {:?} attempt={} {:?} on {} start={} end={:?} code={:?} {:?}{}",
                 run.id,
