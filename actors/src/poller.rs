@@ -748,11 +748,20 @@ async fn trigger<S: JobStore>(
         return Err(SchedulingError::SchedulerNotRunning { reason });
     }
     let run_id = shared.run_id();
-    let acquired = shared
-        .store
-        .begin_manual_run(job, data, &shared.node_id, run_id, now)
-        .await
-        .map_err(|e: StoreError| SchedulingError::from(e))?;
+    let acquired = match shared.store.begin_manual_run(job, data, &shared.node_id, run_id, now).await {
+        Ok(acquired) => acquired,
+        Err(error) => {
+            if matches!(error, StoreError::Kv(_)) {
+                // An attempt may have committed before the retries gave up (its commit
+                // reported unknown, the next ones refused): the caller is told the run did
+                // not start, and no actor runs it, so it would stay Running on this live
+                // node for ever. The next cycle's reclaim marks it lost, as for a failed
+                // acquisition or local run.
+                state.reclaimed = false;
+            }
+            return Err(error.into());
+        }
+    };
     let (sender, receiver) = oneshot::channel();
     start_run(myself, state, acquired, Some(sender), false).await;
     Ok(receiver)

@@ -370,6 +370,16 @@ mod regressions {
         assert_clean(&run(60343, &Overrides { faults: Some(faults), ..Overrides::default() }));
     }
 
+    /// A manual trigger whose run record committed (reported unknown) while the store went
+    /// away: the handle returned `SCHEDULING_UNAVAILABLE_003`, no actor ran the run, and it
+    /// stayed `Running` on its live node for ever. A failed trigger now has the next cycle
+    /// reclaim the node's unknown runs, as a failed acquisition or local run does.
+    #[test]
+    fn seed_87097_heavy_faults_manual_run_of_a_failed_trigger_stuck_running() {
+        let faults = heavy_faults();
+        assert_clean(&run(87097, &Overrides { faults: Some(faults), ..Overrides::default() }));
+    }
+
     /// Every commit conflicting (checker and simulator fixes): the first scheduling of the
     /// runtime jobs was refused and never tried again, and the nodes wrote their code jobs
     /// only once the faults healed, yet the fires of both were expected from the epoch
