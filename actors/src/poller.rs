@@ -358,11 +358,14 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
     // about to be declared lost, and runs of a node the cluster never heard from (before
     // its first heartbeat commits, it has no record) would never be reaped.
     let alive = !shared.shared_store || heartbeat(state, now).await;
-    if alive {
-        run_local(myself, state, now).await;
-    }
     if !state.unadopted.is_empty() {
         adopt_committed_runs(myself, state).await;
+    }
+    // Local fires after adoption: a run a failed acquisition took (of a job local here,
+    // say an enqueued one) counts for the job's exclusivity on this node only once it
+    // started, and while some may still be unadopted, local fires wait.
+    if alive && state.unadopted.is_empty() {
+        run_local(myself, state, now).await;
     }
     if !state.reclaimed && state.unadopted.is_empty() {
         // Runs of an earlier process with this id, or of this poller before it restarted.

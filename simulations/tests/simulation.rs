@@ -380,6 +380,17 @@ mod regressions {
         assert_clean(&run(87097, &Overrides { faults: Some(faults), ..Overrides::default() }));
     }
 
+    /// A failed acquisition's run of a job local and non-concurrent here (an enqueued
+    /// one-shot) was adopted after a long outage, one cycle after the node's local fire of
+    /// the job had started: the two ran together. Adoption now comes first, and local fires
+    /// wait while runs may be unadopted. (History retention drawn from the seed: this is
+    /// the interleaving it failed in.)
+    #[test]
+    fn seed_91227_heavy_faults_adopted_run_beside_a_local_fire() {
+        let faults = heavy_faults();
+        assert_clean(&super::run(91227, &Overrides { faults: Some(faults), ..Overrides::default() }));
+    }
+
     /// Every commit conflicting (checker and simulator fixes): the first scheduling of the
     /// runtime jobs was refused and never tried again, and the nodes wrote their code jobs
     /// only once the faults healed, yet the fires of both were expected from the epoch
