@@ -233,15 +233,17 @@ pub struct SimOptions {
     pub broken_store: Option<BrokenStore>,
     /// How long the nodes keep finished runs (their `history_retention`): two seeds in three
     /// draw 10 to 60 minutes, so the leader deletes history while runs come and go; the
-    /// third keeps the nodes' default, [`KEEP_HISTORY`], longer than any simulation.
+    /// third keeps the nodes' default, [`keep_history`].
     pub history_retention: Duration,
     /// Keep the trace's lines in the outcome (`--trace`), not only their hash. Not part of
     /// the world: it changes nothing the simulation does.
     pub keep_trace: bool,
 }
 
-/// The nodes' default `history_retention` (7 days).
-pub const KEEP_HISTORY: Duration = Duration::from_secs(7 * 86_400);
+/// The nodes' default `history_retention` (7 days): longer than any simulation.
+pub fn keep_history() -> Duration {
+    sundial::options::SchedulerOptions::default().history_retention
+}
 
 /// The latest a due fire may start in the liveness phase (poll interval, lookahead,
 /// and catching up after the faults healed are all well inside it).
@@ -254,7 +256,7 @@ impl SimOptions {
         let nodes = 2 + entropy.below(4) as usize;
         let jobs = 12 + entropy.below(28) as usize;
         let history_retention = match entropy.below(3) {
-            0 => KEEP_HISTORY,
+            0 => keep_history(),
             _ => Duration::from_secs(60 * (10 + entropy.below(51))),
         };
         Self {

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use sundial_simulations::options::{BrokenStore, FaultKind, Faults, KEEP_HISTORY};
+use sundial_simulations::options::{keep_history, BrokenStore, FaultKind, Faults};
 use sundial_simulations::{simulate, Outcome, Overrides, SimOptions};
 
 fn run(seed: u64, overrides: &Overrides) -> Outcome {
@@ -116,7 +116,7 @@ mod regressions {
     /// Runs as the seeds failed: history kept for the nodes' default 7 days (retention was
     /// drawn from the seed only later, and would change what these seeds do).
     fn run(seed: u64, overrides: &Overrides) -> Outcome {
-        super::run(seed, &Overrides { history_retention: Some(KEEP_HISTORY), ..overrides.clone() })
+        super::run(seed, &Overrides { history_retention: Some(keep_history()), ..overrides.clone() })
     }
 
     fn default_options(seed: u64) {
