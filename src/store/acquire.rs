@@ -348,7 +348,7 @@ impl<K: Kv> KvJobStore<K> {
                 return Ok((Vec::new(), outlook_now(&tx).await?, false, 0));
             }
             let Candidates { ordered, firsts, homes, truncated } = self.candidates(&tx, request).await?;
-            let mut acquired = Vec::new();
+            let mut acquired = Vec::with_capacity(ordered.len().min(request.max));
             let mut changed = BTreeSet::new();
             let mut cache = ReadCache::default();
             let mut reads = self.prefetch_fires(&tx, request, &ordered, &mut cache).await?;
@@ -614,6 +614,7 @@ impl<K: Kv> KvJobStore<K> {
             })
             .collect();
         let reads = tx.txn.get_ranges(&ranges, true).await?;
+        candidates.reserve_exact(reads.iter().map(|read| read.pairs.len()).sum());
         for (shard, read) in active.into_iter().zip(reads) {
             let home = homes[usize::from(shard)];
             truncated |= read.more;

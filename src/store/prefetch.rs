@@ -57,11 +57,12 @@ impl<V> Prefetched<V> {
 
     /// Each value converted by `f`.
     pub(crate) fn try_map<W, E>(self, mut f: impl FnMut(V) -> Result<W, E>) -> Result<Prefetched<W>, E> {
-        let entries = self
-            .entries
-            .into_iter()
-            .map(|(key, value)| Ok((key, value.map(&mut f).transpose()?)))
-            .collect::<Result<_, E>>()?;
+        // A loop, not `collect` into a `Result`: that cannot size the vector up front,
+        // and a batch converts thousands of entries.
+        let mut entries = Vec::with_capacity(self.entries.len());
+        for (key, value) in self.entries {
+            entries.push((key, value.map(&mut f).transpose()?));
+        }
         Ok(Prefetched { entries, next: self.next })
     }
 }
