@@ -752,7 +752,9 @@ impl TxnData {
         let read_version = self.read_version.unwrap_or_default();
         let limit = request.limit.unwrap_or(usize::MAX);
         let range = (Bound::Included(begin), Bound::Excluded(end));
-        let mut pairs = Vec::new();
+        // Room for a short read at once: most reads are a shard's first entry or a few
+        // index keys, and growing from nothing reallocates three times by 16.
+        let mut pairs = Vec::with_capacity(limit.min(16));
         let mut more = false;
         // The stored range is open at the far end and cut by comparison: a B-tree range
         // with both ends searches for both, and most reads here stop after a few keys.
