@@ -25,6 +25,7 @@ pub mod records;
 
 mod acquire;
 mod complete;
+mod due;
 mod history;
 mod jobs;
 mod nodes;
@@ -39,8 +40,9 @@ use chrono::{DateTime, Utc};
 use parking_lot::Mutex;
 use uuid::Uuid;
 
-pub use acquire::{fire_run_id, AcquireRequest, AcquiredRun, Acquisition, DueOutlook};
+pub use acquire::{fire_run_id, AcquireRequest, AcquiredRun, Acquisition};
 pub use complete::{Completion, CompletionResult, RunOutcome};
+pub use due::DueOutlook;
 pub use history::{RETENTION_BATCH, SCAN_BUDGET};
 pub use nodes::{Heartbeat, ReapResult};
 pub(crate) use prefetch::Prefetched;
@@ -169,7 +171,7 @@ pub struct KvJobStore<K: Kv> {
     options: StoreOptions,
     entropy: Arc<Mutex<Entropy>>,
     /// Which shards are home to a node, for the last node list seen (it rarely changes).
-    homes: Arc<Mutex<Option<acquire::HomeShards>>>,
+    homes: Arc<Mutex<Option<due::HomeShards>>>,
     /// Trigger schedules parsed from their stored text.
     schedules: Arc<schedules::ParsedSchedules>,
     /// Nodes this store has heartbeated for. The leader deletes the record of a node no
