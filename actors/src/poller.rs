@@ -22,7 +22,9 @@ use sundial::job::JsonObject;
 use sundial::kv::{AsKvError, KvError};
 use sundial::name::JobName;
 use sundial::rules::{acquire_slots, AcquisitionBatch, AcquisitionLead};
-use sundial::store::{AcquireRequest, AcquiredRun, Acquisition, JobStore, RunOutcome, StoreError, SyncOutcome};
+use sundial::store::{
+    AcquireRequest, AcquiredRun, Acquisition, DueOutlook, JobStore, RunOutcome, StoreError, SyncOutcome,
+};
 use sundial::time::{Clock, MonotonicInstant};
 use tokio::sync::oneshot;
 use uuid::Uuid;
@@ -378,95 +380,134 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
     };
     // What is due next, as the acquisition saw it (saves reading every shard again).
     let mut seen_outlook = None;
+    if slots > 0 {
+        match acquire_and_start(myself, state, now, slots).await {
+            Taken::Full => return Duration::ZERO,
+            Taken::Done(outlook) => seen_outlook = Some(outlook),
+            Taken::Failed => {}
+        }
+    }
+    next_wait(state, now, slots, seen_outlook).await
+}
+
+/// How a cycle's acquisition ended.
+enum Taken {
+    /// It took a full batch: more may be due now, so the next cycle comes at once.
+    Full,
+    /// It took what was due; what is due next, as its transaction saw it (`None`: not read).
+    Done(Option<DueOutlook>),
+    /// It failed; the next cycle adopts the runs it may have committed.
+    Failed,
+}
+
+/// Acquires up to `slots` (at least one) due fires at `now` and starts their runs.
+async fn acquire_and_start<S: JobStore>(
+    myself: &ActorRef<PollerMsg>,
+    state: &mut PollerState<S>,
+    now: chrono::DateTime<chrono::Utc>,
+    slots: usize,
+) -> Taken {
+    let shared = state.shared.clone();
     // Other nodes' shards are read (for late fires to steal) at most every STEAL_CHECK.
     let now_mono = shared.clock.monotonic();
     let steal = state.last_steal_check.is_none_or(|last| now_mono.saturating_duration_since(last) >= STEAL_CHECK);
-    if steal && slots > 0 {
+    if steal {
         state.last_steal_check = Some(now_mono);
     }
-    if slots > 0 {
-        let known_types: BTreeSet<String> = shared.registry.type_keys().map(str::to_owned).collect();
-        let known_runs: BTreeSet<Uuid> = state.running.keys().copied().collect();
-        let busy_jobs = state.local.busy_jobs();
-        let request = AcquireRequest {
-            node: &shared.node_id,
-            now,
-            max: slots,
-            misfire_threshold: shared.options.misfire_threshold,
-            steal_grace: STEAL_GRACE,
-            lookahead: state.lookahead,
-            known_types: Some(&known_types),
-            known_runs: &known_runs,
-            // With a store of its own, only the leader runs scheduled triggers (SPEC §10).
-            scheduled: shared.shared_store || shared.leader().is_some(),
-            busy_jobs: &busy_jobs,
-            steal,
-        };
-        let began = state.sequence.map_or_else(|| shared.clock.monotonic(), |(began, _)| began);
-        let limit = state.lead.saturation().min(OUTLOOK_LIMIT);
-        let acquiring = shared.clock.monotonic();
-        let acquisition = shared.store.acquire_with_outlook(&request, MAX_LOOKAHEAD, limit).await;
-        let starting = shared.clock.monotonic();
-        shared.stats.spent(EngineWork::Acquire, acquiring, starting);
-        match acquisition {
-            Ok(Acquisition { runs, outlook, more, stolen }) => {
-                if stolen > 0 {
-                    // An acquisition takes one fire per trigger: a node behind (alive, yet
-                    // slow or saturated) may have left several due. Look again next cycle,
-                    // so they drain at the poll cadence, not one per STEAL_CHECK.
-                    state.last_steal_check = None;
-                }
-                state.batch.grow();
-                seen_outlook = Some(outlook);
-                shared.stats.acquisition(runs.len());
-                let full = more || runs.len() == slots;
-                let taken = state.sequence.map_or(0, |(_, taken)| taken) + runs.len();
-                for run in runs {
-                    start_run(myself, state, run, None, false).await;
-                }
-                shared.stats.spent(EngineWork::StartRun, starting, shared.clock.monotonic());
-                if full {
-                    // There may be more due right now: acquire again at once, measuring
-                    // the batches as one sequence.
-                    state.sequence = Some((began, taken));
-                    return Duration::ZERO;
-                }
-                state.sequence = None;
-                state.lead.observe(taken, shared.clock.monotonic().saturating_duration_since(began));
+    let known_types: BTreeSet<String> = shared.registry.type_keys().map(str::to_owned).collect();
+    let known_runs: BTreeSet<Uuid> = state.running.keys().copied().collect();
+    let busy_jobs = state.local.busy_jobs();
+    let request = AcquireRequest {
+        node: &shared.node_id,
+        now,
+        max: slots,
+        misfire_threshold: shared.options.misfire_threshold,
+        steal_grace: STEAL_GRACE,
+        lookahead: state.lookahead,
+        known_types: Some(&known_types),
+        known_runs: &known_runs,
+        // With a store of its own, only the leader runs scheduled triggers (SPEC §10).
+        scheduled: shared.shared_store || shared.leader().is_some(),
+        busy_jobs: &busy_jobs,
+        steal,
+    };
+    let began = state.sequence.map_or_else(|| shared.clock.monotonic(), |(began, _)| began);
+    let limit = state.lead.saturation().min(OUTLOOK_LIMIT);
+    let acquiring = shared.clock.monotonic();
+    let acquisition = shared.store.acquire_with_outlook(&request, MAX_LOOKAHEAD, limit).await;
+    let starting = shared.clock.monotonic();
+    shared.stats.spent(EngineWork::Acquire, acquiring, starting);
+    match acquisition {
+        Ok(Acquisition { runs, outlook, more, stolen }) => {
+            if stolen > 0 {
+                // An acquisition takes one fire per trigger: a node behind (alive, yet
+                // slow or saturated) may have left several due. Look again next cycle,
+                // so they drain at the poll cadence, not one per STEAL_CHECK.
+                state.last_steal_check = None;
             }
-            Err(error) => {
-                shared.stats.store_error(StoreOp::Acquire);
-                let too_big = error.as_kv_error().is_some_and(|e| {
-                    [KvError::TRANSACTION_TOO_OLD, KvError::TRANSACTION_TOO_LARGE].contains(&e.code())
-                });
-                if too_big {
-                    state.batch.shrink();
-                }
-                // An attempt may have committed before the retries gave up (its commit
-                // reported as unknown, every retry then too old or refused): runs this
-                // node never started would stay Running for ever on a live node. The next
-                // cycle starts the runs this acquisition took, then reclaims (marks lost)
-                // any other run the poller does not know. (The error is the last
-                // attempt's: whether an earlier one was ambiguous is not known here.)
-                if state.unadopted.len() == MAX_UNADOPTED {
-                    // A long outage: the oldest attempts' runs (if any) are reclaimed instead.
-                    state.unadopted.remove(0);
-                }
-                state.unadopted.push(now);
-                state.reclaimed = false;
-                tracing::warn!(%error, batch = state.batch.current(), "acquisition failed");
+            state.batch.grow();
+            shared.stats.acquisition(runs.len());
+            let full = more || runs.len() == slots;
+            let taken = state.sequence.map_or(0, |(_, taken)| taken) + runs.len();
+            for run in runs {
+                start_run(myself, state, run, None, false).await;
             }
+            shared.stats.spent(EngineWork::StartRun, starting, shared.clock.monotonic());
+            if full {
+                // There may be more due right now: acquire again at once, measuring
+                // the batches as one sequence.
+                state.sequence = Some((began, taken));
+                return Taken::Full;
+            }
+            state.sequence = None;
+            state.lead.observe(taken, shared.clock.monotonic().saturating_duration_since(began));
+            Taken::Done(outlook)
+        }
+        Err(error) => {
+            shared.stats.store_error(StoreOp::Acquire);
+            let too_big = error
+                .as_kv_error()
+                .is_some_and(|e| [KvError::TRANSACTION_TOO_OLD, KvError::TRANSACTION_TOO_LARGE].contains(&e.code()));
+            if too_big {
+                state.batch.shrink();
+            }
+            // An attempt may have committed before the retries gave up (its commit
+            // reported as unknown, every retry then too old or refused): runs this
+            // node never started would stay Running for ever on a live node. The next
+            // cycle starts the runs this acquisition took, then reclaims (marks lost)
+            // any other run the poller does not know. (The error is the last
+            // attempt's: whether an earlier one was ambiguous is not known here.)
+            if state.unadopted.len() == MAX_UNADOPTED {
+                // A long outage: the oldest attempts' runs (if any) are reclaimed instead.
+                state.unadopted.remove(0);
+            }
+            state.unadopted.push(now);
+            state.reclaimed = false;
+            tracing::warn!(%error, batch = state.batch.current(), "acquisition failed");
+            Taken::Failed
         }
     }
-    // Sleep until this node's next fire enters the lookahead, at most one poll interval.
-    // (A successful acquisition reached the fires due by `acquired_until`.)
-    let acquired_until = seen_outlook.is_some().then(|| sundial::time::add_duration(now, state.lookahead));
-    let local_ran_at = now;
+}
+
+/// How long to sleep after a cycle that ran at `ran_at`, whose acquisition (of `slots`)
+/// saw `seen_outlook` (`None`: it failed or did not run): until this node's next fire
+/// enters the lookahead, its next local fire, or a late fire elsewhere becomes
+/// stealable, and at most one poll interval.
+async fn next_wait<S: JobStore>(
+    state: &mut PollerState<S>,
+    ran_at: chrono::DateTime<chrono::Utc>,
+    slots: usize,
+    seen_outlook: Option<Option<DueOutlook>>,
+) -> Duration {
+    let shared = state.shared.clone();
+    let poll_interval = shared.options.poll_interval;
+    // A successful acquisition reached the fires due by `acquired_until`.
+    let acquired_until = seen_outlook.is_some().then(|| sundial::time::add_duration(ran_at, state.lookahead));
     let now = shared.clock.now();
     let local_wait = state.local.poll_timeout().map(|due| {
         let wait = (due - now).to_std().unwrap_or(Duration::ZERO);
         // Due when this cycle ran its local fires, yet not started: never spin on it.
-        if due <= local_ran_at {
+        if due <= ran_at {
             wait.max(MIN_RETRY_WAIT)
         } else {
             wait
