@@ -378,16 +378,11 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
     } else {
         acquire_slots(state.batch.current(), shared.options.max_concurrent_runs, state.running.len())
     };
-    // What is due next, as the acquisition saw it (saves reading every shard again).
-    let mut seen_outlook = None;
-    if slots > 0 {
-        match acquire_and_start(myself, state, now, slots).await {
-            Taken::Full => return Duration::ZERO,
-            Taken::Done(outlook) => seen_outlook = Some(outlook),
-            Taken::Failed => {}
-        }
+    let taken = if slots > 0 { acquire_and_start(myself, state, now, slots).await } else { Taken::NoSlots };
+    if let Taken::Full = taken {
+        return Duration::ZERO;
     }
-    next_wait(state, now, slots, seen_outlook).await
+    next_wait(state, now, taken).await
 }
 
 /// How a cycle's acquisition ended.
@@ -398,6 +393,8 @@ enum Taken {
     Done(Option<DueOutlook>),
     /// It failed; the next cycle adopts the runs it may have committed.
     Failed,
+    /// It did not run: no run slot is free, or this cycle's heartbeat failed.
+    NoSlots,
 }
 
 /// Acquires up to `slots` (at least one) due fires at `now` and starts their runs.
@@ -489,20 +486,18 @@ async fn acquire_and_start<S: JobStore>(
     }
 }
 
-/// How long to sleep after a cycle that ran at `ran_at`, whose acquisition (of `slots`)
-/// saw `seen_outlook` (`None`: it failed or did not run): until this node's next fire
-/// enters the lookahead, its next local fire, or a late fire elsewhere becomes
-/// stealable, and at most one poll interval.
+/// How long to sleep after a cycle that ran at `ran_at` and whose acquisition ended as
+/// `taken` (not `Full`): until this node's next fire enters the lookahead, its next local
+/// fire, or a late fire elsewhere becomes stealable, and at most one poll interval.
 async fn next_wait<S: JobStore>(
     state: &mut PollerState<S>,
     ran_at: chrono::DateTime<chrono::Utc>,
-    slots: usize,
-    seen_outlook: Option<Option<DueOutlook>>,
+    taken: Taken,
 ) -> Duration {
     let shared = state.shared.clone();
     let poll_interval = shared.options.poll_interval;
     // A successful acquisition reached the fires due by `acquired_until`.
-    let acquired_until = seen_outlook.is_some().then(|| sundial::time::add_duration(ran_at, state.lookahead));
+    let acquired_until = matches!(taken, Taken::Done(_)).then(|| sundial::time::add_duration(ran_at, state.lookahead));
     let now = shared.clock.now();
     let local_wait = state.local.poll_timeout().map(|due| {
         let wait = (due - now).to_std().unwrap_or(Duration::ZERO);
@@ -513,14 +508,15 @@ async fn next_wait<S: JobStore>(
             wait
         }
     });
-    if slots == 0 {
+    if let Taken::NoSlots = taken {
         // Nothing can be taken until a run ends (which wakes the poller) or the next
         // heartbeat succeeds: no need to know what is due.
         return local_wait.map_or(poll_interval, |local| local.min(poll_interval));
     }
-    let outlook = match seen_outlook.flatten() {
-        Some(outlook) => Ok(outlook),
-        None => {
+    // What is due next, as the acquisition saw it (saves reading every shard again).
+    let outlook = match taken {
+        Taken::Done(Some(outlook)) => Ok(outlook),
+        _ => {
             let limit = state.lead.saturation().min(OUTLOOK_LIMIT);
             shared.store.due_outlook(&shared.node_id, MAX_LOOKAHEAD, limit).await
         }
