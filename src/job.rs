@@ -762,6 +762,20 @@ impl TriggerState {
     }
 }
 
+/// `text` cut to at most `max` bytes at a character boundary; a cut text ends with how
+/// long it was (and is that note alone when `max` has no room for more).
+pub(crate) fn bounded(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let note = format!("… (cut from {} bytes)", text.len());
+    let mut end = max.saturating_sub(note.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{note}", &text[..end])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,6 +19,8 @@
 //! - [`calendar`]: exclusion calendars.
 //! - [`job`]: job and trigger definitions, retry and misfire policies, runs, states.
 //! - [`error`]: the stable error codes.
+//! - [`coordination`]: "run this once across the cluster" for fires from another trigger
+//!   source (SPEC §15).
 //! - [`options`]: node options from TOML and the environment.
 //!
 //! ## Glossary
@@ -43,6 +45,7 @@
 #![deny(clippy::disallowed_methods, clippy::disallowed_types)]
 
 pub mod calendar;
+pub mod coordination;
 pub mod cron;
 pub mod entropy;
 pub mod error;

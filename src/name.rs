@@ -1,4 +1,5 @@
-//! Names of jobs, triggers and lease resources: one grammar, `^[a-z0-9][a-z0-9._-]{0,127}$`.
+//! Names of jobs, triggers, lease resources, calendars and coordinated services and groups:
+//! one grammar, `^[a-z0-9][a-z0-9._-]{0,127}$`.
 
 use std::fmt;
 use std::str::FromStr;
@@ -150,6 +151,17 @@ name_type!(
     /// The name under which an exclusion calendar is registered.
     CalendarName,
     "calendar"
+);
+name_type!(
+    /// The service an externally triggered job belongs to (see [`crate::coordination`]).
+    ServiceName,
+    "service"
+);
+name_type!(
+    /// The group of an externally triggered job within its service (see
+    /// [`crate::coordination`]).
+    GroupName,
+    "group"
 );
 
 /// A trigger's identity: (job name, trigger name).

@@ -13,7 +13,7 @@ use super::records::{JobRecord, RunRecord, TriggerKind, TriggerRecord};
 use super::{decode_trigger, job_run_of, micros, parse_data, AcquiredRun, KvJobStore, Prefetched, StoreError, Tx};
 use crate::error::SchedulingError;
 use crate::job::{
-    check_data, merge_data, JobRun, JsonObject, RunCause, RunState, TriggerState, ERROR_CODE_LEN_MAX,
+    bounded, check_data, merge_data, JobRun, JsonObject, RunCause, RunState, TriggerState, ERROR_CODE_LEN_MAX,
     ERROR_MESSAGE_LEN_MAX,
 };
 use crate::kv::{run, Kv, KvError, KvTransaction, MaybeCommitted, RangeRequest};
@@ -79,20 +79,6 @@ pub struct CompletionResult {
     /// to `Waiting` (usually due already), the job's interval trigger re-armed, or the
     /// retry. The node that ran the run can wake for it rather than at its next poll.
     pub next_due: Option<DateTime<Utc>>,
-}
-
-/// `text` cut to at most `max` bytes at a character boundary; a cut text ends with how
-/// long it was (and is that note alone when `max` has no room for more).
-fn bounded(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let note = format!("… (cut from {} bytes)", text.len());
-    let mut end = max.saturating_sub(note.len());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}{note}", &text[..end])
 }
 
 /// What a batch of completions read ahead (see `prefetch_completions`).
@@ -502,7 +488,7 @@ impl<K: Kv> KvJobStore<K> {
 
 #[cfg(test)]
 mod tests {
-    use super::bounded;
+    use crate::job::bounded;
 
     #[test]
     fn long_texts_are_cut_at_a_character_boundary_and_say_so() {

@@ -30,6 +30,10 @@
 //! (16, node)                                    u64 LE         the node's wake key (atomic add): it
 //!                                                              watches it, and looks at the due
 //!                                                              index when it changes
+//! (17, service, group, job, fire_us)            Execution      coordinated executions of external
+//!                                                              fires (`crate::coordination`)
+//! (18, service, group, job)                     ExecutionSlot  the running execution of a `PerJob`
+//!                                                              job
 //! ```
 //!
 //! Times are microseconds since the Unix epoch (tuple integers sort correctly, negatives
@@ -91,6 +95,8 @@ const RUN_COUNT: i64 = 13;
 const JOB_RUNNING: i64 = 14;
 const LOCAL_STAMP: i64 = 15;
 const WAKE: i64 = 16;
+const EXECUTION: i64 = 17;
+const EXECUTION_SLOT: i64 = 18;
 
 const BY_JOB: i64 = 0;
 const BY_TIME: i64 = 1;
@@ -374,6 +380,21 @@ impl Keyspace {
     /// `(16, node)`: the key `node` watches to hear of new due work in its home shards.
     pub fn wake(&self, node: &str) -> Vec<u8> {
         self.pack(&(WAKE, node))
+    }
+
+    /// `(17, service, group, job, fire_us)`: the coordinated execution of one external fire.
+    pub fn execution(&self, service: &str, group: &str, job: &str, fire_us: i64) -> Vec<u8> {
+        self.pack(&(EXECUTION, service, group, job, fire_us))
+    }
+
+    /// Every coordinated execution of one job, in fire-time order.
+    pub fn executions_of(&self, service: &str, group: &str, job: &str) -> KeyRange {
+        self.range_of(&(EXECUTION, service, group, job))
+    }
+
+    /// `(18, service, group, job)`: which execution of a `PerJob` job runs.
+    pub fn execution_slot(&self, service: &str, group: &str, job: &str) -> Vec<u8> {
+        self.pack(&(EXECUTION_SLOT, service, group, job))
     }
 
     /// Every key of this store.
