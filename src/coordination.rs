@@ -13,9 +13,10 @@
 //! - `PerJob`: each fire runs once, and at most one execution of the job runs at any time.
 //! - `Disabled`: no arbitration: every caller is granted, nothing is written.
 //!
-//! A fire that completed (succeeded or failed) is never run again through the coordinator:
-//! a failed fire is retried by its trigger source under a new fire time, not by a second
-//! instance racing on the same key.
+//! A fire that completed (succeeded or failed) is never run again through the coordinator
+//! while its record is kept: a failed fire is retried by its trigger source under a new
+//! fire time, not by a second instance racing on the same key. Records are kept until
+//! [`ExecutionCoordinator::forget_before`] deletes old completed ones.
 //!
 //! **Takeover.** A running record whose owner stopped heartbeating may be taken over. As
 //! for leader leases (DESIGN.md decision 3), expiry is judged by the observer, never by a
@@ -625,6 +626,42 @@ impl<K: Kv> ExecutionCoordinator<K> {
                 .iter()
                 .map(|(_, bytes)| codec::decode::<ExecutionRecord>(bytes, "execution record"))
                 .collect::<Result<Vec<_>, StoreError>>()
+        })
+        .await?)
+    }
+
+    /// Deletes up to `limit` of the job's completed records whose fire is before `before`
+    /// (running ones stay), oldest first; returns how many it deleted. Records are never
+    /// deleted otherwise: call it now and then with the history you want kept, until it
+    /// returns less than `limit`. A fire whose record is gone may run again if its trigger
+    /// source sends it again.
+    ///
+    /// # Errors
+    /// As [`record`](Self::record).
+    pub async fn forget_before(
+        &self,
+        service: &ServiceName,
+        group: &GroupName,
+        job: &JobName,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<usize, SchedulingError> {
+        let (begin, _) = self.keys.executions_of(service.as_str(), group.as_str(), job.as_str());
+        let end = self.keys.execution(service.as_str(), group.as_str(), job.as_str(), to_micros(before));
+        let request = RangeRequest::new(begin, end).limit(limit);
+        let request = &request;
+        Ok(run(&self.kv, self.retry, |txn, _| async move {
+            // Serializable: an owner completing or a takeover meanwhile conflicts with this.
+            let range = txn.get_range(request, false).await?;
+            let mut deleted = 0;
+            for (key, bytes) in &range.pairs {
+                let record: ExecutionRecord = codec::decode(bytes, "execution record")?;
+                if record.status != ExecutionStatus::Running {
+                    txn.clear(key);
+                    deleted += 1;
+                }
+            }
+            Ok::<_, StoreError>(deleted)
         })
         .await?)
     }

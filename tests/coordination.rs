@@ -322,3 +322,30 @@ async fn bad_requests_and_store_trouble_are_clear_errors() {
     let record = c[0].record(&key("sync", t0())).await.unwrap().unwrap();
     assert!(record.error_message.unwrap().len() <= sundial::job::ERROR_MESSAGE_LEN_MAX, "long errors are cut");
 }
+
+#[tokio::test]
+async fn old_completed_records_can_be_forgotten_running_ones_stay() {
+    let (_, clock, c) = setup(&["a"]);
+    let fires: Vec<_> = (0..5u64).map(|n| add_duration(t0(), Duration::from_secs(60 * n))).collect();
+    let mut running = None;
+    for (n, fire) in fires.iter().enumerate() {
+        let execution = granted(c[0].try_begin(&request("sync", *fire, UniqueMode::PerFireTime)).await.unwrap());
+        match n {
+            1 => running = Some(execution),
+            _ => c[0].succeed(execution).await.unwrap(),
+        }
+        clock.advance(Duration::from_secs(60));
+    }
+    let (service, group, job) =
+        (ServiceName::new("orders").unwrap(), GroupName::new("default").unwrap(), JobName::new("sync").unwrap());
+    // Before the fourth fire: the first and third go, the running second stays.
+    assert_eq!(c[0].forget_before(&service, &group, &job, fires[3], 100).await.unwrap(), 2);
+    let left: Vec<_> =
+        c[0].records(&service, &group, &job, 10).await.unwrap().iter().map(|r| r.key.scheduled_at).collect();
+    assert_eq!(left, vec![fires[4], fires[3], fires[1]]);
+    // At most `limit` at a time, oldest first.
+    c[0].succeed(running.unwrap()).await.unwrap();
+    assert_eq!(c[0].forget_before(&service, &group, &job, fires[4], 1).await.unwrap(), 1);
+    assert_eq!(c[0].record(&key("sync", fires[1])).await.unwrap(), None);
+    assert!(c[0].record(&key("sync", fires[3])).await.unwrap().is_some());
+}
