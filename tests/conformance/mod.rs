@@ -60,6 +60,7 @@ macro_rules! for_each_scenario {
             a_non_concurrent_job_switches_between_local_and_cluster_only_between_runs,
             oversized_inputs_are_refused_and_never_wedge_the_store,
             data_heavy_batches_are_split_to_fit_a_transaction,
+            external_fires_run_once_through_the_execution_coordinator,
         );
     };
 }
@@ -1125,4 +1126,59 @@ pub(crate) async fn data_heavy_batches_are_split_to_fit_a_transaction<K: Kv>(sto
         .collect();
     let results = store.complete_runs(&completions).await;
     assert!(results.iter().all(|r| r.as_ref().is_ok_and(|r| r.recorded && r.state == RunState::Failed)));
+}
+
+/// SPEC §15 on this store's `Kv` and keyspace: the first instance to insert a fire's
+/// record runs it, once; `PerJob` holds the job's other fires while it runs; outcomes are
+/// written back. (Takeover after a silent lease is timed on a manual clock in
+/// tests/coordination.rs.)
+pub(crate) async fn external_fires_run_once_through_the_execution_coordinator<K: Kv>(store: &KvJobStore<K>) {
+    use std::sync::Arc;
+    use sundial::coordination::{
+        Decision, Declined, ExecutionCoordinator, ExecutionKey, ExecutionRequest, ExecutionStatus, UniqueMode,
+    };
+    use sundial::entropy::Entropy;
+    use sundial::name::{GroupName, ServiceName};
+    use sundial::time::ManualClock;
+
+    let clock = Arc::new(ManualClock::new(t0()));
+    let instance = |owner: &str, seed| {
+        ExecutionCoordinator::new(
+            store.kv().clone(),
+            store.keys().clone(),
+            clock.clone(),
+            owner,
+            Entropy::from_seed(seed),
+        )
+    };
+    let (a, b) = (instance("instance-a", 1), instance("instance-b", 2));
+    let fire = |job: &str, at: DateTime<Utc>, mode| {
+        let key =
+            ExecutionKey::new(ServiceName::new("billing").unwrap(), GroupName::new("nightly").unwrap(), name(job), at);
+        ExecutionRequest::new(key, mode, Duration::from_secs(120))
+    };
+    let per_fire = fire("invoice", t0(), UniqueMode::PerFireTime);
+    let Decision::Granted(first) = a.try_begin(&per_fire).await.unwrap() else { panic!("the first instance runs it") };
+    let held = b.try_begin(&per_fire).await.unwrap();
+    assert!(matches!(held, Decision::Declined(Declined::Running { .. })), "{held:?}");
+    let Decision::Granted(overlapping) =
+        b.try_begin(&fire("invoice", secs(60), UniqueMode::PerFireTime)).await.unwrap()
+    else {
+        panic!("another fire of a PerFireTime job runs beside it")
+    };
+    a.succeed(first).await.unwrap();
+    b.fail(overlapping, "card declined").await.unwrap();
+    let again = b.try_begin(&per_fire).await.unwrap();
+    assert!(matches!(again, Decision::Declined(Declined::AlreadyRan(_))), "{again:?}");
+    let record = a.record(&per_fire.key).await.unwrap().unwrap();
+    assert_eq!((record.owner.as_str(), record.status), ("instance-a", ExecutionStatus::Succeeded));
+
+    let Decision::Granted(running) = a.try_begin(&fire("report", t0(), UniqueMode::PerJob)).await.unwrap() else {
+        panic!("the first fire of a PerJob job runs")
+    };
+    let busy = b.try_begin(&fire("report", secs(60), UniqueMode::PerJob)).await.unwrap();
+    assert!(matches!(busy, Decision::Declined(Declined::JobBusy { .. })), "{busy:?}");
+    a.succeed(running).await.unwrap();
+    let next = b.try_begin(&fire("report", secs(60), UniqueMode::PerJob)).await.unwrap();
+    assert!(matches!(next, Decision::Granted(_)), "the job is free once its run ended: {next:?}");
 }
