@@ -2,6 +2,7 @@
 //!
 //! ```toml
 //! [store]                 # kind = "memory" (default) or "fdb" with cluster_file
+//! [leader]                # kind = "store" (default) or "kubernetes" (a Lease object)
 //! [scheduler]             # the options of SPEC §13
 //! [admin]                 # listen = "127.0.0.1:7600", token = "…"
 //! [log]                   # format = "text" | "json"
@@ -89,6 +90,25 @@ pub enum StoreConfig {
     },
 }
 
+/// How the node elects its leader.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum LeaderConfig {
+    /// The store's own: over FoundationDB for a shared store, in-process for the memory
+    /// store.
+    #[default]
+    Store,
+    /// A Kubernetes `coordination.k8s.io/v1` Lease (see [`crate::kubernetes`]).
+    Kubernetes {
+        /// The Lease object's name.
+        lease_name: String,
+        /// The API server (e.g. `kubectl proxy`'s) and namespace; `None`: the cluster this
+        /// pod runs in, through its service account.
+        api: Option<(String, String)>,
+        /// The holder identity; `None`: `$HOSTNAME` (the pod name), else the node id.
+        identity: Option<String>,
+    },
+}
+
 /// Log output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -116,6 +136,8 @@ pub struct AdminConfig {
 pub struct NodeFileConfig {
     /// The store.
     pub store: StoreConfig,
+    /// The leader election.
+    pub leader: LeaderConfig,
     /// Scheduler options (file, then `SUNDIAL_*` environment).
     pub options: SchedulerOptions,
     /// The admin API.
@@ -132,6 +154,7 @@ impl fmt::Debug for NodeFileConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("NodeFileConfig")
             .field("store", &self.store)
+            .field("leader", &self.leader)
             .field("options", &self.options)
             .field("admin", &self.admin)
             .field("log", &self.log)
@@ -146,6 +169,8 @@ impl fmt::Debug for NodeFileConfig {
 struct File {
     #[serde(default)]
     store: StoreSection,
+    #[serde(default)]
+    leader: LeaderSection,
     #[serde(default)]
     scheduler: Option<toml::Table>,
     #[serde(default)]
@@ -167,6 +192,81 @@ struct StoreSection {
     cluster_file: Option<PathBuf>,
     #[serde(default)]
     max_runs: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct LeaderSection {
+    #[serde(default)]
+    kind: LeaderKind,
+    #[serde(default)]
+    lease_name: Option<String>,
+    #[serde(default)]
+    api_url: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    identity: Option<String>,
+}
+
+#[derive(Deserialize, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum LeaderKind {
+    #[default]
+    Store,
+    Kubernetes,
+}
+
+/// A Kubernetes object name: lowercase letters, digits, `-` and `.`, starting and ending
+/// with a letter or digit, at most 253 characters.
+fn is_kubernetes_name(name: &str) -> bool {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    name.len() <= 253
+        && edge(name.chars().next())
+        && edge(name.chars().last())
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+}
+
+fn leader(section: LeaderSection) -> Result<LeaderConfig, ConfigError> {
+    let kubernetes_only = [
+        ("leader.lease_name", section.lease_name.is_some()),
+        ("leader.api_url", section.api_url.is_some()),
+        ("leader.namespace", section.namespace.is_some()),
+        ("leader.identity", section.identity.is_some()),
+    ];
+    if section.kind == LeaderKind::Store {
+        if let Some((key, _)) = kubernetes_only.iter().find(|(_, set)| *set) {
+            return Err(ConfigError::at(*key, "only a leader of kind \"kubernetes\" takes this"));
+        }
+        return Ok(LeaderConfig::Store);
+    }
+    let lease_name = section.lease_name.unwrap_or_else(|| crate::kubernetes::DEFAULT_LEASE_NAME.to_owned());
+    if !is_kubernetes_name(&lease_name) {
+        return Err(ConfigError::at(
+            "leader.lease_name",
+            format!("'{lease_name}' is not a Kubernetes name (lowercase letters, digits, '-' and '.')"),
+        ));
+    }
+    let api = match (section.api_url, section.namespace) {
+        (None, None) => None,
+        (Some(url), Some(namespace)) => {
+            // Checked as the election will use them.
+            crate::kubernetes::KubernetesApi::new(&url, &namespace, None)
+                .map_err(|e| ConfigError::at("leader.api_url", e.to_string()))?;
+            Some((url, namespace))
+        }
+        (Some(_), None) => return Err(ConfigError::at("leader.namespace", "is needed with leader.api_url")),
+        (None, Some(_)) => {
+            return Err(ConfigError::at(
+                "leader.api_url",
+                "is needed with leader.namespace (in a pod, leave both out: the service account says)",
+            ))
+        }
+    };
+    if section.identity.as_deref().is_some_and(str::is_empty) {
+        return Err(ConfigError::at("leader.identity", "must not be empty"));
+    }
+    Ok(LeaderConfig::Kubernetes { lease_name, api, identity: section.identity })
 }
 
 #[derive(Deserialize, Default, PartialEq, Eq)]
@@ -300,6 +400,7 @@ impl NodeFileConfig {
                 StoreConfig::Fdb { cluster_file: file.store.cluster_file }
             }
         };
+        let leader = leader(file.leader)?;
         let mut options = SchedulerOptions::default();
         if let Some(table) = &file.scheduler {
             options.apply_toml(table).map_err(|e| ConfigError::at(format!("scheduler.{}", e.key), e.problem))?;
@@ -347,7 +448,7 @@ impl NodeFileConfig {
             crate::kinds::check(&def).map_err(|e| ConfigError::at(format!("{path} ({})", def.name), e))?;
             jobs.push(def);
         }
-        Ok(Self { store, options, admin, log: file.log.format, calendars, jobs })
+        Ok(Self { store, leader, options, admin, log: file.log.format, calendars, jobs })
     }
 }
 
@@ -455,6 +556,29 @@ mod tests {
     }
 
     #[test]
+    fn the_leader_is_the_stores_unless_kubernetes_is_asked_for() {
+        assert_eq!(parse("").unwrap().leader, LeaderConfig::Store);
+        let in_pod = parse("[leader]\nkind = \"kubernetes\"").unwrap();
+        assert_eq!(
+            in_pod.leader,
+            LeaderConfig::Kubernetes { lease_name: "sundial-scheduler".to_owned(), api: None, identity: None }
+        );
+        let proxied = parse(
+            "[leader]\nkind = \"kubernetes\"\nlease_name = \"billing.leader\"\napi_url = \"http://127.0.0.1:8001\"\n\
+             namespace = \"jobs\"\nidentity = \"pod-7\"",
+        )
+        .unwrap();
+        assert_eq!(
+            proxied.leader,
+            LeaderConfig::Kubernetes {
+                lease_name: "billing.leader".to_owned(),
+                api: Some(("http://127.0.0.1:8001".to_owned(), "jobs".to_owned())),
+                identity: Some("pod-7".to_owned()),
+            }
+        );
+    }
+
+    #[test]
     fn the_example_jobs_file_loads() {
         let config = parse(include_str!("../jobs.example.toml")).unwrap();
         let kinds: Vec<&str> = config.jobs.iter().map(|j| j.job_type.as_str()).collect();
@@ -474,6 +598,12 @@ mod tests {
         let cases = [
             ("[scheduler]\nmax_concurrent_runs = 0", "scheduler.max_concurrent_runs"),
             ("[store]\nkind = \"memory\"\ncluster_file = \"x\"", "store.cluster_file"),
+            ("[leader]\nlease_name = \"x\"", "leader.lease_name"),
+            ("[leader]\nkind = \"kubernetes\"\nlease_name = \"Not_A_Name\"", "leader.lease_name"),
+            ("[leader]\nkind = \"kubernetes\"\napi_url = \"http://127.0.0.1:8001\"", "leader.namespace"),
+            ("[leader]\nkind = \"kubernetes\"\nnamespace = \"jobs\"", "leader.api_url"),
+            ("[leader]\nkind = \"kubernetes\"\napi_url = \"ftp://x\"\nnamespace = \"jobs\"", "leader.api_url"),
+            ("[leader]\nkind = \"kubernetes\"\nidentity = \"\"", "leader.identity"),
             ("[admin]\nlisten = \"nowhere\"", "admin.listen"),
             ("[admin]\nlisten = \"0.0.0.0:7600\"", "admin.listen"),
             ("[admin]\ntoken = \"short\"", "admin.token"),

@@ -13,7 +13,8 @@
 //! - [`clock`]: the tokio clock and sleepers a node runs on;
 //! - behind the default feature `node`: [`config`] (the TOML file), [`spec`] (readable job
 //!   definitions), [`kinds`] (the `shell`, `http` and `log` job kinds), [`admin`] (the REST
-//!   API with metrics), and the `sundial` binary;
+//!   API with metrics), [`kubernetes`] (leader election on a Kubernetes Lease), and the
+//!   `sundial` binary;
 //! - `fdb::FdbKv` (feature `fdb`): the core's [`sundial::kv::Kv`] on FoundationDB, so
 //!   several nodes can share one cluster.
 //!
@@ -39,6 +40,8 @@ mod housekeeper;
 pub mod job;
 #[cfg(feature = "node")]
 pub mod kinds;
+#[cfg(feature = "node")]
+pub mod kubernetes;
 pub mod lease;
 pub mod node;
 mod poller;

@@ -1,7 +1,8 @@
 //! Goal: the `sundial` binary works as a new user meets it: the demo node runs and stops on
 //! SIGTERM; a node from a config file with shell and HTTP jobs is driven through the admin
 //! API and the CLI (history, statuses, retries, timeouts, cancellation, restore, pause,
-//! auth); bad configs, bad requests and bad CLI input are refused with clear messages and
+//! auth); a node leads through a Kubernetes Lease (a fake API server) and gives it up when
+//! it stops; bad configs, bad requests and bad CLI input are refused with clear messages and
 //! stable codes; the offline helpers print instants.
 //!
 //! Method: runs the real binary as child processes on free ports (real time, a few
@@ -9,6 +10,9 @@
 #![cfg(all(feature = "node", unix))]
 // These tests wait on real child processes, in real time; no simulation reads this clock.
 #![allow(clippy::disallowed_methods)]
+
+#[path = "support/fake_kubernetes.rs"]
+mod fake_kubernetes;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -401,6 +405,32 @@ data = {{ url = "http://127.0.0.1:{port}/nowhere", success = [200] }}
     assert_eq!(status, 200);
     assert!(serde_json::from_str::<Value>(&openapi).is_ok());
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_node_leads_through_a_kubernetes_lease_and_releases_it_when_it_stops() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (fake, api) = runtime.block_on(fake_kubernetes::start());
+    let dir = temp_dir("kubernetes");
+    let config = write(
+        &dir,
+        "sundial.toml",
+        &format!(
+            "[leader]\nkind = \"kubernetes\"\napi_url = \"{api}\"\nnamespace = \"jobs\"\nidentity = \"pod-e2e\"\n"
+        ),
+    );
+    let mut node = NodeProcess::start(
+        &["--config", config.to_str().unwrap()],
+        &[("SUNDIAL_KUBERNETES_TOKEN", fake_kubernetes::TOKEN)],
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while fake.holder("jobs", "sundial-scheduler").as_deref() != Some("pod-e2e") {
+        assert!(Instant::now() < deadline, "the node never took the lease:\n{}", node.seen.join("\n"));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = node.terminate();
+    assert!(status.success(), "{status:?}\n{}", node.seen.join("\n"));
+    assert_eq!(fake.holder("jobs", "sundial-scheduler"), None, "released at stop");
 }
 
 #[test]

@@ -15,16 +15,21 @@ use sundial::time::{Clock, SystemClock};
 use sundial_actors::admin::metrics::{Metrics, MetricsPublisher};
 use sundial_actors::admin::{self, AdminState};
 use sundial_actors::clock::{PreciseSleeper, TokioSleeper};
-use sundial_actors::config::{LogFormat, NodeFileConfig, StoreConfig};
+use sundial_actors::config::{LeaderConfig, LogFormat, NodeFileConfig, StoreConfig};
 use sundial_actors::events::{CloudEvent, EventPublisher, PublishError, Topic};
 use sundial_actors::job::{Job, JobFailure, JobResult, RunContext};
 use sundial_actors::kinds;
+use sundial_actors::kubernetes::{KubernetesApi, KubernetesLeaderElection};
 use sundial_actors::lease::DynLeaderElection;
 use sundial_actors::node::{Node, NodeConfig};
 use sundial_actors::registry::JobRegistry;
 use sundial_actors::stats::RetryCountingKv;
 
 use crate::{exit, RunNode};
+
+/// The bearer token for `[leader] api_url` (outside a pod; in a pod the service account's
+/// is used).
+const KUBERNETES_TOKEN_ENV: &str = "SUNDIAL_KUBERNETES_TOKEN";
 
 /// How long running runs get to finish when the node is stopped.
 const STOP_DEADLINE: Duration = Duration::from_secs(30);
@@ -272,14 +277,32 @@ async fn serve<K: Kv>(setup: Setup<K>) -> u8 {
     node.start_timer = Arc::new(PreciseSleeper::new());
     node.publisher = Arc::new(MetricsPublisher::new(metrics.clone(), Arc::new(RunLog)));
     node.shared_store = shared;
-    if shared {
+    if shared && config.leader == LeaderConfig::Store {
         let election = sundial::leader::KvLeaderElection::new(
             kv,
             sundial::store::keys::Keyspace::default_root(),
-            clock,
+            clock.clone(),
             &node_id,
             entropy.fork(),
         );
+        node.election = Some(Arc::new(election) as Arc<dyn DynLeaderElection>);
+    }
+    if let LeaderConfig::Kubernetes { lease_name, api, identity } = &config.leader {
+        let api = match api {
+            Some((url, namespace)) => KubernetesApi::new(url, namespace, std::env::var(KUBERNETES_TOKEN_ENV).ok()),
+            None => KubernetesApi::in_cluster(),
+        };
+        let api = match api {
+            Ok(api) => api,
+            Err(error) => {
+                eprintln!("sundial: leader election on Kubernetes: {error}");
+                return exit::USAGE;
+            }
+        };
+        // The pod name is the holder, as Kubernetes' own controllers do.
+        let identity = identity.clone().or_else(|| std::env::var("HOSTNAME").ok()).unwrap_or_else(|| node_id.clone());
+        let election = KubernetesLeaderElection::new(api, clock.clone(), identity)
+            .with_lease_name(&config.options.lease_resource, lease_name.clone());
         node.election = Some(Arc::new(election) as Arc<dyn DynLeaderElection>);
     }
     // Bind before starting, so a taken port fails fast with nothing started.

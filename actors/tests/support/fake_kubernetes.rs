@@ -1,0 +1,115 @@
+//! A fake Kubernetes API server for tests: Lease objects kept the way the API server keeps
+//! them (a create of an existing name and a replacement based on an older
+//! `resourceVersion` are refused with 409, every write bumps the version, a request without
+//! the bearer token is 401), served over real HTTP by axum.
+
+#![allow(dead_code)] // Each including test binary uses its own part.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use parking_lot::Mutex;
+use sundial_actors::kubernetes::Lease;
+
+/// The bearer token the fake accepts.
+pub(crate) const TOKEN: &str = "test-token";
+
+/// The fake's state.
+#[derive(Default)]
+pub(crate) struct Fake {
+    pub(crate) leases: Mutex<BTreeMap<(String, String), Lease>>,
+    version: AtomicU64,
+    /// Answer 503 to everything.
+    pub(crate) down: AtomicBool,
+}
+
+pub(crate) type Shared = Arc<Fake>;
+
+fn refused(headers: &HeaderMap, fake: &Fake) -> Option<StatusCode> {
+    if fake.down.load(Ordering::SeqCst) {
+        return Some(StatusCode::SERVICE_UNAVAILABLE);
+    }
+    let authorized = headers.get("authorization").and_then(|v| v.to_str().ok()) == Some(&format!("Bearer {TOKEN}"));
+    (!authorized).then_some(StatusCode::UNAUTHORIZED)
+}
+
+async fn read(
+    State(fake): State<Shared>,
+    headers: HeaderMap,
+    Path((ns, name)): Path<(String, String)>,
+) -> Result<Json<Lease>, StatusCode> {
+    if let Some(status) = refused(&headers, &fake) {
+        return Err(status);
+    }
+    fake.leases.lock().get(&(ns, name)).cloned().map(Json).ok_or(StatusCode::NOT_FOUND)
+}
+
+fn stored(fake: &Fake, ns: &str, mut lease: Lease) -> Lease {
+    lease.metadata.namespace = Some(ns.to_owned());
+    lease.metadata.resource_version = Some(fake.version.fetch_add(1, Ordering::SeqCst).to_string());
+    lease
+}
+
+async fn create(
+    State(fake): State<Shared>,
+    headers: HeaderMap,
+    Path(ns): Path<String>,
+    Json(lease): Json<Lease>,
+) -> Result<(StatusCode, Json<Lease>), StatusCode> {
+    if let Some(status) = refused(&headers, &fake) {
+        return Err(status);
+    }
+    let mut leases = fake.leases.lock();
+    let key = (ns.clone(), lease.metadata.name.clone());
+    if leases.contains_key(&key) {
+        return Err(StatusCode::CONFLICT);
+    }
+    let lease = stored(&fake, &ns, lease);
+    leases.insert(key, lease.clone());
+    Ok((StatusCode::CREATED, Json(lease)))
+}
+
+async fn replace(
+    State(fake): State<Shared>,
+    headers: HeaderMap,
+    Path((ns, name)): Path<(String, String)>,
+    Json(lease): Json<Lease>,
+) -> Result<Json<Lease>, StatusCode> {
+    if let Some(status) = refused(&headers, &fake) {
+        return Err(status);
+    }
+    let mut leases = fake.leases.lock();
+    let key = (ns.clone(), name);
+    let current = leases.get(&key).ok_or(StatusCode::NOT_FOUND)?;
+    if current.metadata.resource_version != lease.metadata.resource_version {
+        return Err(StatusCode::CONFLICT);
+    }
+    let lease = stored(&fake, &ns, lease);
+    leases.insert(key, lease.clone());
+    Ok(Json(lease))
+}
+
+/// A fake API server; its base URL.
+pub(crate) async fn start() -> (Shared, String) {
+    let fake = Shared::default();
+    let app = Router::new()
+        .route("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases", post(create))
+        .route("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}", get(read).put(replace))
+        .with_state(fake.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (fake, base)
+}
+
+impl Fake {
+    /// The holder of Lease `name` in namespace `ns`, if any.
+    pub(crate) fn holder(&self, ns: &str, name: &str) -> Option<String> {
+        self.leases.lock().get(&(ns.to_owned(), name.to_owned())).and_then(|l| l.spec.holder_identity.clone())
+    }
+}
