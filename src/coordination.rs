@@ -52,7 +52,7 @@
 //! assert!(matches!(b.try_begin(&request).await.unwrap(), Decision::Declined(Declined::Running { .. })));
 //! // ... the work, heartbeating well within the lease ...
 //! a.heartbeat(&execution).await.unwrap();
-//! a.succeed(execution).await.unwrap();
+//! a.succeed(&execution).await.unwrap();
 //! assert!(matches!(b.try_begin(&request).await.unwrap(), Decision::Declined(Declined::AlreadyRan(_))));
 //! # });
 //! ```
@@ -444,7 +444,7 @@ impl<K: Kv> ExecutionCoordinator<K> {
                             holder.status = ExecutionStatus::Failed;
                             holder.completed_at = Some(now);
                             holder.error_message = Some(format!(
-                                "abandoned: no heartbeat for its whole lease; fire {} of the job taken over by '{}'",
+                                "abandoned: no heartbeat for its whole lease; the job was taken over for its fire {} by '{}'",
                                 key.scheduled_at.to_rfc3339(),
                                 self.owner
                             ));
@@ -534,7 +534,7 @@ impl<K: Kv> ExecutionCoordinator<K> {
     ///
     /// # Errors
     /// As [`fail`](Self::fail).
-    pub async fn succeed(&self, execution: Execution) -> Result<(), SchedulingError> {
+    pub async fn succeed(&self, execution: &Execution) -> Result<(), SchedulingError> {
         self.finish(execution, None).await
     }
 
@@ -542,30 +542,32 @@ impl<K: Kv> ExecutionCoordinator<K> {
     /// [`ERROR_MESSAGE_LEN_MAX`] bytes, cut at a character boundary).
     ///
     /// # Errors
-    /// `SCHEDULING_CONFLICT_002` when another instance took the execution over (its
-    /// outcome, not this one, will be recorded); `SCHEDULING_UNAVAILABLE_003` when the
-    /// store cannot be reached (nothing was recorded: call again with a clone kept for
-    /// the purpose).
-    pub async fn fail(&self, execution: Execution, error: &str) -> Result<(), SchedulingError> {
+    /// `SCHEDULING_CONFLICT_002` when the execution is no longer this instance's to finish:
+    /// another instance took it over (its outcome, not this one, will be recorded), or it
+    /// was finished already with another outcome; `SCHEDULING_UNAVAILABLE_003` when the
+    /// store cannot be reached (call again: a repeated call after an ambiguous commit
+    /// finds its own outcome and succeeds).
+    pub async fn fail(&self, execution: &Execution, error: &str) -> Result<(), SchedulingError> {
         self.finish(execution, Some(bounded(error, ERROR_MESSAGE_LEN_MAX))).await
     }
 
-    async fn finish(&self, execution: Execution, error: Option<String>) -> Result<(), SchedulingError> {
+    async fn finish(&self, execution: &Execution, error: Option<String>) -> Result<(), SchedulingError> {
         let Some(id) = execution.execution_id else { return Ok(()) };
         let now = self.clock.now();
         let record_key = self.record_key(&execution.key, execution.key.fire_us());
         let slot_key = self.slot_key(&execution.key);
         let (record_key, slot_key, error) = (&record_key, &slot_key, &error);
         let status = if error.is_some() { ExecutionStatus::Failed } else { ExecutionStatus::Succeeded };
-        let ours = run(&self.kv, self.retry, |txn, maybe| async move {
+        let ours = run(&self.kv, self.retry, |txn, _| async move {
             let Some(mut record) = read_record(&txn, record_key).await? else { return Ok::<_, StoreError>(false) };
             if record.execution_id != id {
                 return Ok(false);
             }
             if record.status != ExecutionStatus::Running {
-                // Recorded by an earlier attempt whose commit was reported ambiguous, or
-                // marked abandoned by a `PerJob` takeover.
-                return Ok(maybe.0 && record.status == status && record.error_message == *error);
+                // This outcome, recorded by an earlier attempt or call whose commit was
+                // reported ambiguous (idempotent), or another: marked abandoned by a
+                // `PerJob` takeover.
+                return Ok(record.status == status && record.error_message == *error);
             }
             record.status = status;
             record.completed_at = Some(now);
@@ -584,7 +586,7 @@ impl<K: Kv> ExecutionCoordinator<K> {
         if ours {
             Ok(())
         } else {
-            Err(taken_over(&execution))
+            Err(taken_over(execution))
         }
     }
 

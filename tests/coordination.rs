@@ -118,8 +118,8 @@ async fn per_fire_time_runs_each_fire_once_and_lets_fires_overlap() {
     let next = add_duration(fire, Duration::from_secs(60));
     clock.advance(Duration::from_secs(60));
     let second = granted(c[1].try_begin(&request("sync", next, UniqueMode::PerFireTime)).await.unwrap());
-    c[0].succeed(first).await.unwrap();
-    c[1].fail(second, "upstream refused").await.unwrap();
+    c[0].succeed(&first).await.unwrap();
+    c[1].fail(&second, "upstream refused").await.unwrap();
     // Completed fires never run again, whoever asks.
     for (coordinator, at) in [(&c[0], fire), (&c[1], fire), (&c[0], next)] {
         let again = declined(coordinator.try_begin(&request("sync", at, UniqueMode::PerFireTime)).await.unwrap());
@@ -160,10 +160,10 @@ async fn per_job_never_overlaps_the_job_and_still_runs_each_fire_once() {
     }
     // Another job of the same service and group is not held up.
     granted(c[1].try_begin(&request("other", next, UniqueMode::PerJob)).await.unwrap());
-    c[0].succeed(first).await.unwrap();
+    c[0].succeed(&first).await.unwrap();
     let second = granted(c[1].try_begin(&request("report", next, UniqueMode::PerJob)).await.unwrap());
     // The first fire ran: a late arrival of it does not run it again, even with the job free.
-    c[1].succeed(second).await.unwrap();
+    c[1].succeed(&second).await.unwrap();
     let late = declined(c[1].try_begin(&request("report", fire, UniqueMode::PerJob)).await.unwrap());
     assert!(matches!(late, Declined::AlreadyRan(_)), "{late:?}");
 }
@@ -187,8 +187,8 @@ async fn a_silent_owner_is_taken_over_only_after_the_observer_saw_it_unchanged_f
     assert_eq!((record.owner.as_str(), record.takeover_of), ("b", first.execution_id));
     // The old owner learns it lost the execution; its outcome is not recorded.
     assert_eq!(c[0].heartbeat(&first).await.unwrap_err().code(), "SCHEDULING_CONFLICT_002");
-    assert_eq!(c[0].succeed(first.clone()).await.unwrap_err().code(), "SCHEDULING_CONFLICT_002");
-    c[1].fail(taken, "boom").await.unwrap();
+    assert_eq!(c[0].succeed(&first).await.unwrap_err().code(), "SCHEDULING_CONFLICT_002");
+    c[1].fail(&taken, "boom").await.unwrap();
     let record = c[0].record(&key("sync", fire)).await.unwrap().unwrap();
     assert_eq!((record.owner.as_str(), record.status), ("b", ExecutionStatus::Failed));
 }
@@ -208,7 +208,7 @@ async fn heartbeats_keep_an_execution_from_being_taken_over() {
     let record = c[1].record(&key("sync", fire)).await.unwrap().unwrap();
     assert_eq!(record.heartbeats, 10);
     assert_eq!(record.lease_expires_at, add_duration(t0(), LEASE * 10 - LEASE / 2 + LEASE));
-    c[0].succeed(execution).await.unwrap();
+    c[0].succeed(&execution).await.unwrap();
 }
 
 #[tokio::test]
@@ -226,12 +226,12 @@ async fn per_job_takes_over_a_silent_run_of_another_fire_and_marks_it_abandoned(
     let abandoned = c[1].record(&key("report", fire)).await.unwrap().unwrap();
     assert_eq!(abandoned.status, ExecutionStatus::Failed);
     assert!(abandoned.error_message.as_deref().unwrap().starts_with("abandoned"), "{abandoned:?}");
-    assert_eq!(c[0].succeed(stale).await.unwrap_err().code(), "SCHEDULING_CONFLICT_002");
+    assert_eq!(c[0].succeed(&stale).await.unwrap_err().code(), "SCHEDULING_CONFLICT_002");
     // The job is b's until it ends; then the next fire may run.
     let later = add_duration(next, Duration::from_secs(3600));
     let held = declined(c[0].try_begin(&request("report", later, UniqueMode::PerJob)).await.unwrap());
     assert!(matches!(held, Declined::JobBusy { .. }), "{held:?}");
-    c[1].succeed(execution).await.unwrap();
+    c[1].succeed(&execution).await.unwrap();
     granted(c[0].try_begin(&request("report", later, UniqueMode::PerJob)).await.unwrap());
 }
 
@@ -273,9 +273,9 @@ async fn racing_instances_and_ambiguous_commits_grant_each_fire_once() {
             let record = record.expect("a granted fire has its record");
             assert_eq!((record.execution_id, record.owner.as_str()), (execution.execution_id.unwrap(), refs[i]));
             // Completion is idempotent under ambiguous commits too.
-            let mut done = c[i].succeed(execution.clone()).await;
+            let mut done = c[i].succeed(&execution).await;
             while done.as_ref().is_err_and(|e| e.code() == "SCHEDULING_UNAVAILABLE_003") {
-                done = c[i].succeed(execution.clone()).await;
+                done = c[i].succeed(&execution).await;
             }
             done.unwrap();
             let status = c[0].record(&key("sync", fire)).await.unwrap().unwrap().status;
@@ -294,7 +294,7 @@ async fn disabled_grants_everyone_and_writes_nothing() {
         let execution = granted(coordinator.try_begin(&request("dev", t0(), UniqueMode::Disabled)).await.unwrap());
         assert_eq!(execution.execution_id, None);
         coordinator.heartbeat(&execution).await.unwrap();
-        coordinator.succeed(execution).await.unwrap();
+        coordinator.succeed(&execution).await.unwrap();
     }
     assert_eq!(kv.key_count(), before);
     assert_eq!(c[0].record(&key("dev", t0())).await.unwrap(), None);
@@ -318,7 +318,10 @@ async fn bad_requests_and_store_trouble_are_clear_errors() {
     kv.set_unavailable(false);
     // Nothing was granted while the store was away: the fire is still free.
     let execution = granted(c[0].try_begin(&request("sync", t0(), UniqueMode::PerFireTime)).await.unwrap());
-    c[0].fail(execution, &"é".repeat(10_000)).await.unwrap();
+    c[0].fail(&execution, &"é".repeat(10_000)).await.unwrap();
+    // Told again (its answer lost on the way, say), the same outcome is no error.
+    c[0].fail(&execution, &"é".repeat(10_000)).await.unwrap();
+    assert_eq!(c[0].succeed(&execution).await.unwrap_err().code(), "SCHEDULING_CONFLICT_002", "not another outcome");
     let record = c[0].record(&key("sync", t0())).await.unwrap().unwrap();
     assert!(record.error_message.unwrap().len() <= sundial::job::ERROR_MESSAGE_LEN_MAX, "long errors are cut");
 }
@@ -332,7 +335,7 @@ async fn old_completed_records_can_be_forgotten_running_ones_stay() {
         let execution = granted(c[0].try_begin(&request("sync", *fire, UniqueMode::PerFireTime)).await.unwrap());
         match n {
             1 => running = Some(execution),
-            _ => c[0].succeed(execution).await.unwrap(),
+            _ => c[0].succeed(&execution).await.unwrap(),
         }
         clock.advance(Duration::from_secs(60));
     }
@@ -344,7 +347,7 @@ async fn old_completed_records_can_be_forgotten_running_ones_stay() {
         c[0].records(&service, &group, &job, 10).await.unwrap().iter().map(|r| r.key.scheduled_at).collect();
     assert_eq!(left, vec![fires[4], fires[3], fires[1]]);
     // At most `limit` at a time, oldest first.
-    c[0].succeed(running.unwrap()).await.unwrap();
+    c[0].succeed(&running.unwrap()).await.unwrap();
     assert_eq!(c[0].forget_before(&service, &group, &job, fires[4], 1).await.unwrap(), 1);
     assert_eq!(c[0].record(&key("sync", fires[1])).await.unwrap(), None);
     assert!(c[0].record(&key("sync", fires[3])).await.unwrap().is_some());

@@ -1166,8 +1166,8 @@ pub(crate) async fn external_fires_run_once_through_the_execution_coordinator<K:
     else {
         panic!("another fire of a PerFireTime job runs beside it")
     };
-    a.succeed(first).await.unwrap();
-    b.fail(overlapping, "card declined").await.unwrap();
+    a.succeed(&first).await.unwrap();
+    b.fail(&overlapping, "card declined").await.unwrap();
     let again = b.try_begin(&per_fire).await.unwrap();
     assert!(matches!(again, Decision::Declined(Declined::AlreadyRan(_))), "{again:?}");
     let record = a.record(&per_fire.key).await.unwrap().unwrap();
@@ -1178,7 +1178,7 @@ pub(crate) async fn external_fires_run_once_through_the_execution_coordinator<K:
     };
     let busy = b.try_begin(&fire("report", secs(60), UniqueMode::PerJob)).await.unwrap();
     assert!(matches!(busy, Decision::Declined(Declined::JobBusy { .. })), "{busy:?}");
-    a.succeed(running).await.unwrap();
+    a.succeed(&running).await.unwrap();
     let next = b.try_begin(&fire("report", secs(60), UniqueMode::PerJob)).await.unwrap();
     assert!(matches!(next, Decision::Granted(_)), "the job is free once its run ended: {next:?}");
 }
