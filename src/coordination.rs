@@ -305,7 +305,7 @@ impl Observation {
 }
 
 enum Attempt {
-    Granted { takeover_of: Option<Uuid> },
+    Granted { id: Uuid, takeover_of: Option<Uuid> },
     Declined(Box<Declined>),
 }
 
@@ -320,7 +320,23 @@ pub struct ExecutionCoordinator<K: Kv> {
     retry: RetryOptions,
     /// By record key.
     observations: Mutex<BTreeMap<Vec<u8>, Observation>>,
+    /// By record key: the execution id of a `try_begin` that failed on store trouble, whose
+    /// commit may have landed after all. Asked again, the instance recognises it as its own.
+    unanswered: Mutex<BTreeMap<Vec<u8>, Unanswered>>,
 }
+
+/// The `try_begin` calls for one fire that failed, any of which may have written its
+/// record.
+#[derive(Debug, Clone, Default)]
+struct Unanswered {
+    /// Their execution ids, the latest few.
+    execution_ids: Vec<Uuid>,
+    lease: Duration,
+    since: Option<MonotonicInstant>,
+}
+
+/// How many failed calls per fire an instance remembers.
+const UNANSWERED_MAX: usize = 8;
 
 impl<K: Kv> fmt::Debug for ExecutionCoordinator<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -340,6 +356,7 @@ impl<K: Kv> ExecutionCoordinator<K> {
             ids: Mutex::new(RunIdGenerator::new(entropy)),
             retry: RetryOptions { retry_limit: 10, ..RetryOptions::default() },
             observations: Mutex::new(BTreeMap::new()),
+            unanswered: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -363,9 +380,10 @@ impl<K: Kv> ExecutionCoordinator<K> {
     /// # Errors
     /// `SCHEDULING_VALIDATION_001` for a lease of zero or over [`EXECUTION_LEASE_MAX`], or
     /// texts over [`EXECUTION_TEXT_LEN_MAX`]; `SCHEDULING_UNAVAILABLE_003` when the store
-    /// cannot be reached (nothing was granted, though a commit reported ambiguous may have
-    /// written a record this instance never learns of: it lapses after its lease, as an
-    /// owner that died would); `SCHEDULING_UNEXPECTED_001` for corrupt stored data.
+    /// cannot be reached (nothing was granted; a commit reported ambiguous may have written
+    /// the record after all: asked again, this instance recognises it as its own and is
+    /// granted; never asked again, it lapses after its lease, as an owner that died would);
+    /// `SCHEDULING_UNEXPECTED_001` for corrupt stored data.
     pub async fn try_begin(&self, request: &ExecutionRequest) -> Result<Decision, SchedulingError> {
         request.validate()?;
         let key = &request.key;
@@ -385,6 +403,7 @@ impl<K: Kv> ExecutionCoordinator<K> {
         let record_key = self.record_key(key, key.fire_us());
         let slot_key = self.slot_key(key);
         let observations = self.observations.lock().clone();
+        let mut unanswered = self.unanswered.lock().remove(&record_key).unwrap_or_default();
         let record = ExecutionRecord {
             execution_id: id,
             key: key.clone(),
@@ -401,13 +420,18 @@ impl<K: Kv> ExecutionCoordinator<K> {
             takeover_of: None,
             error_message: None,
         };
+        let earlier_ids = &unanswered.execution_ids;
         let (record_key, slot_key, observations, record) = (&record_key, &slot_key, &observations, &record);
         let attempt = run(&self.kv, self.retry, |txn, maybe| async move {
             let current = read_record(&txn, record_key).await?;
             if let Some(current) = &current {
-                if current.execution_id == id && maybe.0 {
-                    // An earlier attempt committed after all.
-                    return Ok::<_, StoreError>(Attempt::Granted { takeover_of: current.takeover_of });
+                let own_attempt = current.execution_id == id && maybe.0;
+                let own_earlier_call = earlier_ids.contains(&current.execution_id);
+                if (own_attempt || own_earlier_call) && current.status == ExecutionStatus::Running {
+                    // An earlier attempt (or call) whose commit was reported ambiguous
+                    // committed after all: the execution is this instance's.
+                    let takeover_of = current.takeover_of;
+                    return Ok::<_, StoreError>(Attempt::Granted { id: current.execution_id, takeover_of });
                 }
                 match current.status {
                     ExecutionStatus::Succeeded | ExecutionStatus::Failed => {
@@ -456,16 +480,37 @@ impl<K: Kv> ExecutionCoordinator<K> {
             }
             let takeover_of = current.map(|c| c.execution_id);
             txn.set(record_key, &codec::encode(&ExecutionRecord { takeover_of, ..record.clone() }));
-            Ok(Attempt::Granted { takeover_of })
+            Ok(Attempt::Granted { id, takeover_of })
         })
-        .await?;
+        .await;
+        let attempt = match attempt {
+            Ok(attempt) => attempt,
+            Err(error) => {
+                if matches!(error, StoreError::Kv(_)) {
+                    if unanswered.execution_ids.len() == UNANSWERED_MAX {
+                        unanswered.execution_ids.remove(0);
+                    }
+                    unanswered.execution_ids.push(id);
+                    unanswered.lease = request.lease;
+                    unanswered.since = Some(started);
+                    let mut all = self.unanswered.lock();
+                    // Forgotten two leases on: the record, if written, has lapsed for all.
+                    all.retain(|_, u| {
+                        u.since
+                            .is_some_and(|since| started.saturating_duration_since(since) <= u.lease.saturating_mul(2))
+                    });
+                    all.insert(record_key.clone(), unanswered);
+                }
+                return Err(error.into());
+            }
+        };
         let mut observations = self.observations.lock();
         // An instance declined once may never ask about that fire again: forget what it
         // saw two leases ago. (Asked later, it times the record afresh: takeover only
         // comes later, never earlier.)
         observations.retain(|_, o| started.saturating_duration_since(o.since) <= o.lease.saturating_mul(2));
         match attempt {
-            Attempt::Granted { takeover_of } => {
+            Attempt::Granted { id, takeover_of } => {
                 observations.remove(record_key.as_slice());
                 Ok(Decision::Granted(grant(Some(id), takeover_of)))
             }

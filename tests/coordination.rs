@@ -352,3 +352,26 @@ async fn old_completed_records_can_be_forgotten_running_ones_stay() {
     assert_eq!(c[0].record(&key("sync", fires[1])).await.unwrap(), None);
     assert!(c[0].record(&key("sync", fires[3])).await.unwrap().is_some());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_grant_whose_answer_was_lost_is_recognised_when_the_instance_asks_again() {
+    let clock = ManualClock::new(t0());
+    // Every commit times out and lands a few seconds later: the call gives up, yet its
+    // record is written.
+    let faults = KvFaults { timeout_commit_lands_later: 1.0, ..KvFaults::default() };
+    let options = MemoryKvOptions { seed: 3, faults, ..MemoryKvOptions::default() };
+    let kv = MemoryKv::with_options(Arc::new(clock.clone()), Arc::new(TokioSleeper), options);
+    let (kv, clock, c) = setup_on(kv, clock, &["a", "b"]);
+    let request = request("sync", t0(), UniqueMode::PerFireTime);
+    let error = c[0].try_begin(&request).await.unwrap_err();
+    assert_eq!(error.code(), "SCHEDULING_UNAVAILABLE_003");
+    kv.set_faults(KvFaults::default());
+    clock.advance(Duration::from_secs(5));
+    let record = c[1].record(&key("sync", t0())).await.unwrap().expect("a late commit landed");
+    assert_eq!(record.owner, "a");
+    // b is held off; a, asking again, knows the record for its own.
+    assert!(matches!(declined(c[1].try_begin(&request).await.unwrap()), Declined::Running { .. }));
+    let execution = granted(c[0].try_begin(&request).await.unwrap());
+    assert_eq!(execution.execution_id, Some(record.execution_id));
+    c[0].succeed(&execution).await.unwrap();
+}
