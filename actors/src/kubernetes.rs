@@ -93,16 +93,24 @@ impl KubernetesApi {
             std::env::var(name).map_err(|_| KubernetesConfigError(format!("{name} is not set: not running in a pod")))
         };
         let (host, port) = (env("KUBERNETES_SERVICE_HOST")?, env("KUBERNETES_SERVICE_PORT")?);
+        Self::from_service_account(&host, &port, std::path::Path::new(SERVICE_ACCOUNT))
+    }
+
+    /// The API server at `host:port` with the service account files in `dir`.
+    fn from_service_account(host: &str, port: &str, dir: &std::path::Path) -> Result<Self, KubernetesConfigError> {
         let read = |file: &str| {
-            std::fs::read(format!("{SERVICE_ACCOUNT}/{file}"))
-                .map_err(|e| KubernetesConfigError(format!("cannot read {SERVICE_ACCOUNT}/{file}: {e}")))
+            let path = dir.join(file);
+            std::fs::read(&path).map_err(|e| KubernetesConfigError(format!("cannot read {}: {e}", path.display())))
         };
         let namespace = String::from_utf8_lossy(&read("namespace")?).trim().to_owned();
-        let ca = reqwest::Certificate::from_pem(&read("ca.crt")?)
+        let cas = reqwest::Certificate::from_pem_bundle(&read("ca.crt")?)
             .map_err(|e| KubernetesConfigError(format!("the service account CA does not parse: {e}")))?;
-        let client = client_builder().tls_certs_only([ca]).build().map_err(|e| KubernetesConfigError(e.to_string()))?;
-        let host = if host.contains(':') { format!("[{host}]") } else { host };
-        let token = Token::File(format!("{SERVICE_ACCOUNT}/token").into());
+        if cas.is_empty() {
+            return Err(KubernetesConfigError("the service account CA (ca.crt) holds no certificate".to_owned()));
+        }
+        let client = client_builder().tls_certs_only(cas).build().map_err(|e| KubernetesConfigError(e.to_string()))?;
+        let host = if host.contains(':') { format!("[{host}]") } else { host.to_owned() };
+        let token = Token::File(dir.join("token"));
         Self::with_client(&format!("https://{host}:{port}"), &namespace, token, client)
     }
 
@@ -534,5 +542,50 @@ impl Drop for KubernetesLease {
             }
             election.inner.held.lock().remove(&resource);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A self-signed certificate, standing in for a cluster's CA.
+    const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBkTCCATegAwIBAgIUD5/RIivcVRv190ELv1Y6fy9Z9KEwCgYIKoZIzj0EAwIw\nHTEbMBkGA1UEAwwSdGVzdC1rdWJlcm5ldGVzLWNhMCAXDTI2MTIwMTE3MjAwMloY\nDzIxMjYxMTA3MTcyMDAyWjAdMRswGQYDVQQDDBJ0ZXN0LWt1YmVybmV0ZXMtY2Ew\nWTATBgcqhkjOPQIBBggqhkjOPQMBBwNCAASwY7zZK18o3PkfaVOH3+zC94ToP/sn\nPLB+ZkftzoS1vgEy1QeSg9wJhKKieyd1bpACEu4hlp55W2gjgpQrUBEUo1MwUTAd\nBgNVHQ4EFgQU3pJNIHx+Od2GrIYxhz6h32y1HK0wHwYDVR0jBBgwFoAU3pJNIHx+\nOd2GrIYxhz6h32y1HK0wDwYDVR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAgNIADBF\nAiAvv3FtHETRlVUVpRQ/9JlgEYLuik7tsSVti0xssjCYngIhAPF79dT1EF1u2vFc\n7P6/fkMQ+wwiqE94lAe0hmOsqzhc\n-----END CERTIFICATE-----\n";
+
+    fn service_account(label: &str, files: &[(&str, &str)]) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("sundial-sa-{}-{label}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.join(name), text).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn a_pods_service_account_gives_the_api_its_namespace_and_token() {
+        let dir = service_account("good", &[("namespace", "jobs\n"), ("token", "secret\n"), ("ca.crt", CA)]);
+        let api = KubernetesApi::from_service_account("10.0.0.1", "443", &dir).unwrap();
+        assert_eq!(api.leases_url(), "https://10.0.0.1:443/apis/coordination.k8s.io/v1/namespaces/jobs/leases");
+        let request = api.request(reqwest::Method::GET, api.leases_url()).unwrap().build().unwrap();
+        assert_eq!(request.headers()["authorization"], "Bearer secret", "the token file, trimmed, read per request");
+        let v6 = KubernetesApi::from_service_account("fd00::1", "6443", &dir).unwrap();
+        assert!(v6.leases_url().starts_with("https://[fd00::1]:6443/"), "{}", v6.leases_url());
+        std::fs::remove_file(dir.join("token")).unwrap();
+        assert!(matches!(api.request(reqwest::Method::GET, api.leases_url()), Err(ApiError::Unavailable(_))));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_missing_or_broken_service_account_is_a_clear_error() {
+        let missing = service_account("missing", &[("token", "secret")]);
+        let error = KubernetesApi::from_service_account("10.0.0.1", "443", &missing).unwrap_err();
+        assert!(error.to_string().contains("namespace"), "{error}");
+        let bad_ca =
+            service_account("bad-ca", &[("namespace", "jobs"), ("token", "secret"), ("ca.crt", "not a certificate")]);
+        let error = KubernetesApi::from_service_account("10.0.0.1", "443", &bad_ca).unwrap_err();
+        assert!(error.to_string().contains("CA"), "{error}");
+        let _ = std::fs::remove_dir_all(&missing);
+        let _ = std::fs::remove_dir_all(&bad_ca);
     }
 }
