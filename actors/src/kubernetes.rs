@@ -552,14 +552,30 @@ mod tests {
     /// A self-signed certificate, standing in for a cluster's CA.
     const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBkTCCATegAwIBAgIUD5/RIivcVRv190ELv1Y6fy9Z9KEwCgYIKoZIzj0EAwIw\nHTEbMBkGA1UEAwwSdGVzdC1rdWJlcm5ldGVzLWNhMCAXDTI2MTIwMTE3MjAwMloY\nDzIxMjYxMTA3MTcyMDAyWjAdMRswGQYDVQQDDBJ0ZXN0LWt1YmVybmV0ZXMtY2Ew\nWTATBgcqhkjOPQIBBggqhkjOPQMBBwNCAASwY7zZK18o3PkfaVOH3+zC94ToP/sn\nPLB+ZkftzoS1vgEy1QeSg9wJhKKieyd1bpACEu4hlp55W2gjgpQrUBEUo1MwUTAd\nBgNVHQ4EFgQU3pJNIHx+Od2GrIYxhz6h32y1HK0wHwYDVR0jBBgwFoAU3pJNIHx+\nOd2GrIYxhz6h32y1HK0wDwYDVR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAgNIADBF\nAiAvv3FtHETRlVUVpRQ/9JlgEYLuik7tsSVti0xssjCYngIhAPF79dT1EF1u2vFc\n7P6/fkMQ+wwiqE94lAe0hmOsqzhc\n-----END CERTIFICATE-----\n";
 
-    fn service_account(label: &str, files: &[(&str, &str)]) -> std::path::PathBuf {
+    /// A service account directory holding `files`, removed when dropped.
+    struct ServiceAccount(std::path::PathBuf);
+
+    impl std::ops::Deref for ServiceAccount {
+        type Target = std::path::Path;
+        fn deref(&self) -> &std::path::Path {
+            &self.0
+        }
+    }
+
+    impl Drop for ServiceAccount {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn service_account(label: &str, files: &[(&str, &str)]) -> ServiceAccount {
         let dir = std::env::temp_dir().join(format!("sundial-sa-{}-{label}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         for (name, text) in files {
             std::fs::write(dir.join(name), text).unwrap();
         }
-        dir
+        ServiceAccount(dir)
     }
 
     #[test]
@@ -573,7 +589,6 @@ mod tests {
         assert!(v6.leases_url().starts_with("https://[fd00::1]:6443/"), "{}", v6.leases_url());
         std::fs::remove_file(dir.join("token")).unwrap();
         assert!(matches!(api.request(reqwest::Method::GET, api.leases_url()), Err(ApiError::Unavailable(_))));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -585,7 +600,5 @@ mod tests {
             service_account("bad-ca", &[("namespace", "jobs"), ("token", "secret"), ("ca.crt", "not a certificate")]);
         let error = KubernetesApi::from_service_account("10.0.0.1", "443", &bad_ca).unwrap_err();
         assert!(error.to_string().contains("CA"), "{error}");
-        let _ = std::fs::remove_dir_all(&missing);
-        let _ = std::fs::remove_dir_all(&bad_ca);
     }
 }

@@ -162,10 +162,28 @@ fn code_of(body: &str) -> String {
     serde_json::from_str::<Value>(body).map(|v| v["code"].as_str().unwrap_or("").to_owned()).unwrap_or_default()
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("sundial-binary-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A scratch directory for one test, removed when dropped (also when the test fails).
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("sundial-binary-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+}
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -216,7 +234,7 @@ schedule = "cron 0 0 2 * * * tz=Europe/Berlin"
 
 #[test]
 fn a_configured_node_is_driven_through_the_api_and_the_cli() {
-    let dir = temp_dir("drive");
+    let dir = TempDir::new("drive");
     let config = write(&dir, "sundial.toml", CONFIG);
     let mut node = NodeProcess::start(&["--config", config.to_str().unwrap()], &[]);
     let port = node.port();
@@ -404,14 +422,13 @@ data = {{ url = "http://127.0.0.1:{port}/nowhere", success = [200] }}
     let (status, openapi) = http(port, "GET", "/api/openapi.json", None, None);
     assert_eq!(status, 200);
     assert!(serde_json::from_str::<Value>(&openapi).is_ok());
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn a_node_leads_through_a_kubernetes_lease_and_releases_it_when_it_stops() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (fake, api) = runtime.block_on(fake_kubernetes::start());
-    let dir = temp_dir("kubernetes");
+    let dir = TempDir::new("kubernetes");
     let config = write(
         &dir,
         "sundial.toml",
@@ -435,7 +452,7 @@ fn a_node_leads_through_a_kubernetes_lease_and_releases_it_when_it_stops() {
 
 #[test]
 fn bad_configs_are_refused_naming_the_file_and_key() {
-    let dir = temp_dir("bad");
+    let dir = TempDir::new("bad");
     let cases = [
         ("unknown-key.toml", "[scheduler]\npoll_interval_seconds = 1\n[schedular]\n", "line 3"),
         ("bad-option.toml", "[scheduler]\nmax_concurrent_runs = 0\n", "scheduler.max_concurrent_runs"),
@@ -473,7 +490,6 @@ fn bad_configs_are_refused_naming_the_file_and_key() {
         assert_eq!(out.status.code(), Some(2));
         assert!(String::from_utf8_lossy(&out.stderr).contains("without FoundationDB support"));
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
