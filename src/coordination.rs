@@ -76,6 +76,7 @@ use crate::entropy::{Entropy, RunIdGenerator};
 use crate::error::SchedulingError;
 use crate::job::{bounded, ERROR_MESSAGE_LEN_MAX};
 use crate::kv::{run, Kv, KvTransaction, RangeRequest, RetryOptions};
+use crate::lapse::LapseWatch;
 use crate::name::{GroupName, JobName, ServiceName};
 use crate::store::codec;
 use crate::store::keys::Keyspace;
@@ -283,25 +284,12 @@ pub enum Decision {
     Declined(Declined),
 }
 
-/// What this instance last saw of an execution owned by another: takeover needs it seen
-/// unchanged for a whole lease.
-#[derive(Debug, Clone, Copy)]
-struct Observation {
-    execution_id: Uuid,
-    heartbeats: u64,
-    lease: Duration,
-    since: MonotonicInstant,
-}
+/// What tells one state of a running execution from the next: another execution, or a
+/// heartbeat. Takeover needs it seen unchanged for a whole lease.
+type Version = (Uuid, u64);
 
-impl Observation {
-    /// Whether `record` is what was observed, unchanged for its whole lease by `now`.
-    fn lapsed(observed: Option<&Self>, record: &ExecutionRecord, now: MonotonicInstant) -> bool {
-        observed.is_some_and(|o| {
-            o.execution_id == record.execution_id
-                && o.heartbeats == record.heartbeats
-                && now.saturating_duration_since(o.since) >= record.lease
-        })
-    }
+fn version_of(record: &ExecutionRecord) -> Version {
+    (record.execution_id, record.heartbeats)
 }
 
 enum Attempt {
@@ -318,8 +306,8 @@ pub struct ExecutionCoordinator<K: Kv> {
     owner: String,
     ids: Mutex<RunIdGenerator>,
     retry: RetryOptions,
-    /// By record key.
-    observations: Mutex<BTreeMap<Vec<u8>, Observation>>,
+    /// Executions owned by others, by record key.
+    watch: Mutex<LapseWatch<Vec<u8>, Version>>,
     /// By record key: the execution id of a `try_begin` that failed on store trouble, whose
     /// commit may have landed after all. Asked again, the instance recognises it as its own.
     unanswered: Mutex<BTreeMap<Vec<u8>, Unanswered>>,
@@ -355,7 +343,7 @@ impl<K: Kv> ExecutionCoordinator<K> {
             owner: owner.into(),
             ids: Mutex::new(RunIdGenerator::new(entropy)),
             retry: RetryOptions { retry_limit: 10, ..RetryOptions::default() },
-            observations: Mutex::new(BTreeMap::new()),
+            watch: Mutex::new(LapseWatch::new()),
             unanswered: Mutex::new(BTreeMap::new()),
         }
     }
@@ -402,7 +390,7 @@ impl<K: Kv> ExecutionCoordinator<K> {
         let id = self.ids.lock().next_id(now);
         let record_key = self.record_key(key, key.fire_us());
         let slot_key = self.slot_key(key);
-        let observations = self.observations.lock().clone();
+        let watch = self.watch.lock().clone();
         let mut unanswered = self.unanswered.lock().remove(&record_key).unwrap_or_default();
         let record = ExecutionRecord {
             execution_id: id,
@@ -421,7 +409,7 @@ impl<K: Kv> ExecutionCoordinator<K> {
             error_message: None,
         };
         let earlier_ids = &unanswered.execution_ids;
-        let (record_key, slot_key, observations, record) = (&record_key, &slot_key, &observations, &record);
+        let (record_key, slot_key, watch, record) = (&record_key, &slot_key, &watch, &record);
         let attempt = run(&self.kv, self.retry, |txn, maybe| async move {
             let current = read_record(&txn, record_key).await?;
             if let Some(current) = &current {
@@ -438,8 +426,9 @@ impl<K: Kv> ExecutionCoordinator<K> {
                         return Ok(Attempt::Declined(Box::new(Declined::AlreadyRan(current.clone()))));
                     }
                     ExecutionStatus::Running => {
-                        if !Observation::lapsed(observations.get(record_key), current, started) {
-                            let check_again_in = check_again_in(observations.get(record_key), current, started);
+                        let version = version_of(current);
+                        if !watch.lapsed(record_key, &version, current.lease, started) {
+                            let check_again_in = watch.remaining(record_key, &version, current.lease, started);
                             return Ok(Attempt::Declined(Box::new(Declined::Running {
                                 record: current.clone(),
                                 check_again_in,
@@ -457,9 +446,9 @@ impl<K: Kv> ExecutionCoordinator<K> {
                         if let Some(mut holder) = holder
                             .filter(|h| h.execution_id == slot.execution_id && h.status == ExecutionStatus::Running)
                         {
-                            let observed = observations.get(&holder_key);
-                            if !Observation::lapsed(observed, &holder, started) {
-                                let check_again_in = check_again_in(observed, &holder, started);
+                            let version = version_of(&holder);
+                            if !watch.lapsed(&holder_key, &version, holder.lease, started) {
+                                let check_again_in = watch.remaining(&holder_key, &version, holder.lease, started);
                                 return Ok(Attempt::Declined(Box::new(Declined::JobBusy {
                                     record: holder,
                                     check_again_in,
@@ -504,14 +493,12 @@ impl<K: Kv> ExecutionCoordinator<K> {
                 return Err(error.into());
             }
         };
-        let mut observations = self.observations.lock();
-        // An instance declined once may never ask about that fire again: forget what it
-        // saw two leases ago. (Asked later, it times the record afresh: takeover only
-        // comes later, never earlier.)
-        observations.retain(|_, o| started.saturating_duration_since(o.since) <= o.lease.saturating_mul(2));
+        let mut watch = self.watch.lock();
+        // An instance declined once may never ask about that fire again.
+        watch.forget_stale(started);
         match attempt {
             Attempt::Granted { id, takeover_of } => {
-                observations.remove(record_key.as_slice());
+                watch.forget(record_key.as_slice());
                 Ok(Decision::Granted(grant(Some(id), takeover_of)))
             }
             Attempt::Declined(declined) => {
@@ -522,22 +509,11 @@ impl<K: Kv> ExecutionCoordinator<K> {
                         Some((self.record_key(&record.key, record.key.fire_us()), record))
                     }
                 };
-                if let Some((watched_key, record)) = watched {
-                    // Start timing this record, or keep timing it if unchanged.
-                    let unchanged = observations
-                        .get(&watched_key)
-                        .is_some_and(|o| o.execution_id == record.execution_id && o.heartbeats == record.heartbeats);
-                    if !unchanged {
-                        let observation = Observation {
-                            execution_id: record.execution_id,
-                            heartbeats: record.heartbeats,
-                            lease: record.lease,
-                            since: started,
-                        };
-                        observations.insert(watched_key, observation);
+                match watched {
+                    Some((watched_key, record)) => {
+                        watch.observe(watched_key, version_of(record), record.lease, started)
                     }
-                } else {
-                    observations.remove(record_key.as_slice());
+                    None => watch.forget(record_key.as_slice()),
                 }
                 Ok(Decision::Declined(*declined))
             }
@@ -717,15 +693,6 @@ impl<K: Kv> ExecutionCoordinator<K> {
 /// The record at `key`, read serializably.
 async fn read_record<T: KvTransaction>(txn: &T, key: &[u8]) -> Result<Option<ExecutionRecord>, StoreError> {
     txn.get(key, false).await?.map(|bytes| codec::decode(&bytes, "execution record")).transpose()
-}
-
-/// How long until `record` could be taken over, by what was observed of it.
-fn check_again_in(observed: Option<&Observation>, record: &ExecutionRecord, now: MonotonicInstant) -> Duration {
-    let unchanged = observed.filter(|o| o.execution_id == record.execution_id && o.heartbeats == record.heartbeats);
-    match unchanged {
-        Some(o) => record.lease.saturating_sub(now.saturating_duration_since(o.since)),
-        None => record.lease,
-    }
 }
 
 fn taken_over(execution: &Execution) -> SchedulingError {

@@ -22,6 +22,7 @@ use parking_lot::Mutex;
 use crate::entropy::Entropy;
 use crate::error::SchedulingError;
 use crate::kv::{run, BoxFuture, Kv, KvError, KvTransaction, RetryOptions};
+use crate::lapse::LapseWatch;
 use crate::name::ResourceName;
 use crate::store::codec;
 use crate::store::keys::Keyspace;
@@ -117,13 +118,6 @@ fn from_store(e: StoreError) -> SchedulingError {
     }
 }
 
-/// What an observer last saw of a lease held by someone else.
-#[derive(Debug, Clone)]
-struct Observation {
-    record: LeaseRecord,
-    since: MonotonicInstant,
-}
-
 struct KvElectionInner<K: Kv> {
     kv: K,
     keys: Keyspace,
@@ -131,7 +125,8 @@ struct KvElectionInner<K: Kv> {
     node: String,
     retry: RetryOptions,
     entropy: Mutex<Entropy>,
-    observations: Mutex<BTreeMap<String, Observation>>,
+    /// Leases held by others, by resource.
+    watch: Mutex<LapseWatch<String, LeaseRecord>>,
     spawner: Option<Spawner>,
 }
 
@@ -160,7 +155,7 @@ impl<K: Kv> KvLeaderElection<K> {
                 node: node.into(),
                 retry: RetryOptions { retry_limit: 5, ..RetryOptions::default() },
                 entropy: Mutex::new(entropy),
-                observations: Mutex::new(BTreeMap::new()),
+                watch: Mutex::new(LapseWatch::new()),
                 spawner: None,
             }),
         }
@@ -176,7 +171,7 @@ impl<K: Kv> KvLeaderElection<K> {
             node: shared.node.clone(),
             retry: shared.retry,
             entropy: Mutex::new(shared.entropy.lock().fork()),
-            observations: Mutex::new(BTreeMap::new()),
+            watch: Mutex::new(LapseWatch::new()),
             spawner: None,
         });
         Self { inner: Arc::new(KvElectionInner { spawner: Some(spawner), ..inner }) }
@@ -198,10 +193,10 @@ impl<K: Kv> LeaderElection for KvLeaderElection<K> {
         let started = inner.clock.monotonic();
         let wall = inner.clock.now();
         let key = inner.keys.lease(resource.as_str());
-        // The observation as it stood before this attempt: the transaction may take over
-        // only a record seen unchanged for a whole TTL.
-        let observed = inner.observations.lock().get(resource.as_str()).cloned();
-        let (key, holder_ref, observed) = (&key, &holder, &observed);
+        // What was seen before this attempt: the transaction may take over only a record
+        // seen unchanged for a whole TTL.
+        let watch = inner.watch.lock().clone();
+        let (key, holder_ref, watch) = (&key, &holder, &watch);
         let ttl_us = ttl.as_micros().min(u128::from(u64::MAX)) as u64;
         let attempt = run(&inner.kv, inner.retry, |txn, maybe| async move {
             let current: Option<LeaseRecord> =
@@ -212,10 +207,7 @@ impl<K: Kv> LeaderElection for KvLeaderElection<K> {
                     return Ok::<_, StoreError>(Attempt::Granted(lease.term))
                 }
                 Some(lease) if lease.released => true,
-                Some(lease) => observed.as_ref().is_some_and(|o| {
-                    o.record == *lease
-                        && started.saturating_duration_since(o.since) >= Duration::from_micros(lease.ttl_us)
-                }),
+                Some(lease) => watch.lapsed(resource.as_str(), lease, Duration::from_micros(lease.ttl_us), started),
             };
             if !free {
                 return Ok(Attempt::HeldBy(current.unwrap_or_else(|| unreachable!("free when absent"))));
@@ -227,10 +219,10 @@ impl<K: Kv> LeaderElection for KvLeaderElection<K> {
         })
         .await
         .map_err(from_store)?;
-        let mut observations = inner.observations.lock();
+        let mut watch = inner.watch.lock();
         match attempt {
             Attempt::Granted(term) => {
-                observations.remove(resource.as_str());
+                watch.forget(resource.as_str());
                 Ok(KvLease {
                     election: self.clone(),
                     resource: resource.to_string(),
@@ -244,11 +236,8 @@ impl<K: Kv> LeaderElection for KvLeaderElection<K> {
                 })
             }
             Attempt::HeldBy(record) => {
-                // Start (or keep) timing this record; any change restarts the clock.
-                let unchanged = observations.get(resource.as_str()).is_some_and(|o| o.record == record);
-                if !unchanged {
-                    observations.insert(resource.to_string(), Observation { record, since: started });
-                }
+                let ttl = Duration::from_micros(record.ttl_us);
+                watch.observe(resource.to_string(), record, ttl, started);
                 Err(SchedulingError::LeaseHeld { resource: resource.to_string() })
             }
         }

@@ -51,6 +51,7 @@ pub mod entropy;
 pub mod error;
 pub mod job;
 pub mod kv;
+pub mod lapse;
 pub mod leader;
 pub mod local;
 pub mod name;

@@ -26,6 +26,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use sundial::error::SchedulingError;
+use sundial::lapse::LapseWatch;
 use sundial::leader::{LeaderElection, LeaderLease};
 use sundial::name::ResourceName;
 use sundial::time::{add_duration, Clock, MonotonicInstant};
@@ -268,20 +269,14 @@ fn held(resource: &str) -> SchedulingError {
     SchedulingError::LeaseHeld { resource: resource.to_owned() }
 }
 
-/// What this observer last saw of a lease held by someone else.
-#[derive(Debug, Clone)]
-struct Observation {
-    resource_version: Option<String>,
-    since: MonotonicInstant,
-}
-
 #[derive(Debug)]
 struct Inner {
     api: KubernetesApi,
     clock: Arc<dyn Clock>,
     identity: String,
     names: BTreeMap<String, String>,
-    observations: Mutex<BTreeMap<String, Observation>>,
+    /// Leases held by others, by resource, told apart by `resourceVersion`.
+    watch: Mutex<LapseWatch<String, Option<String>>>,
     /// Resources this process holds (leases are not re-entrant).
     held: Mutex<BTreeSet<String>>,
 }
@@ -303,7 +298,7 @@ impl KubernetesLeaderElection {
                 clock,
                 identity: identity.into(),
                 names,
-                observations: Mutex::new(BTreeMap::new()),
+                watch: Mutex::new(LapseWatch::new()),
                 held: Mutex::new(BTreeSet::new()),
             }),
         }
@@ -321,7 +316,7 @@ impl KubernetesLeaderElection {
                 clock: self.inner.clock.clone(),
                 identity: self.inner.identity.clone(),
                 names,
-                observations: Mutex::new(BTreeMap::new()),
+                watch: Mutex::new(LapseWatch::new()),
                 held: Mutex::new(BTreeSet::new()),
             }),
         }
@@ -400,24 +395,21 @@ impl LeaderElection for KubernetesLeaderElection {
             Err(ApiError::Conflict) => return Err(held(resource)),
             Ok(None) => inner.api.create(&self.lease_record(&name, ttl, wall, 0)).await,
             Ok(Some(current)) => {
-                let observed = inner.observations.lock().get(resource).cloned();
-                let free = match current.holder() {
-                    None => true,
-                    // This pod's name: an earlier process of this pod held it.
-                    Some(holder) if holder == inner.identity => true,
-                    Some(_) => observed.as_ref().is_some_and(|o| {
-                        o.resource_version == current.metadata.resource_version
-                            && started.saturating_duration_since(o.since) >= current.duration()
-                    }),
+                let version = &current.metadata.resource_version;
+                let free = {
+                    let mut watch = inner.watch.lock();
+                    let free = match current.holder() {
+                        None => true,
+                        // This pod's name: an earlier process of this pod held it.
+                        Some(holder) if holder == inner.identity => true,
+                        Some(_) => watch.lapsed(resource, version, current.duration(), started),
+                    };
+                    if !free {
+                        watch.observe(resource.to_owned(), version.clone(), current.duration(), started);
+                    }
+                    free
                 };
                 if !free {
-                    // Start (or keep) timing this version; any change restarts the clock.
-                    let unchanged = observed.is_some_and(|o| o.resource_version == current.metadata.resource_version);
-                    if !unchanged {
-                        let observation =
-                            Observation { resource_version: current.metadata.resource_version.clone(), since: started };
-                        inner.observations.lock().insert(resource.to_owned(), observation);
-                    }
                     return Err(held(resource));
                 }
                 let mut next = self.lease_record(&name, ttl, wall, current.transitions() + 1);
@@ -431,7 +423,7 @@ impl LeaderElection for KubernetesLeaderElection {
             Err(ApiError::Conflict) => return Err(held(resource)),
             Err(ApiError::Unavailable(reason)) => return Err(unavailable(reason)),
         };
-        inner.observations.lock().remove(resource);
+        inner.watch.lock().forget(resource);
         inner.held.lock().insert(resource.to_owned());
         Ok(KubernetesLease {
             election: self.clone(),
