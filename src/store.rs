@@ -423,8 +423,8 @@ impl<T: KvTransaction> Tx<'_, T> {
         self.prefetch(ids.map(|id| self.keys.run(id)).collect(), false).await?.try_map(decode_run)
     }
 
-    /// Writes `new` (replacing `old`, same id), with its history, running and finished
-    /// index entries.
+    /// Writes `new` (replacing `old`, same id), with its running index entries while it
+    /// runs, and its history and finished index entries once it ended.
     pub(crate) fn put_run(&self, old: Option<&RunRecord>, new: &RunRecord) {
         if let Some(old) = old {
             if old.state == RunState::Running {
@@ -435,9 +435,11 @@ impl<T: KvTransaction> Tx<'_, T> {
                 self.txn.clear(&self.keys.finished(finished, old.id));
             }
         }
-        let summary = codec::encode(&new.summary());
-        self.txn.set(&self.keys.history_by_job(&new.job, new.scheduled_us, new.id), &summary);
-        self.txn.set(&self.keys.history_by_time(new.scheduled_us, new.id), &summary);
+        if new.state.is_final() {
+            let summary = codec::encode(&new.summary());
+            self.txn.set(&self.keys.history_by_job(&new.job, new.scheduled_us, new.id), &summary);
+            self.txn.set(&self.keys.history_by_time(new.scheduled_us, new.id), &summary);
+        }
         if new.state == RunState::Running {
             self.txn.set(&self.keys.running(&new.node, new.id), b"");
             self.txn.set(&self.keys.job_running(&new.job, new.id), b"");

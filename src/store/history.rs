@@ -1,12 +1,14 @@
 //! Run history: queries, counts and retention (SPEC §9 `runs`/`count_runs`, §10 step 5).
 //!
-//! Queries scan a covering index (by job when the query names one, else by scheduled
-//! time) newest first, with snapshot reads, and filter on the summaries the index
-//! carries. A scan reads at most [`SCAN_BUDGET`] index entries per transaction and
+//! Queries scan a covering index of finished runs (by job when the query names one, else
+//! by scheduled time) newest first, with snapshot reads, and filter on the summaries the
+//! index carries; running runs come from the running indexes (a run's summary is written
+//! once, when it ends, so starting and finishing a run rewrite no index entry). A scan reads at most [`SCAN_BUDGET`] index entries per transaction and
 //! continues in a new transaction after the last key it saw, so no query meets the
 //! five-second limit however large history is. A query spanning several transactions is
 //! not one consistent snapshot (runs may finish in between).
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -71,8 +73,10 @@ impl<K: Kv> KvJobStore<K> {
         Ok(count)
     }
 
-    /// Walks the matching index entries newest first, calling `visit` until it returns
-    /// false, in transactions of at most [`SCAN_BUDGET`] entries.
+    /// Walks the matching runs newest scheduled first, calling `visit` until it returns
+    /// false: the finished runs from the history index, in transactions of at most
+    /// [`SCAN_BUDGET`] entries, with the running runs (listed in the first transaction
+    /// from the running indexes) merged in by scheduled time.
     async fn scan_history(
         &self,
         query: &JobRunQuery,
@@ -80,28 +84,95 @@ impl<K: Kv> KvJobStore<K> {
     ) -> Result<(), StoreError> {
         let from = query.from.map_or(i64::MIN, micros);
         let to = query.to.map_or(i64::MAX, micros);
+        let by_job = query.job.is_some();
         let (begin, mut end) = match &query.job {
             Some(job) => self.keys.history_of_job(job.as_str(), from, to),
             None => self.keys.history_between(from, to),
         };
+        // Oldest first, so the newest is popped first.
+        let mut running = Vec::new();
+        // Every run listed as running: one that finishes during the scan is then met in
+        // the index too, and visited once.
+        let mut listed = BTreeSet::new();
+        let mut first_page = true;
         loop {
             let range = RangeRequest::new(begin.clone(), end.clone()).limit(SCAN_BUDGET).reversed();
-            let page = run(&self.kv, self.options.retry, |txn, _| {
+            let list_running = std::mem::take(&mut first_page);
+            let (page, now_running) = run(&self.kv, self.options.retry, |txn, _| {
                 let range = &range;
-                async move { Ok::<_, StoreError>(txn.get_range(range, true).await?) }
+                async move {
+                    let page = txn.get_range(range, true).await?;
+                    // In the same snapshot as the first page: a run is then either running
+                    // or in the index, never both nor neither.
+                    let now_running =
+                        if list_running { Some(self.running_matching(&txn, query, from, to).await?) } else { None };
+                    Ok::<_, StoreError>((page, now_running))
+                }
             })
             .await?;
+            if let Some(now_running) = now_running {
+                listed = now_running.iter().map(|r| r.id).collect();
+                running = now_running;
+            }
             for (key, value) in &page.pairs {
+                let (scheduled_us, id) = self.keys.history_entry_of(key, by_job)?;
+                while running.last().is_some_and(|r| (r.scheduled_us, r.id) > (scheduled_us, id)) {
+                    let Some(newer) = running.pop() else { break };
+                    if !visit(newer.id, &newer.summary) {
+                        return Ok(());
+                    }
+                }
+                if listed.contains(&id) {
+                    continue;
+                }
                 let summary: RunSummary = codec::decode(value, "run summary")?;
-                if matches(query, &summary) && !visit(self.keys.history_run_of(key, query.job.is_some())?, &summary) {
+                if matches(query, &summary) && !visit(id, &summary) {
                     return Ok(());
                 }
             }
             match page.pairs.last() {
                 Some((last, _)) if page.more => end = last.clone(),
-                _ => return Ok(()),
+                _ => break,
             }
         }
+        for older in running.into_iter().rev() {
+            if !visit(older.id, &older.summary) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The running runs matching `query` with scheduled time in `[from_us, to_us)`, oldest
+    /// scheduled first (snapshot reads of the running index and the runs).
+    async fn running_matching(
+        &self,
+        txn: &K::Transaction,
+        query: &JobRunQuery,
+        from_us: i64,
+        to_us: i64,
+    ) -> Result<Vec<Running>, StoreError> {
+        let (begin, end) = match &query.job {
+            Some(job) => self.keys.running_of_job(job.as_str()),
+            None => self.keys.running_everywhere(),
+        };
+        let index = txn.get_range(&RangeRequest::new(begin, end), true).await?;
+        let keys = index
+            .pairs
+            .iter()
+            .map(|(key, _)| Ok(self.keys.run(self.keys.node_run_of(key)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let mut running = Vec::with_capacity(keys.len());
+        for bytes in txn.get_many(&keys, true).await? {
+            let Some(bytes) = bytes else { continue };
+            let record: RunRecord = codec::decode(&bytes, "run record")?;
+            let summary = record.summary();
+            if (from_us..to_us).contains(&record.scheduled_us) && matches(query, &summary) {
+                running.push(Running { scheduled_us: record.scheduled_us, id: record.id, summary });
+            }
+        }
+        running.sort_unstable_by_key(|r| (r.scheduled_us, r.id));
+        Ok(running)
     }
 
     /// Deletes finished runs that ended before `cutoff`, in batches; returns how many.
@@ -171,6 +242,13 @@ impl<K: Kv> KvJobStore<K> {
             Some(cutoff) => self.purge_history(cutoff, fence).await,
         }
     }
+}
+
+/// A running run, for merging into a history scan.
+struct Running {
+    scheduled_us: i64,
+    id: Uuid,
+    summary: RunSummary,
 }
 
 fn matches(query: &JobRunQuery, summary: &RunSummary) -> bool {

@@ -15,8 +15,11 @@
 //!                                                              non-concurrent job
 //! (5, job, trigger)                             ''             Blocked triggers of a job
 //! (6, run_id)                                   RunRecord      run history
-//! (7, 0, job, scheduled_us, run_id)             RunSummary     history by job
-//! (7, 1, scheduled_us, run_id)                  RunSummary     history by scheduled time
+//! (7, 0, job, scheduled_us, run_id)             RunSummary     finished runs by job
+//! (7, 1, scheduled_us, run_id)                  RunSummary     finished runs by scheduled time
+//!                                                              (written once, when the run
+//!                                                              ends; history queries take
+//!                                                              running runs from (8)/(14))
 //! (7, 2, finished_us, run_id)                   ''             finished runs by end time
 //!                                                              (retention, eviction)
 //! (8, node, run_id)                             ''             Running runs per node
@@ -267,14 +270,15 @@ impl Keyspace {
         (self.pack(&(HISTORY, BY_TIME, from_us)), self.pack(&(HISTORY, BY_TIME, to_us)))
     }
 
-    /// The run id of a history key: by job (`(7, 0, …)`) or by time (`(7, 1, …)`).
-    pub fn history_run_of(&self, key: &[u8], by_job: bool) -> Result<Uuid, StoreError> {
+    /// The scheduled time and run id of a history key: by job (`(7, 0, …)`) or by time
+    /// (`(7, 1, …)`).
+    pub fn history_entry_of(&self, key: &[u8], by_job: bool) -> Result<(i64, Uuid), StoreError> {
         if by_job {
-            let (_, _, _, _, run): (i64, i64, String, i64, Uuid) = self.unpack(key)?;
-            Ok(run)
+            let (_, _, _, scheduled, run): (i64, i64, String, i64, Uuid) = self.unpack(key)?;
+            Ok((scheduled, run))
         } else {
-            let (_, _, _, run): (i64, i64, i64, Uuid) = self.unpack(key)?;
-            Ok(run)
+            let (_, _, scheduled, run): (i64, i64, i64, Uuid) = self.unpack(key)?;
+            Ok((scheduled, run))
         }
     }
 

@@ -149,14 +149,16 @@ impl<K: Kv> KvJobStore<K> {
         let triggers = self.triggers_snapshot(tx, name).await?;
         let (begin, end) = self.keys.running_of_job(name);
         let running = tx.txn.get_range(&RangeRequest::new(begin, end), true).await?.pairs.len();
-        // The newest finished run by scheduled time, within the latest 100 runs.
+        // The newest finished run by scheduled time. The history index holds finished runs;
+        // a store written by earlier versions also holds entries of runs still running,
+        // passed over within the latest 100.
         let (begin, end) = self.keys.history_of_job(name, i64::MIN, i64::MAX);
         let recent = tx.txn.get_range(&RangeRequest::new(begin, end).limit(100).reversed(), true).await?;
         let mut last_finished = None;
         for (key, value) in &recent.pairs {
             let summary: RunSummary = codec::decode(value, "run summary")?;
             if summary.state.is_final() {
-                let id = self.keys.history_run_of(key, true)?;
+                let (_, id) = self.keys.history_entry_of(key, true)?;
                 if let Some(bytes) = tx.txn.get(&self.keys.run(id), true).await? {
                     let record: RunRecord = codec::decode(&bytes, "run record")?;
                     last_finished = Some(super::history::run_info(&record)?);

@@ -46,6 +46,7 @@ macro_rules! for_each_scenario {
             records_of_stopped_nodes_are_deleted_once_reaped,
             cancel_requests_reach_the_running_node_until_the_run_ends,
             history_queries_filter_page_count_and_expire,
+            history_queries_merge_running_runs_by_scheduled_time,
             status_shows_triggers_running_and_last_result,
             code_jobs_sync_with_the_fingerprint_rules_and_restore,
             local_jobs_stay_out_of_acquisition_but_their_runs_go_to_history,
@@ -597,6 +598,71 @@ pub(crate) async fn history_queries_filter_page_count_and_expire<K: Kv>(store: &
     assert_eq!(deleted, 10, "seconds 1–5 ended at x.5 < 6");
     assert_eq!(store.count_runs(&all).await.unwrap(), 10);
     assert_eq!(store.apply_retention(secs(11), None, None).await.unwrap(), 0, "zero retention keeps everything");
+}
+
+/// Running runs are listed from the running indexes and finished ones from the history
+/// index: queries see both, newest scheduled first, each once, with every filter.
+pub(crate) async fn history_queries_merge_running_runs_by_scheduled_time<K: Kv>(store: &KvJobStore<K>) {
+    let mut a = job("a", &[("t", "cron * * * * * *")]);
+    a.allow_concurrent = true;
+    let mut b = job("b", &[("t", "cron * * * * * *")]);
+    b.allow_concurrent = true;
+    store.schedule(&[a, b], t0()).await;
+    let node = |second: i64| if second % 2 == 0 { "even" } else { "odd" };
+    // Seconds 2 and 5 keep running: running runs sit between finished ones, newest and
+    // oldest finished on either side.
+    let mut running = Vec::new();
+    for second in 1..=6 {
+        for run in acquire(store, node(second), secs(second), 16).await {
+            if second == 2 || second == 5 {
+                running.push(run.run.id);
+            } else {
+                complete(store, run.run.id, node(second), RunOutcome::Succeeded, secs(second)).await;
+            }
+        }
+    }
+    let all = sundial::job::JobRunQuery::default();
+    let seen = |runs: &[sundial::job::JobRunInfo]| {
+        runs.iter().map(|r| (r.run.scheduled_at.timestamp() - t0().timestamp(), r.state)).collect::<Vec<_>>()
+    };
+    let (done, live) = (RunState::Succeeded, RunState::Running);
+    let listed = store.runs(&all).await.unwrap();
+    assert_eq!(
+        seen(&listed),
+        [(6, done), (6, done), (5, live), (5, live), (4, done), (4, done)]
+            .into_iter()
+            .chain([(3, done), (3, done), (2, live), (2, live), (1, done), (1, done)])
+            .collect::<Vec<_>>()
+    );
+    let mut ids: Vec<Uuid> = listed.iter().map(|r| r.run.id).collect();
+    ids.dedup();
+    assert_eq!(ids.len(), 12, "each run once");
+    assert_eq!(store.count_runs(&all).await.unwrap(), 12);
+    let paged = store.runs(&sundial::job::JobRunQuery { skip: 3, limit: 4, ..all.clone() }).await.unwrap();
+    assert_eq!(seen(&paged), [(5, live), (4, done), (4, done), (3, done)], "pages cross running and finished runs");
+    let only_running = sundial::job::JobRunQuery { states: [RunState::Running].into(), ..all.clone() };
+    assert_eq!(seen(&store.runs(&only_running).await.unwrap()), [(5, live), (5, live), (2, live), (2, live)]);
+    let even_running = sundial::job::JobRunQuery { node: Some("even".into()), ..only_running.clone() };
+    assert_eq!(store.count_runs(&even_running).await.unwrap(), 2);
+    let of_a = sundial::job::JobRunQuery { job: Some(name("a")), ..all.clone() };
+    assert_eq!(
+        seen(&store.runs(&of_a).await.unwrap()),
+        [(6, done), (5, live), (4, done), (3, done), (2, live), (1, done)]
+    );
+    let window = sundial::job::JobRunQuery { from: Some(secs(2)), to: Some(secs(5)), ..of_a.clone() };
+    assert_eq!(seen(&store.runs(&window).await.unwrap()), [(4, done), (3, done), (2, live)], "from inclusive, to not");
+    let erring = sundial::job::JobRunQuery { has_error: Some(true), ..all.clone() };
+    assert_eq!(store.count_runs(&erring).await.unwrap(), 0);
+    let t_only = sundial::job::JobRunQuery { trigger: Some(TriggerName::new("t").unwrap()), ..only_running.clone() };
+    assert_eq!(store.count_runs(&t_only).await.unwrap(), 4);
+    // A run that ends moves from the running index to the history, once.
+    let failed = RunOutcome::Failed { code: Some("E".into()), message: "boom".into() };
+    complete(store, running[0], "even", failed, secs(7)).await;
+    assert_eq!(store.count_runs(&all).await.unwrap(), 12);
+    assert_eq!(store.count_runs(&only_running).await.unwrap(), 3);
+    assert_eq!(store.count_runs(&erring).await.unwrap(), 1);
+    let status = store.status(&name("a")).await.unwrap().unwrap();
+    assert_eq!(status.last_finished.map(|r| r.run.scheduled_at), Some(secs(6)));
 }
 
 pub(crate) async fn status_shows_triggers_running_and_last_result<K: Kv>(store: &KvJobStore<K>) {
