@@ -424,16 +424,11 @@ impl<T: KvTransaction> Tx<'_, T> {
     }
 
     /// Writes `new` (replacing `old`, same id), with its running index entries while it
-    /// runs, and its history and finished index entries once it ended.
+    /// runs, and its history index entries once it ended.
     pub(crate) fn put_run(&self, old: Option<&RunRecord>, new: &RunRecord) {
-        if let Some(old) = old {
-            if old.state == RunState::Running {
-                self.txn.clear(&self.keys.running(&old.node, old.id));
-                self.txn.clear(&self.keys.job_running(&old.job, old.id));
-            }
-            if let Some(finished) = old.finished_us {
-                self.txn.clear(&self.keys.finished(finished, old.id));
-            }
+        if let Some(old) = old.filter(|old| old.state == RunState::Running) {
+            self.txn.clear(&self.keys.running(&old.node, old.id));
+            self.txn.clear(&self.keys.job_running(&old.job, old.id));
         }
         if new.state.is_final() {
             let summary = codec::encode(&new.summary());
@@ -443,9 +438,6 @@ impl<T: KvTransaction> Tx<'_, T> {
         if new.state == RunState::Running {
             self.txn.set(&self.keys.running(&new.node, new.id), b"");
             self.txn.set(&self.keys.job_running(&new.job, new.id), b"");
-        }
-        if let Some(finished) = new.finished_us {
-            self.txn.set(&self.keys.finished(finished, new.id), b"");
         }
         self.txn.set(&self.keys.run(new.id), &codec::encode(new));
     }

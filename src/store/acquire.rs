@@ -747,8 +747,8 @@ impl<K: Kv> KvJobStore<K> {
         }
     }
 
-    /// With a history cap, evicts the oldest finished runs to make room for one more;
-    /// fails with `SCHEDULING_UNAVAILABLE_004` when every kept run is still running.
+    /// With a history cap, evicts the finished runs scheduled earliest to make room for one
+    /// more; fails with `SCHEDULING_UNAVAILABLE_004` when every kept run is still running.
     pub(crate) async fn make_room(&self, tx: &Tx<'_, K::Transaction>) -> Result<(), StoreError> {
         let Some(max_runs) = self.options.max_runs else { return Ok(()) };
         let count = match tx.txn.get(&self.keys.run_count(), true).await? {
@@ -759,14 +759,15 @@ impl<K: Kv> KvJobStore<K> {
         if excess <= 0 {
             return Ok(());
         }
-        let (begin, end) = self.keys.finished_before(i64::MAX);
+        // The history index holds finished runs only.
+        let (begin, end) = self.keys.history_between(i64::MIN, i64::MAX);
         let oldest = tx.txn.get_range(&RangeRequest::new(begin, end).limit(excess as usize), true).await?;
         if (oldest.pairs.len() as i64) < excess {
             return Err(SchedulingError::StoreFull { capacity: max_runs as usize }.into());
         }
         for (key, _) in oldest.pairs {
-            let id = self.keys.finished_run_of(&key)?;
-            if let Some(old) = tx.run(id).await? {
+            let (_, id) = self.keys.history_entry_of(&key, false)?;
+            if let Some(old) = tx.run(id).await?.filter(|old| old.state.is_final()) {
                 self.delete_run(tx, &old);
             }
         }
@@ -782,9 +783,6 @@ impl<K: Kv> KvJobStore<K> {
         tx.txn.clear(&self.keys.run(run.id));
         tx.txn.clear(&self.keys.history_by_job(&run.job, run.scheduled_us, run.id));
         tx.txn.clear(&self.keys.history_by_time(run.scheduled_us, run.id));
-        if let Some(finished) = run.finished_us {
-            tx.txn.clear(&self.keys.finished(finished, run.id));
-        }
         if run.state == RunState::Running {
             tx.txn.clear(&self.keys.running(&run.node, run.id));
             tx.txn.clear(&self.keys.job_running(&run.job, run.id));

@@ -18,7 +18,7 @@ use super::jobs::instant;
 use super::records::{RunRecord, RunSummary};
 use super::{codec, job_run_of, micros, KvJobStore, StoreError};
 use crate::job::{JobRunInfo, JobRunQuery};
-use crate::kv::{run, Kv, KvTransaction, RangeRequest};
+use crate::kv::{key_after, run, Kv, KvTransaction, RangeRequest};
 use crate::leader::Fence;
 
 /// Index entries read per transaction by a history scan.
@@ -177,44 +177,58 @@ impl<K: Kv> KvJobStore<K> {
 
     /// Deletes finished runs that ended before `cutoff`, in batches; returns how many.
     ///
+    /// Walks the history index by scheduled time up to `cutoff`: a run ends after its
+    /// scheduled time, so every run that ended before the cutoff is there. (One that ended
+    /// earlier than scheduled, e.g. lost before its time came, is deleted by a later pass
+    /// once the cutoff passes its scheduled time: kept longer, never deleted early.) The
+    /// entries passed over are the runs still within retention that were scheduled before
+    /// the cutoff: those that were running at the cutoff.
+    ///
     /// # Errors
     /// Store errors.
     /// With `fence`, each batch commits only while that leader term is current.
     pub async fn purge_history(&self, cutoff: DateTime<Utc>, fence: Option<&Fence>) -> Result<usize, StoreError> {
+        let cutoff_us = micros(cutoff);
+        let (mut begin, end) = self.keys.history_between(i64::MIN, cutoff_us);
         let mut deleted = 0;
         loop {
-            let batch = run(&self.kv, self.options.retry, |txn, _| async move {
+            let range = RangeRequest::new(begin, end.clone()).limit(RETENTION_BATCH);
+            let range = &range;
+            let (count, last) = run(&self.kv, self.options.retry, |txn, _| async move {
                 let tx = self.tx(txn);
                 if let Some(fence) = fence {
                     fence.check(&tx.txn, &self.keys).await?;
                 }
-                let (begin, end) = self.keys.finished_before(micros(cutoff));
-                let listing = tx.txn.get_range(&RangeRequest::new(begin, end).limit(RETENTION_BATCH), true).await?;
-                let ids = listing
-                    .pairs
-                    .iter()
-                    .map(|(key, _)| self.keys.finished_run_of(key))
-                    .collect::<Result<Vec<_>, _>>()?;
+                let listing = tx.txn.get_range(range, true).await?;
+                let mut ended = Vec::new();
+                for (key, value) in &listing.pairs {
+                    let summary: RunSummary = codec::decode(value, "run summary")?;
+                    if summary.state.is_final() && summary.finished_us.is_some_and(|finished| finished < cutoff_us) {
+                        ended.push((key, self.keys.history_entry_of(key, false)?.1));
+                    }
+                }
                 // Read together (one round trip on FoundationDB) and serializably: a replay
                 // finds the runs gone and skips them.
-                let mut runs = tx.prefetch_runs(ids.iter().copied()).await?;
+                let mut runs = tx.prefetch_runs(ended.iter().map(|(_, id)| *id)).await?;
                 let mut count = 0;
-                for ((key, _), &id) in listing.pairs.iter().zip(&ids) {
-                    if let Some(stored) = tx.run_prefetched(&mut runs, id).await? {
-                        if stored.state.is_final() {
+                for (key, id) in ended {
+                    match tx.run_prefetched(&mut runs, id).await? {
+                        Some(stored) if stored.state.is_final() => {
                             self.delete_run(&tx, &stored);
                             count += 1;
                         }
-                    } else {
-                        tx.txn.clear(key);
+                        Some(_) => {}
+                        None => tx.txn.clear(key),
                     }
                 }
-                Ok::<_, StoreError>((count, listing.pairs.len()))
+                let last = listing.more.then(|| listing.pairs.last().map(|(key, _)| key_after(key))).flatten();
+                Ok::<_, StoreError>((count, last))
             })
             .await?;
-            deleted += batch.0;
-            if batch.1 < RETENTION_BATCH {
-                return Ok(deleted);
+            deleted += count;
+            match last {
+                Some(next) => begin = next,
+                None => return Ok(deleted),
             }
         }
     }

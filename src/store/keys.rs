@@ -20,8 +20,8 @@
 //!                                                              (written once, when the run
 //!                                                              ends; history queries take
 //!                                                              running runs from (8)/(14))
-//! (7, 2, finished_us, run_id)                   ''             finished runs by end time
-//!                                                              (retention, eviction)
+//! (7, 2, …)                                    (retired)      was finished runs by end time;
+//!                                                              retention now walks (7, 1)
 //! (8, node, run_id)                             ''             Running runs per node
 //! (9, node)                                     NodeRecord     node registry and heartbeat
 //! (10, resource)                                LeaseRecord    leader leases
@@ -103,7 +103,6 @@ const EXECUTION_SLOT: i64 = 18;
 
 const BY_JOB: i64 = 0;
 const BY_TIME: i64 = 1;
-const BY_FINISH: i64 = 2;
 
 /// The keys of one store, under its root prefix.
 #[derive(Debug, Clone)]
@@ -280,23 +279,6 @@ impl Keyspace {
             let (_, _, scheduled, run): (i64, i64, i64, Uuid) = self.unpack(key)?;
             Ok((scheduled, run))
         }
-    }
-
-    /// `(7, 2, finished_us, run_id)`.
-    pub fn finished(&self, finished_us: i64, run: Uuid) -> Vec<u8> {
-        self.pack(&(HISTORY, BY_FINISH, finished_us, run))
-    }
-
-    /// Finished runs that ended before `before_us`.
-    pub fn finished_before(&self, before_us: i64) -> KeyRange {
-        let (begin, _) = self.range_of(&(HISTORY, BY_FINISH));
-        (begin, self.pack(&(HISTORY, BY_FINISH, before_us)))
-    }
-
-    /// The run id of a `(7, 2, finished_us, run_id)` key.
-    pub fn finished_run_of(&self, key: &[u8]) -> Result<Uuid, StoreError> {
-        let (_, _, _, run): (i64, i64, i64, Uuid) = self.unpack(key)?;
-        Ok(run)
     }
 
     /// `(8, node, run_id)`.

@@ -47,6 +47,7 @@ macro_rules! for_each_scenario {
             cancel_requests_reach_the_running_node_until_the_run_ends,
             history_queries_filter_page_count_and_expire,
             history_queries_merge_running_runs_by_scheduled_time,
+            retention_deletes_by_end_time_past_runs_that_ended_later,
             status_shows_triggers_running_and_last_result,
             code_jobs_sync_with_the_fingerprint_rules_and_restore,
             local_jobs_stay_out_of_acquisition_but_their_runs_go_to_history,
@@ -663,6 +664,48 @@ pub(crate) async fn history_queries_merge_running_runs_by_scheduled_time<K: Kv>(
     assert_eq!(store.count_runs(&erring).await.unwrap(), 1);
     let status = store.status(&name("a")).await.unwrap().unwrap();
     assert_eq!(status.last_finished.map(|r| r.run.scheduled_at), Some(secs(6)));
+}
+
+/// Retention deletes the runs that ended before the cutoff, over several batches, and
+/// keeps one scheduled earlier that ended later; a run that ended before its scheduled
+/// time goes once the cutoff passes that time.
+pub(crate) async fn retention_deletes_by_end_time_past_runs_that_ended_later<K: Kv>(store: &KvJobStore<K>) {
+    let mut def = job("kept", &[]);
+    def.allow_concurrent = true;
+    store.schedule(&[def], t0()).await;
+    let begin = |id: u128, at: i64| async move {
+        store
+            .begin_manual_run(&name("kept"), &JsonObject::new(), "n1", Uuid::from_u128(id), secs(at))
+            .await
+            .unwrap()
+            .run
+            .id
+    };
+    let long = begin(1, 0).await;
+    let early = begin(2, 600).await;
+    let mut short = Vec::new();
+    for i in 1..=300 {
+        short.push(begin(1000 + i as u128, i).await);
+    }
+    complete(store, long, "n1", RunOutcome::Succeeded, secs(1000)).await;
+    complete(store, early, "n1", RunOutcome::Succeeded, secs(400)).await;
+    for (i, id) in short.iter().enumerate() {
+        complete(store, *id, "n1", RunOutcome::Succeeded, secs(i as i64 + 2)).await;
+    }
+    let all = sundial::job::JobRunQuery::default();
+    assert_eq!(store.count_runs(&all).await.unwrap(), 302);
+    let deleted = store.purge_history(secs(500), None).await.unwrap();
+    assert_eq!(deleted, 300, "every short run, past the long one scheduled first and across batches");
+    assert!(store.run_record(long).await.unwrap().is_some(), "ended at 1000: within retention");
+    assert!(
+        store.run_record(early).await.unwrap().is_some(),
+        "ended before it was due: kept until the cutoff passes 600"
+    );
+    assert_eq!(store.purge_history(secs(700), None).await.unwrap(), 1);
+    assert!(store.run_record(early).await.unwrap().is_none());
+    assert_eq!(store.purge_history(secs(1000), None).await.unwrap(), 0, "ended at the cutoff: not before it");
+    assert_eq!(store.purge_history(secs(1001), None).await.unwrap(), 1);
+    assert_eq!(store.count_runs(&all).await.unwrap(), 0);
 }
 
 pub(crate) async fn status_shows_triggers_running_and_last_result<K: Kv>(store: &KvJobStore<K>) {
