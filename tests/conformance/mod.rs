@@ -47,6 +47,7 @@ macro_rules! for_each_scenario {
             cancel_requests_reach_the_running_node_until_the_run_ends,
             history_queries_filter_page_count_and_expire,
             history_queries_merge_running_runs_by_scheduled_time,
+            a_history_scan_over_several_transactions_merges_running_runs_on_every_page,
             retention_deletes_by_end_time_past_runs_that_ended_later,
             status_shows_triggers_running_and_last_result,
             code_jobs_sync_with_the_fingerprint_rules_and_restore,
@@ -664,6 +665,50 @@ pub(crate) async fn history_queries_merge_running_runs_by_scheduled_time<K: Kv>(
     assert_eq!(store.count_runs(&erring).await.unwrap(), 1);
     let status = store.status(&name("a")).await.unwrap().unwrap();
     assert_eq!(status.last_finished.map(|r| r.run.scheduled_at), Some(secs(6)));
+}
+
+/// A history scan reads at most `SCAN_BUDGET` index entries per transaction: the running
+/// runs listed with its first page are merged in on every page, and after the last.
+pub(crate) async fn a_history_scan_over_several_transactions_merges_running_runs_on_every_page<K: Kv>(
+    store: &KvJobStore<K>,
+) {
+    let mut def = job("many", &[]);
+    def.allow_concurrent = true;
+    store.schedule(&[def], t0()).await;
+    let finished = sundial::store::SCAN_BUDGET as i64 + 50;
+    let begin = |id: u128, at: i64| async move {
+        store
+            .begin_manual_run(&name("many"), &JsonObject::new(), "n1", Uuid::from_u128(id), secs(at))
+            .await
+            .unwrap()
+            .run
+            .id
+    };
+    for at in 1..=finished {
+        let id = begin(at as u128, at).await;
+        complete(store, id, "n1", RunOutcome::Succeeded, secs(at)).await;
+    }
+    // Running: newer than all, in the first page, in the second, older than all.
+    for (i, at) in [finished + 10, finished - 100, 20, 0].into_iter().enumerate() {
+        begin(1_000_000 + i as u128, at).await;
+    }
+    let all = sundial::job::JobRunQuery::default();
+    assert_eq!(store.count_runs(&all).await.unwrap(), finished as u64 + 4);
+    let at = |runs: Vec<sundial::job::JobRunInfo>| {
+        runs.iter().map(|r| (r.run.scheduled_at.timestamp() - t0().timestamp(), r.state)).collect::<Vec<_>>()
+    };
+    let (done, live) = (RunState::Succeeded, RunState::Running);
+    let newest = store.runs(&sundial::job::JobRunQuery { limit: 3, ..all.clone() }).await.unwrap();
+    assert_eq!(at(newest), [(finished + 10, live), (finished, done), (finished - 1, done)]);
+    let oldest = store.runs(&sundial::job::JobRunQuery { skip: finished - 20, limit: 1000, ..all.clone() }).await;
+    let oldest = at(oldest.unwrap());
+    assert_eq!(oldest.len(), 24);
+    assert_eq!(oldest[..4], [(22, done), (21, done), (20, live), (20, done)], "same time: by run id, newest first");
+    assert_eq!(oldest[oldest.len() - 2..], [(1, done), (0, live)]);
+    let running = sundial::job::JobRunQuery { states: [RunState::Running].into(), ..all.clone() };
+    assert_eq!(store.count_runs(&running).await.unwrap(), 4);
+    let by_job = sundial::job::JobRunQuery { job: Some(name("many")), ..all.clone() };
+    assert_eq!(store.count_runs(&by_job).await.unwrap(), finished as u64 + 4);
 }
 
 /// Retention deletes the runs that ended before the cutoff, over several batches, and
