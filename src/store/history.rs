@@ -3,10 +3,11 @@
 //! Queries scan a covering index of finished runs (by job when the query names one, else
 //! by scheduled time) newest first, with snapshot reads, and filter on the summaries the
 //! index carries; running runs come from the running indexes (a run's summary is written
-//! once, when it ends, so starting and finishing a run rewrite no index entry). A scan reads at most [`SCAN_BUDGET`] index entries per transaction and
-//! continues in a new transaction after the last key it saw, so no query meets the
-//! five-second limit however large history is. A query spanning several transactions is
-//! not one consistent snapshot (runs may finish in between).
+//! once, when it ends, so starting and finishing a run rewrite no index entry). A scan
+//! reads at most [`SCAN_BUDGET`] index entries per transaction and continues in a new
+//! transaction after the last key it saw, so no query meets the five-second limit however
+//! large history is. A query spanning several transactions is not one consistent snapshot
+//! (runs may finish in between; each is still seen once).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
