@@ -6,10 +6,11 @@
 //! within the lease.
 //!
 //! [`LapseWatch`] is that rule in one place. The store's leader leases
-//! ([`crate::leader`]), coordinated executions ([`crate::coordination`]) and the node's
-//! Kubernetes Leases each keep one, keyed by what they watch, with whatever tells one
-//! version of it from the next (the whole record, an execution id and heartbeat count, a
-//! `resourceVersion`).
+//! ([`crate::leader`]), coordinated executions ([`crate::coordination`]), the node's
+//! Kubernetes Leases and the leader's watch over the other nodes' heartbeats each keep one,
+//! keyed by what they watch, with whatever tells one version of it from the next (the
+//! whole record, an execution id and heartbeat count, a `resourceVersion`, a heartbeat
+//! sequence).
 
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
@@ -102,6 +103,16 @@ impl<K: Ord, V: PartialEq> LapseWatch<K, V> {
         self.seen.retain(|_, seen| now.saturating_duration_since(seen.since) <= seen.lease.saturating_mul(2));
     }
 
+    /// Keeps timing only the keys `keep` holds to (e.g. those still listed).
+    pub fn retain(&mut self, mut keep: impl FnMut(&K) -> bool) {
+        self.seen.retain(|key, _| keep(key));
+    }
+
+    /// Forgets everything (e.g. a new observer's term: what was seen before does not count).
+    pub fn clear(&mut self) {
+        self.seen.clear();
+    }
+
     /// How many things are being timed.
     pub fn len(&self) -> usize {
         self.seen.len()
@@ -164,6 +175,12 @@ mod tests {
         assert_eq!(watch.len(), 1, "b, first seen 21 s ago, is more than two leases old");
         assert!(watch.unchanged_for("a", &1, at(36)).is_some());
         watch.forget_stale(at(41));
+        assert!(watch.is_empty());
+        watch.observe("c".to_owned(), 1, LEASE, at(50));
+        watch.observe("d".to_owned(), 1, LEASE, at(50));
+        watch.retain(|key| key == "d");
+        assert_eq!((watch.len(), watch.unchanged_for("d", &1, at(51))), (1, Some(Duration::from_secs(1))));
+        watch.clear();
         assert!(watch.is_empty());
     }
 }

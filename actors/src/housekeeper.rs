@@ -8,11 +8,12 @@
 //! deposed leader's late housekeeping cannot commit. A new leader observes for a full
 //! `node_timeout` before reaping anything.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use sundial::lapse::LapseWatch;
 use sundial::store::JobStore;
 use sundial::time::{Clock, MonotonicInstant};
 
@@ -32,8 +33,9 @@ pub(crate) enum HousekeeperMsg {
 
 pub(crate) struct HousekeeperState<S: JobStore> {
     shared: Arc<NodeShared<S>>,
-    /// node → (heartbeat sequence, when this leader first saw it).
-    observations: BTreeMap<String, (u64, MonotonicInstant)>,
+    /// Other nodes' heartbeat sequences, timed while unchanged: a node is lost once its
+    /// sequence stayed the same for `node_timeout` on this leader's clock.
+    observations: LapseWatch<String, u64>,
     last_retention: Option<MonotonicInstant>,
     leading_term: Option<u64>,
     /// Nodes no longer alive (declared lost, or stopped) whose runs this term has
@@ -63,7 +65,7 @@ impl<S: JobStore> Actor for HousekeeperActor<S> {
         let _ = myself.send_message(HousekeeperMsg::Tick);
         Ok(HousekeeperState {
             shared,
-            observations: BTreeMap::new(),
+            observations: LapseWatch::new(),
             last_retention: None,
             leading_term: None,
             swept: BTreeSet::new(),
@@ -109,7 +111,7 @@ async fn tick<S: JobStore>(state: &mut HousekeeperState<S>) {
             Ok(nodes) => {
                 // Records of nodes fully reaped are deleted: forget them.
                 state.swept.retain(|name| nodes.iter().any(|n| &n.node == name));
-                state.observations.retain(|name, _| nodes.iter().any(|n| &n.node == name));
+                state.observations.retain(|name| nodes.iter().any(|n| &n.node == name));
                 // A node no longer alive may still have runs `Running`: one stopped with
                 // runs that ignored cancellation (abandoned), or one whose reaping failed
                 // after it was declared lost. Nothing else would ever end them.
@@ -120,12 +122,9 @@ async fn tick<S: JobStore>(state: &mut HousekeeperState<S>) {
                 }
                 for node in nodes.into_iter().filter(|n| n.alive && n.node != shared.node_id) {
                     state.swept.remove(&node.node);
-                    let seen = state.observations.entry(node.node.clone()).or_insert((node.heartbeat_seq, now_mono));
-                    if seen.0 != node.heartbeat_seq {
-                        *seen = (node.heartbeat_seq, now_mono);
-                        continue;
-                    }
-                    if now_mono.saturating_duration_since(seen.1) < shared.options.node_timeout {
+                    let timeout = shared.options.node_timeout;
+                    state.observations.observe(node.node.clone(), node.heartbeat_seq, timeout, now_mono);
+                    if !state.observations.lapsed(&node.node, &node.heartbeat_seq, timeout, now_mono) {
                         continue;
                     }
                     tracing::warn!(node = %node.node, "node lost: no heartbeat for node_timeout");
@@ -133,7 +132,7 @@ async fn tick<S: JobStore>(state: &mut HousekeeperState<S>) {
                         // Declared and reaped: the sweep of nodes no longer alive skips it.
                         state.swept.insert(node.node.clone());
                     }
-                    state.observations.remove(&node.node);
+                    state.observations.forget(&node.node);
                 }
             }
             Err(error) => tracing::warn!(%error, "could not read nodes"),
