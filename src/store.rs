@@ -106,8 +106,9 @@ pub struct StoreOptions {
     /// How each operation's transaction is retried.
     pub retry: RetryOptions,
     /// Most runs kept in history (the embedded in-memory store); the finished runs
-    /// scheduled earliest are evicted first, and starting a run when every kept run is running fails with
-    /// `SCHEDULING_UNAVAILABLE_004`. `None` keeps everything (retention still applies).
+    /// scheduled earliest are evicted first, and starting a run when every kept run is
+    /// running fails with `SCHEDULING_UNAVAILABLE_004`. `None` keeps everything
+    /// (retention still applies).
     pub max_runs: Option<u64>,
     /// Blocked triggers returned to `Waiting` per completion transaction.
     pub unblock_batch: usize,

@@ -20,7 +20,7 @@
 //!                                                              (written once, when the run
 //!                                                              ends; history queries take
 //!                                                              running runs from (8)/(14))
-//! (7, 2, …)                                    (retired)      was finished runs by end time;
+//! (7, 2, …)                                     (retired)      was finished runs by end time;
 //!                                                              retention now walks (7, 1)
 //! (8, node, run_id)                             ''             Running runs per node
 //! (9, node)                                     NodeRecord     node registry and heartbeat
