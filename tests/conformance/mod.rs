@@ -134,6 +134,11 @@ pub(crate) async fn complete<K: Kv>(
     store.complete_run(&Completion { run_id: run, node: node.to_owned(), outcome, finished_at: at }).await.unwrap()
 }
 
+/// Starts a manual run of `job` on node `n1` with id `id`, scheduled at second `at`.
+pub(crate) async fn manual_run<K: Kv>(store: &KvJobStore<K>, job: &str, id: u128, at: i64) -> Uuid {
+    store.begin_manual_run(&name(job), &JsonObject::new(), "n1", Uuid::from_u128(id), secs(at)).await.unwrap().run.id
+}
+
 async fn trigger_state<K: Kv>(store: &KvJobStore<K>, job: &str, trigger: &str) -> (TriggerState, Option<i64>) {
     let t = store.trigger_record(job, trigger).await.unwrap().unwrap();
     (t.state, t.next_fire_us)
@@ -676,14 +681,7 @@ pub(crate) async fn a_history_scan_over_several_transactions_merges_running_runs
     def.allow_concurrent = true;
     store.schedule(&[def], t0()).await;
     let finished = sundial::store::SCAN_BUDGET as i64 + 50;
-    let begin = |id: u128, at: i64| async move {
-        store
-            .begin_manual_run(&name("many"), &JsonObject::new(), "n1", Uuid::from_u128(id), secs(at))
-            .await
-            .unwrap()
-            .run
-            .id
-    };
+    let begin = |id: u128, at: i64| manual_run(store, "many", id, at);
     for at in 1..=finished {
         let id = begin(at as u128, at).await;
         complete(store, id, "n1", RunOutcome::Succeeded, secs(at)).await;
@@ -718,14 +716,7 @@ pub(crate) async fn retention_deletes_by_end_time_past_runs_that_ended_later<K: 
     let mut def = job("kept", &[]);
     def.allow_concurrent = true;
     store.schedule(&[def], t0()).await;
-    let begin = |id: u128, at: i64| async move {
-        store
-            .begin_manual_run(&name("kept"), &JsonObject::new(), "n1", Uuid::from_u128(id), secs(at))
-            .await
-            .unwrap()
-            .run
-            .id
-    };
+    let begin = |id: u128, at: i64| manual_run(store, "kept", id, at);
     let long = begin(1, 0).await;
     let early = begin(2, 600).await;
     let mut short = Vec::new();
