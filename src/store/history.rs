@@ -18,7 +18,7 @@ use uuid::Uuid;
 use super::jobs::instant;
 use super::records::{RunRecord, RunSummary};
 use super::{codec, job_run_of, micros, KvJobStore, StoreError};
-use crate::job::{JobRunInfo, JobRunQuery};
+use crate::job::{JobRunInfo, JobRunQuery, RunState};
 use crate::kv::{key_after, run, Kv, KvTransaction, RangeRequest};
 use crate::leader::Fence;
 
@@ -98,7 +98,9 @@ impl<K: Kv> KvJobStore<K> {
         let mut first_page = true;
         loop {
             let range = RangeRequest::new(begin.clone(), end.clone()).limit(SCAN_BUDGET).reversed();
-            let list_running = std::mem::take(&mut first_page);
+            // A query for finished states only has no running runs to merge.
+            let list_running = std::mem::take(&mut first_page)
+                && (query.states.is_empty() || query.states.contains(&RunState::Running));
             let (page, now_running) = run(&self.kv, self.options.retry, |txn, _| {
                 let range = &range;
                 async move {
