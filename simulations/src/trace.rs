@@ -2,6 +2,7 @@
 //! world (faults, operations and their results). The checkers read it; its hash is the
 //! simulation's fingerprint.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -61,13 +62,33 @@ pub struct Event {
 /// The shared, ordered event log. Cheap to clone.
 #[derive(Debug, Clone, Default)]
 pub struct EventLog {
-    events: Arc<Mutex<Vec<Event>>>,
+    inner: Arc<Mutex<LogInner>>,
+}
+
+#[derive(Debug, Default)]
+struct LogInner {
+    events: Vec<Event>,
+    /// The runs executing now, per node: run -> the incarnation it started in. Kept as
+    /// events are pushed, so asking what a node runs does not scan a day's log.
+    open: BTreeMap<String, BTreeMap<Uuid, u32>>,
 }
 
 impl EventLog {
     /// Appends an event.
     pub fn push(&self, at: DateTime<Utc>, kind: EventKind) {
-        self.events.lock().push(Event { at, kind });
+        let mut inner = self.inner.lock();
+        match &kind {
+            EventKind::Start(facts) => {
+                inner.open.entry(facts.node.clone()).or_default().insert(facts.run.id, facts.incarnation);
+            }
+            EventKind::End { run, node, .. } | EventKind::Killed { run, node } => {
+                if let Some(open) = inner.open.get_mut(node) {
+                    open.remove(run);
+                }
+            }
+            EventKind::World(_) => {}
+        }
+        inner.events.push(Event { at, kind });
     }
 
     /// Appends a world event.
@@ -78,12 +99,22 @@ impl EventLog {
     /// `f` of every event so far, read in place (the log of a long simulation holds
     /// millions of events: it is never copied).
     pub fn read<T>(&self, f: impl FnOnce(&[Event]) -> T) -> T {
-        f(&self.events.lock())
+        f(&self.inner.lock().events)
+    }
+
+    /// The runs that started on `node` in its incarnation `incarnation` and have neither
+    /// ended nor been killed, in id order.
+    pub fn in_flight(&self, node: &str, incarnation: u32) -> Vec<Uuid> {
+        let inner = self.inner.lock();
+        let Some(open) = inner.open.get(node) else { return Vec::new() };
+        open.iter().filter(|(_, i)| **i == incarnation).map(|(run, _)| *run).collect()
     }
 
     /// Every event so far, leaving the log empty (the simulation's end).
     pub fn take(&self) -> Vec<Event> {
-        std::mem::take(&mut *self.events.lock())
+        let mut inner = self.inner.lock();
+        inner.open.clear();
+        std::mem::take(&mut inner.events)
     }
 }
 

@@ -442,7 +442,7 @@ impl World {
 
     /// Runs of this incarnation that started and have not ended.
     fn in_flight(&self, node: &str, incarnation: u32) -> Vec<Uuid> {
-        in_flight(&self.log, node, incarnation)
+        self.log.in_flight(node, incarnation)
     }
 
     /// The process of `slot` dies: its jobs end now, its store client never reaches the
@@ -483,7 +483,7 @@ impl World {
                     // The process exits: whatever still runs (jobs that ignore cancellation) ends.
                     running.incarnation.kill();
                     let node = &running.incarnation.node;
-                    for run in in_flight(&log, node, running.incarnation.number) {
+                    for run in log.in_flight(node, running.incarnation.number) {
                         log.push(truth.now(), EventKind::Killed { run, node: node.clone() });
                     }
                     log.world(
@@ -880,23 +880,4 @@ fn describe<T: std::fmt::Debug>(result: &Result<T, sundial::error::SchedulingErr
 /// True time `offset` after the epoch.
 pub fn at_offset(offset: Duration) -> DateTime<Utc> {
     add_duration(epoch(), offset)
-}
-
-/// Runs of an incarnation that started and have not ended, per the event log.
-fn in_flight(log: &EventLog, node: &str, incarnation: u32) -> Vec<Uuid> {
-    let mut open: BTreeMap<Uuid, ()> = BTreeMap::new();
-    log.read(|events| {
-        for event in events {
-            match &event.kind {
-                EventKind::Start(facts) if facts.node == node && facts.incarnation == incarnation => {
-                    open.insert(facts.run.id, ());
-                }
-                EventKind::End { run, node: n, .. } | EventKind::Killed { run, node: n } if n == node => {
-                    open.remove(run);
-                }
-                _ => {}
-            }
-        }
-    });
-    open.into_keys().collect()
 }
