@@ -273,18 +273,47 @@ fn no_overlap(
         for (_, on_node) in by_node {
             exclusive(inputs, history, job.as_str(), on_node, checked);
         }
-        let scheduled = runs.iter().filter(|e| !local(e) && e.facts.run.cause == RunCause::Schedule);
-        for store_run in scheduled {
-            for local_run in runs.iter().filter(|e| local(e)) {
-                let (first, second) = if (local_run.start, local_run.seq) < (store_run.start, store_run.seq) {
-                    (local_run, store_run)
-                } else {
-                    (store_run, local_run)
-                };
-                overlap(inputs, history, job.as_str(), first, second, checked);
-            }
+        let (local_runs, store_runs): (Vec<&Execution<'_>>, Vec<&Execution<'_>>) =
+            runs.iter().copied().partition(|e| local(e));
+        let scheduled: Vec<&Execution<'_>> =
+            store_runs.into_iter().filter(|e| e.facts.run.cause == RunCause::Schedule).collect();
+        let span = |e: &&Execution<'_>| ((e.start, e.seq), e.end.unwrap_or((inputs.end, usize::MAX)));
+        let spans = |runs: &[&Execution<'_>]| runs.iter().map(span).collect::<Vec<_>>();
+        for (s, l) in overlapping_pairs(&spans(&scheduled), &spans(&local_runs)) {
+            let (store_run, local_run) = (scheduled[s], local_runs[l]);
+            let (first, second) = if (local_run.start, local_run.seq) < (store_run.start, store_run.seq) {
+                (local_run, store_run)
+            } else {
+                (store_run, local_run)
+            };
+            overlap(inputs, history, job.as_str(), first, second, checked);
         }
     }
+}
+
+/// The pairs (index in `a`, index in `b`) of spans that overlap, each span `[start,
+/// end)` with distinct starts: the later of the two starts before the earlier one ends.
+/// In index order. A sweep over the starts, keeping the spans not yet ended: a day's runs
+/// of a job pair with only the few that run beside them, not with every other run.
+fn overlapping_pairs<K: Ord + Copy>(a: &[(K, K)], b: &[(K, K)]) -> Vec<(usize, usize)> {
+    let mut starts: Vec<(K, bool, usize)> = a.iter().enumerate().map(|(i, s)| (s.0, true, i)).collect();
+    starts.extend(b.iter().enumerate().map(|(j, s)| (s.0, false, j)));
+    starts.sort_unstable();
+    let (mut open_a, mut open_b): (Vec<usize>, Vec<usize>) = (Vec::new(), Vec::new());
+    let mut pairs = Vec::new();
+    for (start, in_a, index) in starts {
+        open_a.retain(|&i| a[i].1 > start);
+        open_b.retain(|&j| b[j].1 > start);
+        if in_a {
+            pairs.extend(open_b.iter().map(|&j| (index, j)));
+            open_a.push(index);
+        } else {
+            pairs.extend(open_a.iter().map(|&i| (i, index)));
+            open_b.push(index);
+        }
+    }
+    pairs.sort_unstable();
+    pairs
 }
 
 /// Checks that `runs` (of `job`) never overlap one another.
@@ -724,4 +753,47 @@ fn history_kept(
 
 fn time(micros: i64) -> DateTime<Utc> {
     from_micros(micros).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::overlapping_pairs;
+
+    /// What the sweep must equal: every pair tried.
+    fn all_pairs(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(usize, usize)> {
+        let mut pairs = Vec::new();
+        for (i, x) in a.iter().enumerate() {
+            for (j, y) in b.iter().enumerate() {
+                let (first, second) = if x.0 < y.0 { (x, y) } else { (y, x) };
+                if second.0 < first.1 {
+                    pairs.push((i, j));
+                }
+            }
+        }
+        pairs
+    }
+
+    #[test]
+    fn the_sweep_finds_exactly_the_overlapping_pairs() {
+        let mut entropy = sundial::entropy::Entropy::from_seed(7);
+        for round in 0..200u32 {
+            // Distinct starts (as log positions are), each span in `a` or `b` at random,
+            // from empty to long.
+            let longest = if round % 2 == 0 { 10 } else { 80 };
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            for i in 0..40u64 {
+                let start = i * 7 + entropy.below(7);
+                let span = (start, start + entropy.below(longest));
+                if entropy.below(2) == 0 {
+                    a.push(span)
+                } else {
+                    b.push(span)
+                }
+            }
+            assert_eq!(overlapping_pairs(&a, &b), all_pairs(&a, &b), "round {round}: a {a:?}, b {b:?}");
+        }
+        assert_eq!(overlapping_pairs::<u64>(&[], &[(1, 5)]), Vec::new());
+        // Touching spans do not overlap; one inside another does.
+        assert_eq!(overlapping_pairs(&[(0, 5), (20, 30)], &[(5, 9), (21, 22)]), vec![(1, 1)]);
+    }
 }
