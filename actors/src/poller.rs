@@ -127,6 +127,9 @@ pub(crate) struct PollerState<S: JobStore> {
     /// node that gives this node's home shards new due work wakes it, instead of leaving
     /// the fire for its next poll. Dropping it cancels the watch.
     wake_watch: Option<AbortOnDrop<()>>,
+    /// The registered job types (fixed once the node is built): acquisition takes only
+    /// fires of types this node can run.
+    known_types: BTreeSet<String>,
 }
 
 /// Failed acquisitions whose runs the next cycle looks for (see `adopt_committed_runs`).
@@ -156,8 +159,10 @@ impl<S: JobStore> Actor for PollerActor<S> {
     ) -> Result<Self::State, ActorProcessingErr> {
         let _ = myself.send_message(PollerMsg::Tick(0));
         let batch = AcquisitionBatch::new(shared.options.acquire_batch_size);
+        let known_types = shared.registry.type_keys().map(str::to_owned).collect();
         Ok(PollerState {
             shared,
+            known_types,
             batch,
             running: BTreeMap::new(),
             run_of_actor: BTreeMap::new(),
@@ -411,7 +416,6 @@ async fn acquire_and_start<S: JobStore>(
     if steal {
         state.last_steal_check = Some(now_mono);
     }
-    let known_types: BTreeSet<String> = shared.registry.type_keys().map(str::to_owned).collect();
     let known_runs: BTreeSet<Uuid> = state.running.keys().copied().collect();
     let busy_jobs = state.local.busy_jobs();
     let request = AcquireRequest {
@@ -421,7 +425,7 @@ async fn acquire_and_start<S: JobStore>(
         misfire_threshold: shared.options.misfire_threshold,
         steal_grace: STEAL_GRACE,
         lookahead: state.lookahead,
-        known_types: Some(&known_types),
+        known_types: Some(&state.known_types),
         known_runs: &known_runs,
         // With a store of its own, only the leader runs scheduled triggers (SPEC §10).
         scheduled: shared.shared_store || shared.leader().is_some(),
