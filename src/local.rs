@@ -71,6 +71,14 @@ struct Retry {
     timeout: Option<Duration>,
 }
 
+/// The earlier of two optional times (`None` is no time, not the earliest).
+fn earlier(a: Option<DateTime<Utc>>, b: Option<DateTime<Utc>>) -> Option<DateTime<Utc>> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// One node's local triggers and pending local retries.
 #[derive(Debug, Clone, Default)]
 pub struct LocalTriggers {
@@ -81,6 +89,10 @@ pub struct LocalTriggers {
     /// back (see [`Self::note_started`]), with their jobs, whatever the job was when they
     /// started: a job that becomes local while one runs here counts it.
     store_runs: BTreeMap<Uuid, JobName>,
+    /// The earliest due time of the triggers that may fire (see [`Self::next_trigger_due`]),
+    /// known since the last change to any trigger; `None` when it must be computed again.
+    /// Most poller cycles come for other work: with it they skip the scan of every trigger.
+    trigger_due: Option<Option<DateTime<Utc>>>,
 }
 
 impl LocalTriggers {
@@ -103,6 +115,7 @@ impl LocalTriggers {
         now: DateTime<Utc>,
         calendars: &Calendars,
     ) -> Vec<(JobName, TriggerName, CalendarName)> {
+        self.trigger_due = None;
         let mut unregistered = Vec::new();
         let mut next = BTreeMap::new();
         for local in jobs {
@@ -185,12 +198,48 @@ impl LocalTriggers {
         mut new_id: impl FnMut() -> Uuid,
     ) -> Vec<LocalFire> {
         let mut fires = Vec::new();
+        if self.trigger_due.is_none_or(|first| first.is_some_and(|first| first <= now)) {
+            self.fire_triggers(now, misfire_threshold, calendars, &mut new_id, &mut fires);
+        }
+        let due_retries: Vec<(DateTime<Utc>, Uuid)> =
+            self.retries.range(..=(now, Uuid::max())).map(|(k, _)| *k).collect();
+        for key in due_retries {
+            // A non-concurrent job's retry waits while the job runs here (SPEC §8: retries
+            // of non-concurrent jobs stay exclusive); it goes when the run ends.
+            let busy = |job: &JobName| self.jobs.get(job).is_some_and(Job::is_busy);
+            if self.retries.get(&key).is_some_and(|r| busy(&r.run.job)) {
+                continue;
+            }
+            if let Some(retry) = self.retries.remove(&key) {
+                if let Some(job) = self.jobs.get_mut(&retry.run.job) {
+                    job.running += 1;
+                }
+                fires.push(LocalFire { run: retry.run, job_type: retry.job_type, timeout: retry.timeout });
+            }
+        }
+        fires
+    }
+
+    /// The trigger part of [`Self::poll_due`]: fires the due triggers into `fires`, moves
+    /// every due trigger on, and notes the earliest due time left.
+    fn fire_triggers(
+        &mut self,
+        now: DateTime<Utc>,
+        misfire_threshold: Duration,
+        calendars: &Calendars,
+        new_id: &mut impl FnMut() -> Uuid,
+        fires: &mut Vec<LocalFire>,
+    ) {
+        let mut earliest: Option<DateTime<Utc>> = None;
         for (name, job) in &mut self.jobs {
             for (trigger_name, trigger) in &mut job.triggers {
-                let Some(due) = trigger.next_fire.filter(|due| *due <= now) else { continue };
                 if job.paused || trigger.paused || trigger.waiting_for_run {
                     continue;
                 }
+                let Some(due) = trigger.next_fire.filter(|due| *due <= now) else {
+                    earliest = earlier(earliest, trigger.next_fire);
+                    continue;
+                };
                 let calendar = trigger.schedule.calendar.as_ref().and_then(|c| calendars.get(c));
                 let decision = on_due(trigger.misfire, due, now, misfire_threshold);
                 let is_interval = matches!(trigger.schedule.kind, ScheduleKind::Every { .. });
@@ -235,25 +284,12 @@ impl LocalTriggers {
                         trigger.next_fire = trigger.schedule.next_fire(&previous, calendar);
                     }
                 }
-            }
-        }
-        let due_retries: Vec<(DateTime<Utc>, Uuid)> =
-            self.retries.range(..=(now, Uuid::max())).map(|(k, _)| *k).collect();
-        for key in due_retries {
-            // A non-concurrent job's retry waits while the job runs here (SPEC §8: retries
-            // of non-concurrent jobs stay exclusive); it goes when the run ends.
-            let busy = |job: &JobName| self.jobs.get(job).is_some_and(Job::is_busy);
-            if self.retries.get(&key).is_some_and(|r| busy(&r.run.job)) {
-                continue;
-            }
-            if let Some(retry) = self.retries.remove(&key) {
-                if let Some(job) = self.jobs.get_mut(&retry.run.job) {
-                    job.running += 1;
+                if !trigger.waiting_for_run {
+                    earliest = earlier(earliest, trigger.next_fire);
                 }
-                fires.push(LocalFire { run: retry.run, job_type: retry.job_type, timeout: retry.timeout });
             }
         }
-        fires
+        self.trigger_due = Some(earliest);
     }
 
     /// A local run ended at `finished_at`; `failed` when it failed (not canceled). Frees
@@ -268,6 +304,7 @@ impl LocalTriggers {
         calendars: &Calendars,
         new_id: impl FnOnce() -> Uuid,
     ) -> Option<DateTime<Utc>> {
+        self.trigger_due = None;
         let job = self.jobs.get_mut(&run.job)?;
         job.running = job.running.saturating_sub(1);
         if job.removed {
@@ -330,13 +367,6 @@ impl LocalTriggers {
 
     /// When something is next due (a trigger of an unpaused job, or a retry).
     pub fn poll_timeout(&self) -> Option<DateTime<Utc>> {
-        let triggers = self
-            .jobs
-            .values()
-            .filter(|j| !j.paused)
-            .flat_map(|j| j.triggers.values())
-            .filter(|t| !t.paused && !t.waiting_for_run)
-            .filter_map(|t| t.next_fire);
         // A non-concurrent job's retry waits for its run here to end, which wakes the
         // poller anyway.
         let retries = self
@@ -344,7 +374,29 @@ impl LocalTriggers {
             .iter()
             .filter(|(_, r)| !self.jobs.get(&r.run.job).is_some_and(Job::is_busy))
             .map(|((due, _), _)| *due);
-        triggers.chain(retries).min()
+        retries.chain(self.next_trigger_due()).min()
+    }
+
+    /// The earliest due time of the triggers that may fire: of an unpaused job, not
+    /// paused, not waiting for its own run (an interval trigger). A busy job's trigger
+    /// counts: [`Self::poll_due`] moves it on from its due time.
+    fn next_trigger_due(&self) -> Option<DateTime<Utc>> {
+        let scan = || {
+            self.jobs
+                .values()
+                .filter(|j| !j.paused)
+                .flat_map(|j| j.triggers.values())
+                .filter(|t| !t.paused && !t.waiting_for_run)
+                .filter_map(|t| t.next_fire)
+                .min()
+        };
+        match self.trigger_due {
+            Some(known) => {
+                debug_assert_eq!(known, scan(), "the known earliest trigger due time is stale");
+                known
+            }
+            None => scan(),
+        }
     }
 
     /// Whether `job` is a local, non-concurrent job with a run on this node now.
