@@ -440,17 +440,12 @@ impl World {
         self.slots[slot].running.as_ref().map(|r| r.scheduler.clone()).or_else(|| self.any_scheduler())
     }
 
-    /// Runs of this incarnation that started and have not ended.
-    fn in_flight(&self, node: &str, incarnation: u32) -> Vec<Uuid> {
-        self.log.in_flight(node, incarnation)
-    }
-
     /// The process of `slot` dies: its jobs end now, its store client never reaches the
     /// store again, its actors are killed without cleanup.
     fn kill(&mut self, slot: usize) -> Option<String> {
         let running = self.slots[slot].running.take()?;
         running.incarnation.kill();
-        for run in self.in_flight(&running.incarnation.node, running.incarnation.number) {
+        for run in self.log.in_flight(&running.incarnation.node, running.incarnation.number) {
             self.log.push(self.truth.now(), EventKind::Killed { run, node: running.incarnation.node.clone() });
         }
         self.kv.set_partitioned(&running.client, true);
@@ -633,7 +628,7 @@ impl World {
                     .slots
                     .iter()
                     .filter_map(|s| s.running.as_ref())
-                    .flat_map(|r| self.in_flight(&r.incarnation.node, r.incarnation.number))
+                    .flat_map(|r| self.log.in_flight(&r.incarnation.node, r.incarnation.number))
                     .collect();
                 if open.is_empty() {
                     return;
