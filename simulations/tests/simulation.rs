@@ -391,6 +391,25 @@ mod regressions {
         assert_clean(&super::run(91227, &Overrides { faults: Some(faults), ..Overrides::default() }));
     }
 
+    /// Heavy faults, 300 jobs, 3 h, history kept 5 minutes: a leader's step reaping a lost
+    /// node committed but was reported unknown; its retry listed the node's other running
+    /// runs and handed their recovery triggers the uids, by position, that the committed
+    /// attempt had given its own. The recovery runs of both, due at the same instant, got
+    /// the same run ids (one overwrote the other: "started twice", lost runs never
+    /// recovered, a `Lost` run turned `Succeeded`; 12 violations). A recovery trigger's uid
+    /// now comes from its lost run. Seed 107389 of that sweep failed the same way.
+    #[test]
+    fn seed_107350_heavy_faults_recovery_runs_of_a_retried_reap_shared_ids() {
+        let overrides = Overrides {
+            jobs: Some(300),
+            duration: Some(Duration::from_secs(3 * 3600)),
+            faults: Some(heavy_faults()),
+            history_retention: Some(Duration::from_secs(300)),
+            ..Overrides::default()
+        };
+        assert_clean(&super::run(107350, &overrides));
+    }
+
     /// Every commit conflicting (checker and simulator fixes): the first scheduling of the
     /// runtime jobs was refused and never tried again, and the nodes wrote their code jobs
     /// only once the faults healed, yet the fires of both were expected from the epoch

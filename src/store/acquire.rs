@@ -112,7 +112,7 @@ pub fn fire_run_id(uid: u64, fire: u32, scheduled_us: i64) -> Uuid {
 
 /// SplitMix64's finalizer: a bijection on `u64` whose output bits each depend on every
 /// input bit.
-fn mix64(mut z: u64) -> u64 {
+pub(super) fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)

@@ -167,8 +167,7 @@ impl<K: Kv> KvJobStore<K> {
         chunk: usize,
         fence: Option<&Fence>,
     ) -> Result<ReapResult, StoreError> {
-        let uids: Vec<u64> = (0..chunk).map(|_| self.random_u64()).collect();
-        let uids = &uids;
+        let base = self.random_u64();
         let (result, unblock) = run(&self.kv, self.options.retry, |txn, _| async move {
             let tx = self.tx(txn);
             if let Some(fence) = fence {
@@ -198,12 +197,12 @@ impl<K: Kv> KvJobStore<K> {
             let why = format!("node '{node}' was lost while the run was running");
             let mut written = 0;
             result.more = listing.more;
-            for ((key, _), uid) in listing.pairs.iter().zip(uids) {
+            for (key, _) in &listing.pairs {
                 if written >= BATCH_DATA_BUDGET {
                     result.more = true;
                     break;
                 }
-                written += self.lose_run(&tx, key, node, now, *uid, &why, &mut result, &mut unblock).await?;
+                written += self.lose_run(&tx, key, node, now, base, &why, &mut result, &mut unblock).await?;
             }
             if !result.more {
                 // Nothing of the node is left: drop its record, so records of nodes gone
@@ -242,15 +241,14 @@ impl<K: Kv> KvJobStore<K> {
         now: DateTime<Utc>,
         chunk: usize,
     ) -> Result<ReapResult, StoreError> {
-        let uids: Vec<u64> = (0..chunk).map(|_| self.random_u64()).collect();
-        let uids = &uids;
+        let base = self.random_u64();
         let (result, unblock) = run(&self.kv, self.options.retry, |txn, _| async move {
             let tx = self.tx(txn);
             let mut result = ReapResult::default();
             let mut unblock = Vec::new();
             let (begin, end) = self.keys.running_on(node);
             let listing = tx.txn.get_range(&RangeRequest::new(begin, end), true).await?;
-            let mut uids = uids.iter();
+            let mut taken = 0;
             let why = format!(
                 "node '{node}' does not run it: its process ended, or the acquisition that started it failed after its commit"
             );
@@ -259,11 +257,12 @@ impl<K: Kv> KvJobStore<K> {
                 if known.contains(&self.keys.node_run_of(key)?) {
                     continue;
                 }
-                let (Some(uid), true) = (uids.next(), written < BATCH_DATA_BUDGET) else {
+                if taken >= chunk || written >= BATCH_DATA_BUDGET {
                     result.more = true;
                     break;
-                };
-                written += self.lose_run(&tx, key, node, now, *uid, &why, &mut result, &mut unblock).await?;
+                }
+                taken += 1;
+                written += self.lose_run(&tx, key, node, now, base, &why, &mut result, &mut unblock).await?;
             }
             Ok::<_, StoreError>((result, unblock))
         })
@@ -275,7 +274,8 @@ impl<K: Kv> KvJobStore<K> {
     }
 
     /// Marks the run behind running-index entry `key` `Lost` (if it still runs on `node`),
-    /// frees its slot, re-arms its interval trigger and writes its recovery trigger.
+    /// frees its slot, re-arms its interval trigger and writes its recovery trigger (its
+    /// incarnation from `base` and the run: see [`recovery_uid`]).
     /// Returns the bytes of run data it wrote (for [`BATCH_DATA_BUDGET`]).
     #[allow(clippy::too_many_arguments)]
     async fn lose_run(
@@ -284,7 +284,7 @@ impl<K: Kv> KvJobStore<K> {
         key: &[u8],
         node: &str,
         now: DateTime<Utc>,
-        uid: u64,
+        base: u64,
         why: &str,
         result: &mut ReapResult,
         unblock: &mut Vec<String>,
@@ -311,7 +311,7 @@ impl<K: Kv> KvJobStore<K> {
         self.finish_interval_trigger(tx, &stored, job.as_ref(), now, &mut Prefetched::default()).await?;
         let mut written = stored.data.len();
         if job.as_ref().is_some_and(|j| j.requests_recovery) && !stored.local {
-            result.recovery_triggers.push(self.write_recovery(tx, &stored, uid, now)?);
+            result.recovery_triggers.push(self.write_recovery(tx, &stored, recovery_uid(base, id), now)?);
             written += stored.data.len();
         }
         result.lost_runs.push(id);
@@ -365,4 +365,15 @@ impl<K: Kv> KvJobStore<K> {
     pub async fn cancel_requests(&self, node: &str) -> Result<Vec<Uuid>, StoreError> {
         run(&self.kv, self.options.retry, |txn, _| async move { self.tx(txn).cancel_requests(node, true).await }).await
     }
+}
+
+/// The incarnation uid of the recovery trigger of lost run `id`, from `base` (drawn once
+/// per reaping step, before its retry loop). Derived from the run rather than handed out
+/// in listing order: an attempt whose commit was reported unknown may have committed, and
+/// its retry then lists other runs; uids by position would give their recovery triggers
+/// the committed ones' uids, and the recovery runs (whose ids come from the uid and the
+/// scheduled time, the same `now`) the same ids.
+fn recovery_uid(base: u64, id: Uuid) -> u64 {
+    let (high, low) = id.as_u64_pair();
+    super::acquire::mix64(base ^ super::acquire::mix64(high ^ super::acquire::mix64(low)))
 }
