@@ -144,6 +144,9 @@ pub struct NodeFileConfig {
     pub admin: AdminConfig,
     /// Log format.
     pub log: LogFormat,
+    /// Whether each worker of the node's runtime is pinned to a CPU of its own
+    /// (`[runtime] pin_workers`; see [`crate::runtime`]).
+    pub pin_workers: bool,
     /// Named calendars.
     pub calendars: BTreeMap<CalendarName, Arc<dyn JobCalendar>>,
     /// Code jobs.
@@ -158,6 +161,7 @@ impl fmt::Debug for NodeFileConfig {
             .field("options", &self.options)
             .field("admin", &self.admin)
             .field("log", &self.log)
+            .field("pin_workers", &self.pin_workers)
             .field("calendars", &self.calendars.keys().collect::<Vec<_>>())
             .field("jobs", &self.jobs)
             .finish()
@@ -177,6 +181,8 @@ struct File {
     admin: AdminSection,
     #[serde(default)]
     log: LogSection,
+    #[serde(default)]
+    runtime: RuntimeSection,
     #[serde(default)]
     calendars: BTreeMap<String, CalendarSpec>,
     #[serde(default)]
@@ -303,6 +309,13 @@ fn yes() -> bool {
 struct LogSection {
     #[serde(default)]
     format: LogFormat,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RuntimeSection {
+    #[serde(default)]
+    pin_workers: bool,
 }
 
 /// One calendar in the config.
@@ -448,7 +461,8 @@ impl NodeFileConfig {
             crate::kinds::check(&def).map_err(|e| ConfigError::at(format!("{path} ({})", def.name), e))?;
             jobs.push(def);
         }
-        Ok(Self { store, leader, options, admin, log: file.log.format, calendars, jobs })
+        let pin_workers = file.runtime.pin_workers;
+        Ok(Self { store, leader, options, admin, log: file.log.format, pin_workers, calendars, jobs })
     }
 }
 
@@ -553,6 +567,16 @@ mod tests {
         assert!(config.jobs.iter().any(|j| j.job_type.as_str() == "shell"));
         assert!(config.jobs.iter().any(|j| j.job_type.as_str() == "http"));
         assert!(!config.calendars.is_empty());
+        assert!(!config.pin_workers);
+    }
+
+    #[test]
+    fn workers_are_pinned_only_when_asked() {
+        assert!(!parse("").unwrap().pin_workers);
+        assert!(parse("[runtime]\npin_workers = true").unwrap().pin_workers);
+        let error = parse("[runtime]\npin_workers = \"yes\"").err().unwrap().to_string();
+        assert!(error.contains("line 2") && error.contains("boolean"), "{error}");
+        assert!(parse("[runtime]\nworkers = 3").is_err(), "unknown keys are refused");
     }
 
     #[test]

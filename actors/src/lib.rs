@@ -47,6 +47,8 @@ pub mod node;
 mod poller;
 pub mod registry;
 mod run;
+#[cfg(feature = "node")]
+pub mod runtime;
 pub mod scheduler;
 #[cfg(feature = "node")]
 pub mod spec;

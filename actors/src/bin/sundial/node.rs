@@ -63,7 +63,7 @@ pub(crate) fn run(args: RunNode) -> u8 {
             config.jobs.push(def);
         }
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match sundial_actors::runtime::multi_thread(config.pin_workers) {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("sundial: cannot start the async runtime: {error}");
