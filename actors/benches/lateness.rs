@@ -9,8 +9,13 @@
 //!
 //! Run: `cargo bench -p sundial-actors --bench lateness` (`-- --quick`: smaller, shorter;
 //! `-- --load N`: that cron load and the burst only; `-- --burst`: only the burst;
-//! `-- --sustained`: only the 100,000 fires/s run). `BENCH_PER_SECOND=1` prints sundial's
-//! lateness per second and the burst's distribution.
+//! `-- --sustained`: only the 100,000 fires/s run; `-- --pinned`: runtime workers pinned
+//! to CPUs). `BENCH_PER_SECOND=1` prints sundial's lateness per second and the burst's
+//! distribution.
+//!
+//! Both schedulers run on one tokio runtime, the one a node gets
+//! (`sundial_actors::runtime::multi_thread`): one worker per CPU, and with `--pinned`
+//! each pinned to its own, as `[runtime] pin_workers = true` does.
 
 #![allow(clippy::disallowed_methods)] // A benchmark measures real time by definition.
 
@@ -46,10 +51,15 @@ const WARM_UP_SECONDS: i64 = 2;
 /// (fire identity, scheduled µs, lateness µs) as recorded by the jobs.
 type Records = Arc<Mutex<Vec<(String, i64, i64)>>>;
 
-/// Records with room for `fires`: a record list growing while jobs start would measure
-/// its own reallocation (fresh pages, under the lock every job takes), not the scheduler.
+/// Records with room for `fires`, their memory already touched: a record list growing
+/// while jobs start, or filling pages the kernel has yet to zero (it does so at the first
+/// write, a huge page at a time, under the lock every job takes), would measure that,
+/// not the scheduler.
 fn records_for(fires: usize) -> Records {
-    Arc::new(Mutex::new(Vec::with_capacity(fires)))
+    let mut records = Vec::with_capacity(fires);
+    records.resize(fires, (String::new(), 0, 0));
+    records.clear();
+    Arc::new(Mutex::new(records))
 }
 
 struct Recording {
@@ -331,9 +341,13 @@ fn main() {
     // `--burst`: only the one-shot burst.
     let burst_only = args.iter().any(|a| a == "--burst");
     let loads = if sustained_only || burst_only { Vec::new() } else { loads };
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    // `--pinned`: each worker pinned to a CPU of its own.
+    let pinned = args.iter().any(|a| a == "--pinned");
+    let runtime = sundial_actors::runtime::multi_thread(pinned).unwrap();
+    let workers = runtime.metrics().num_workers();
+    let placement = if pinned { "each pinned to a CPU" } else { "not pinned" };
     println!(
-        "lateness of to-the-second cron fires, ms ({seconds} s measured after {WARM_UP_SECONDS} s warm-up, both schedulers; sundial keeps full history)"
+        "lateness of to-the-second cron fires, ms ({seconds} s measured after {WARM_UP_SECONDS} s warm-up, both schedulers on one runtime of {workers} workers {placement}; sundial keeps full history)"
     );
     println!(
         "{:>8} | {:>7} {:>7} {:>7} {:>7} {:>6} {:>4} | {:>7} {:>7} {:>7} {:>7} {:>6} {:>4} | {:>9}",
