@@ -296,3 +296,37 @@ async fn a_run_started_while_its_node_is_reaped_never_outlives_the_record() {
     }
     assert!(seen_by_the_reap > 0, "the acquisition committed first in some seeds");
 }
+
+#[tokio::test(start_paused = true)]
+async fn recovery_runs_of_a_reap_retried_after_ambiguous_commits_have_distinct_ids() {
+    // Every commit applied but reported unknown: each retry of a one-run reaping step
+    // finds the run before it gone from the node and reaps the next one. Each lost run's
+    // recovery trigger must still be an incarnation of its own: recovery runs are due at
+    // the reaping `now`, so triggers sharing a uid would give their runs one id.
+    let (store, kv) = store_with(KvFaults::default(), patient(), 31);
+    let every_second = "cron * * * * * *";
+    let mut recovering = conformance::job("recover", &[("a", every_second), ("b", every_second), ("c", every_second)]);
+    recovering.requests_recovery = true;
+    recovering.allow_concurrent = true;
+    store.schedule(&[recovering], conformance::t0()).await;
+    let beat = store.heartbeat("dying", conformance::secs(0), None).await.unwrap();
+    let runs = conformance::acquire(&store, "dying", conformance::secs(1), 16).await;
+    assert_eq!(runs.len(), 3);
+    kv.set_faults(KvFaults { unknown_result_committed: 1.0, ..KvFaults::default() });
+    let lost_at = conformance::secs(100);
+    // Gives up (every attempt "unknown"), having reaped one run per attempt.
+    let _ = store.reap_node("dying", beat.seq, lost_at, 1, None).await;
+    kv.set_faults(KvFaults::default());
+    while store.reap_node("dying", beat.seq, lost_at, 1, None).await.unwrap().more {}
+    for run in &runs {
+        assert_eq!(store.run_record(run.run.id).await.unwrap().unwrap().state, sundial::job::RunState::Lost);
+    }
+    let recovered: Vec<_> = conformance::acquire(&store, "healthy", conformance::secs(101), 64)
+        .await
+        .into_iter()
+        .filter(|r| r.run.cause == sundial::job::RunCause::Recovery)
+        .collect();
+    let ids: std::collections::BTreeSet<_> = recovered.iter().map(|r| r.run.id).collect();
+    assert_eq!((recovered.len(), ids.len()), (3, 3), "one recovery run per lost run, each its own id");
+    assert!(kv.stats().unknown_committed >= 2, "the reap's attempts were ambiguous: {:?}", kv.stats());
+}
