@@ -89,6 +89,11 @@ pub struct LocalTriggers {
     /// back (see [`Self::note_started`]), with their jobs, whatever the job was when they
     /// started: a job that becomes local while one runs here counts it.
     store_runs: BTreeMap<Uuid, JobName>,
+    /// The runs of `store_runs` that hold (held) their job's slot in the store.
+    exclusive_runs: BTreeSet<Uuid>,
+    /// Runs of non-concurrent jobs taken from the store whose slots the cluster took back
+    /// while they ran here (see [`Self::note_declared_lost`]), with their jobs.
+    given_back: BTreeMap<Uuid, JobName>,
     /// The earliest due time of the triggers that may fire (see [`Self::next_trigger_due`]),
     /// known since the last change to any trigger; `None` when it must be computed again.
     /// Most poller cycles come for other work: with it they skip the scan of every trigger.
@@ -399,15 +404,18 @@ impl LocalTriggers {
         }
     }
 
-    /// Whether `job` is a local, non-concurrent job with a run on this node now.
+    /// Whether `job` is not concurrent and a run of it is on this node now without holding
+    /// a slot in the store: a local job's run, or one given back (see
+    /// [`Self::note_declared_lost`]).
     pub fn is_busy(&self, job: &JobName) -> bool {
-        self.jobs.get(job).is_some_and(Job::is_busy)
+        self.jobs.get(job).is_some_and(Job::is_busy) || self.given_back.values().any(|j| j == job)
     }
 
-    /// The local non-concurrent jobs running on this node now: the node must not start
-    /// another run of them from the store (enqueued, manual, recovery) meanwhile.
+    /// The jobs [`Self::is_busy`] on this node now: the node must not start another run of
+    /// them from the store (scheduled, enqueued, manual, retry, recovery) meanwhile.
     pub fn busy_jobs(&self) -> BTreeSet<String> {
-        self.jobs.iter().filter(|(_, j)| j.is_busy()).map(|(name, _)| name.to_string()).collect()
+        let local = self.jobs.iter().filter(|(_, j)| j.is_busy()).map(|(name, _)| name);
+        local.chain(self.given_back.values()).map(ToString::to_string).collect()
     }
 
     /// Run `run` of `job` started on this node outside the local triggers (taken from the
@@ -425,11 +433,36 @@ impl LocalTriggers {
             j.running += 1;
         }
         self.store_runs.insert(run, job.clone());
+        if exclusive {
+            self.exclusive_runs.insert(run);
+        }
+    }
+
+    /// This node learned it was declared lost: the store marked its runs `Lost` and freed
+    /// their jobs' slots, so another run of such a job may be taken at once. The runs
+    /// still running here (their jobs ignoring cancellation) keep their non-concurrent
+    /// jobs busy on this node until they end: this node does not itself start a run beside
+    /// one. Other nodes cannot know and may: the one overlap a job ignoring its
+    /// cancellation can cause.
+    pub fn note_declared_lost(&mut self) {
+        for run in &self.exclusive_runs {
+            if let Some(job) = self.store_runs.get(run) {
+                self.given_back.insert(*run, job.clone());
+            }
+        }
+    }
+
+    /// Whether `run` is one of [`Self::note_declared_lost`]'s (its end lets fires of its
+    /// job waiting in the store go).
+    pub fn is_given_back(&self, run: Uuid) -> bool {
+        self.given_back.contains_key(&run)
     }
 
     /// A run given to [`Self::note_started`] ended. Returns whether it counted for a local
     /// job here (whose fires its end may let go).
     pub fn note_ended(&mut self, run: Uuid) -> bool {
+        self.exclusive_runs.remove(&run);
+        self.given_back.remove(&run);
         let Some(job) = self.store_runs.remove(&run) else { return false };
         let Some(j) = self.jobs.get_mut(&job) else { return false };
         j.running = j.running.saturating_sub(1);
@@ -579,6 +612,33 @@ mod tests {
         local.note_ended(Uuid::from_u128(101));
         assert!(!local.is_busy(&a));
         assert_eq!(local.poll_due(t(2), Duration::from_secs(60), &cal, &mut id).len(), 2);
+    }
+
+    /// Found by simulation seed 112301 (two days, all faults): a node declared lost while a
+    /// job ran on it, ignoring its cancellation, rejoined and took that job's recovery
+    /// beside it (the store had freed the job's slot).
+    #[test]
+    fn runs_a_node_kept_after_it_was_declared_lost_keep_their_jobs_busy_here() {
+        let mut local = LocalTriggers::new();
+        let (a, b, c) = (JobName::new("a").unwrap(), JobName::new("b").unwrap(), JobName::new("c").unwrap());
+        let (run_a, run_b, run_c) = (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
+        local.note_started(run_a, &a, true);
+        local.note_started(run_b, &b, false);
+        assert!(local.busy_jobs().is_empty(), "their slots are held in the store");
+        local.note_declared_lost();
+        assert_eq!(local.busy_jobs(), BTreeSet::from(["a".to_owned()]), "b runs concurrently");
+        assert!(local.is_busy(&a) && !local.is_busy(&b));
+        assert!(local.is_given_back(run_a) && !local.is_given_back(run_b));
+        // A run taken after the node learned it was lost holds its slot in the store again.
+        local.note_started(run_c, &c, true);
+        assert!(!local.is_busy(&c));
+        assert!(!local.note_ended(run_a), "not a local job");
+        assert!(!local.is_given_back(run_a));
+        assert!(local.busy_jobs().is_empty(), "a's run ended here");
+        local.note_ended(run_b);
+        local.note_ended(run_c);
+        local.note_declared_lost();
+        assert!(local.busy_jobs().is_empty(), "no run left to keep");
     }
 
     /// Found by simulation seed 60343 (heavy faults): a non-concurrent job became local

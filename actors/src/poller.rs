@@ -323,6 +323,9 @@ async fn heartbeat<S: JobStore>(state: &mut PollerState<S>, now: chrono::DateTim
                 // the fence would have.
                 tracing::warn!(node = %shared.node_id, "this node was declared lost; canceling its runs");
                 shared.cancel_all_runs(CancelReason::Fenced);
+                // Their slots are free in the store now, but a job ignoring its
+                // cancellation runs on: this node starts no run beside it.
+                state.local.note_declared_lost();
             }
             state.known_times_declared_lost = Some(beat.times_declared_lost);
             // Cancel requests for runs here (read with the heartbeat); a failed heartbeat
@@ -710,8 +713,10 @@ async fn sync_code_jobs<S: JobStore>(shared: &NodeShared<S>, now: chrono::DateTi
 fn run_ended<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<S>, id: Uuid) {
     let was_full = state.running.len() >= state.shared.options.max_concurrent_runs as usize;
     state.running.remove(&id);
-    // A local job's fire may have waited for this run.
-    if state.local.note_ended(id) && state.local.poll_timeout().is_some() {
+    // A local job's fire, or a fire in the store of a job this run kept busy here after
+    // this node was declared lost, may have waited for this run.
+    let given_back = state.local.is_given_back(id);
+    if (state.local.note_ended(id) && state.local.poll_timeout().is_some()) || given_back {
         tick_in(myself, state, Duration::ZERO);
     }
     if was_full && !state.refill_pending {
@@ -781,7 +786,8 @@ async fn trigger<S: JobStore>(
         return Err(SchedulingError::JobTypeNotFound { job_type: record.job_type });
     }
     if state.local.is_busy(job) {
-        // A local non-concurrent job already runs here (its slot is per node).
+        // A non-concurrent job already runs here without a slot in the store: a local
+        // job (its slot is per node), or a run kept after this node was declared lost.
         return Err(SchedulingError::JobRunning { job: job.to_string() });
     }
     let now = shared.clock.now();

@@ -429,6 +429,95 @@ async fn runs_a_stopped_node_abandoned_are_marked_lost_and_recovered() {
     stays.stop(Duration::from_secs(1)).await;
 }
 
+/// (cause, start, end) of each execution of the job, on the test's clock.
+type Executions = Arc<std::sync::Mutex<Vec<(RunCause, DateTime<Utc>, DateTime<Utc>)>>>;
+
+#[tokio::test(start_paused = true)]
+async fn a_node_declared_lost_starts_no_run_beside_its_own_run_that_ignores_cancellation() {
+    // A node cut off from the store is declared lost while a non-concurrent job runs on it,
+    // ignoring its cancellation; the leader frees the job's slot and asks for a recovery.
+    // Healed, the node learns it was declared lost: it must not itself start the recovery
+    // (or any run of that job) while its own run still runs. The other node, whose only
+    // slot is taken, cannot take the recovery either, so without that rule it would run
+    // beside the old run on the same node.
+    let clock = Arc::new(TokioClock::new(t0()));
+    let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
+    let executions: Executions = Arc::default();
+    let registry = || {
+        let (clock, executions) = (clock.clone(), executions.clone());
+        JobRegistry::builder()
+            .add_job_type_as("stubborn", move || {
+                let (clock, executions) = (clock.clone(), executions.clone());
+                FnJob::new(move |ctx: RunContext| {
+                    let (clock, executions) = (clock.clone(), executions.clone());
+                    async move {
+                        let start = sundial::time::Clock::now(&*clock);
+                        tokio::time::sleep(Duration::from_secs(20)).await;
+                        let end = sundial::time::Clock::now(&*clock);
+                        executions.lock().unwrap().push((ctx.run.cause, start, end));
+                        Ok(())
+                    }
+                })
+            })
+            .add_job_type_as("hog", || {
+                FnJob::new(|ctx: RunContext| async move {
+                    tokio::select! {
+                        () = ctx.cancel.cancelled() => Ok(()),
+                        () = tokio::time::sleep(Duration::from_secs(600)) => Ok(()),
+                    }
+                })
+            })
+            .build()
+            .unwrap()
+    };
+    let (victim, _) = node_with(&kv, &clock, "victim", 51, registry()).await;
+    let full = SchedulerOptions { max_concurrent_runs: 1, ..fast_options() };
+    let (other, _) = node_with_options(&kv, &clock, "full", 52, registry(), full).await;
+    let observer = KvJobStore::new(
+        kv.client("observer"),
+        registry().calendars().clone(),
+        Entropy::from_seed(53),
+        StoreOptions::default(),
+    );
+    let mut stubborn = JobDefinition::new(JobName::new("stubborn").unwrap(), JobTypeKey::new("stubborn").unwrap());
+    stubborn.requests_recovery = true;
+    victim.schedule_one(stubborn).await.unwrap();
+    victim
+        .schedule_one(JobDefinition::new(JobName::new("hog").unwrap(), JobTypeKey::new("hog").unwrap()))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let hog = other.clone();
+    tokio::spawn(async move { hog.trigger(vec![JobName::new("hog").unwrap().into()]).await });
+    let run = victim.clone();
+    tokio::spawn(async move { run.trigger(vec![JobName::new("stubborn").unwrap().into()]).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let query = JobRunQuery { job: Some(JobName::new("stubborn").unwrap()), ..JobRunQuery::default() };
+    let first = observer.runs(&query).await.unwrap();
+    assert_eq!((first.len(), first[0].node.as_str(), first[0].state), (1, "victim", RunState::Running));
+
+    kv.set_partitioned("victim", true);
+    let mut waited = 0;
+    while observer.runs(&query).await.unwrap().iter().all(|r| r.state != RunState::Lost) {
+        assert!(waited < 30, "never declared lost");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        waited += 1;
+    }
+    kv.set_partitioned("victim", false);
+    tokio::time::sleep(Duration::from_secs(40)).await;
+
+    let runs = observer.runs(&query).await.unwrap();
+    let recovery: Vec<_> = runs.iter().filter(|r| r.run.cause == RunCause::Recovery).collect();
+    assert_eq!(recovery.len(), 1, "{runs:#?}");
+    assert_eq!(recovery[0].node, "victim", "the other node's only slot is taken");
+    let executions = executions.lock().unwrap().clone();
+    let first_end = executions.iter().find(|e| e.0 == RunCause::Manual).map(|e| e.2).unwrap();
+    let recovered = executions.iter().find(|e| e.0 == RunCause::Recovery).map(|e| e.1);
+    assert!(recovered.is_some_and(|start| start >= first_end), "first ended {first_end}; {executions:?}");
+    other.stop(Duration::from_secs(1)).await;
+    victim.stop(Duration::from_secs(1)).await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_draining_node_keeps_its_runs_until_the_stop_deadline() {
     // Stopping with a deadline longer than the node timeout: the node finishes its runs,

@@ -78,8 +78,9 @@ pub struct Checked {
     /// Broken invariants, each described with its run ids and times.
     pub violations: Vec<String>,
     /// The one allowed overlap: a job that ignored cancellation kept running on a node
-    /// already declared lost while its job's next run ran elsewhere (one line per such run,
-    /// naming the first run it overlapped).
+    /// already declared lost while a run of its job that started after the declaration ran
+    /// beside it on another node (one line per such run, naming the first run it
+    /// overlapped).
     pub lost_node_overlaps: Vec<String>,
     /// Counts of what was checked.
     pub checked: BTreeMap<&'static str, u64>,
@@ -356,7 +357,14 @@ fn overlap(
     if (run.start, run.seq) >= previous_end {
         return;
     }
-    let lost = history.get(&previous.facts.run.id).is_some_and(|r| r.state == RunState::Lost);
+    let elsewhere = (&run.facts.node, run.facts.incarnation) != (&previous.facts.node, previous.facts.incarnation);
+    let excused = excused_overlap(
+        history.get(&previous.facts.run.id).copied(),
+        previous.facts.ignores_cancel,
+        elsewhere,
+        run.start,
+        inputs.clock_offsets.1,
+    );
     let line = format!(
         "job {job}: run {} on {} ({} to {}) overlaps run {} on {} (from {})",
         previous.facts.run.id,
@@ -367,7 +375,7 @@ fn overlap(
         run.facts.node,
         run.start
     );
-    if lost && previous.facts.ignores_cancel {
+    if excused {
         // One line per lost run, however many later runs it overlapped.
         let id = previous.facts.run.id.to_string();
         if !checked.lost_node_overlaps.iter().any(|l| l.contains(&id)) {
@@ -376,6 +384,28 @@ fn overlap(
     } else if !checked.violations.contains(&line) {
         checked.violations.push(line);
     }
+}
+
+/// Whether a run that started at `later_start` (true time) beside the run whose record
+/// is `earlier` is the one allowed overlap: the earlier run ignored cancellation, its
+/// node had already been declared lost when the later one started, and the later one ran
+/// `elsewhere` (in another process: the node itself, once it learns it was declared lost,
+/// starts no run beside its own). The record's `finished_at` is the declaring leader's
+/// clock at the declaration, at most `highest` (the highest clock offset) ahead of true
+/// time; a run that started before that took a slot the store still gave to the earlier
+/// run, which no fault excuses.
+fn excused_overlap(
+    earlier: Option<&RunRecord>,
+    ignores_cancel: bool,
+    elsewhere: bool,
+    later_start: DateTime<Utc>,
+    highest: TimeDelta,
+) -> bool {
+    ignores_cancel
+        && elsewhere
+        && earlier.is_some_and(|record| {
+            record.state == RunState::Lost && record.finished_us.is_some_and(|f| later_start >= time(f) - highest)
+        })
 }
 
 /// Every fire of a stable trigger is accounted for: `RunAll` cron triggers run every fire
@@ -757,7 +787,62 @@ fn time(micros: i64) -> DateTime<Utc> {
 
 #[cfg(test)]
 mod tests {
-    use super::overlapping_pairs;
+    use chrono::{DateTime, TimeDelta, Utc};
+    use sundial::job::{RunCause, RunState};
+    use sundial::store::records::RunRecord;
+
+    use super::{excused_overlap, overlapping_pairs};
+
+    /// A run record of `state` that finished (was declared lost) at `finished_s`.
+    fn record(state: RunState, finished_s: Option<i64>) -> RunRecord {
+        RunRecord {
+            id: uuid::Uuid::from_u128(1),
+            job: "job".into(),
+            trigger: Some("t".into()),
+            scheduled_us: 0,
+            cause: RunCause::Schedule,
+            attempt: 1,
+            retry_of: None,
+            data: "{}".into(),
+            state,
+            node: "node-a".into(),
+            started_us: 0,
+            finished_us: finished_s.map(|s| s * 1_000_000),
+            error_code: None,
+            error_message: None,
+            exclusive: true,
+            local: false,
+        }
+    }
+
+    fn at(s: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(s, 0).unwrap()
+    }
+
+    #[test]
+    fn only_a_run_started_elsewhere_after_the_loss_was_declared_is_excused() {
+        let lost = record(RunState::Lost, Some(100));
+        let no_offset = TimeDelta::zero();
+        let excused = |record: Option<&RunRecord>, ignores: bool, elsewhere: bool, start: i64, offset: TimeDelta| {
+            excused_overlap(record, ignores, elsewhere, at(start), offset)
+        };
+        // Started elsewhere after the declaration, beside a run that ignored cancellation.
+        assert!(excused(Some(&lost), true, true, 100, no_offset));
+        assert!(excused(Some(&lost), true, true, 160, no_offset));
+        // Started while the store still gave the slot to the lost run.
+        assert!(!excused(Some(&lost), true, true, 99, no_offset));
+        // The declaring clock may run ahead of true time by the highest offset, no more.
+        assert!(excused(Some(&lost), true, true, 95, TimeDelta::seconds(5)));
+        assert!(!excused(Some(&lost), true, true, 94, TimeDelta::seconds(5)));
+        // On the lost run's own node (same process), which knows its run still runs.
+        assert!(!excused(Some(&lost), true, false, 160, no_offset));
+        // A run that heeded cancellation, one that was not lost, or one without a
+        // declaration time is never excused.
+        assert!(!excused(Some(&lost), false, true, 160, no_offset));
+        assert!(!excused(Some(&record(RunState::Failed, Some(100))), true, true, 160, no_offset));
+        assert!(!excused(Some(&record(RunState::Lost, None)), true, true, 160, no_offset));
+        assert!(!excused(None, true, true, 160, no_offset));
+    }
 
     /// What the sweep must equal: every pair tried.
     fn all_pairs(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(usize, usize)> {

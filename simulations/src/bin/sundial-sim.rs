@@ -168,7 +168,7 @@ fn run_seed(seed: u64, overrides: &Overrides, trace: bool) -> Report {
         line(format_args!("  checked {what}: {count}"));
     }
     line(format_args!(
-        "lost-node overlaps (a job ignoring cancellation on a node declared lost): {}",
+        "lost-node overlaps (a job ignoring cancellation on a node declared lost, beside a run another node started after the declaration): {}",
         outcome.checked.lost_node_overlaps.len()
     ));
     for l in &outcome.checked.lost_node_overlaps {
