@@ -327,17 +327,26 @@ fn exclusive<'e>(
 ) {
     runs.sort_by_key(|e| (e.start, e.seq));
     *checked.checked.entry("exclusive runs").or_default() += runs.len() as u64;
-    let mut holder: Option<&Execution<'_>> = None;
-    for run in runs {
-        if let Some(previous) = holder {
-            overlap(inputs, history, job, previous, run, checked);
-            let previous_end = previous.end.unwrap_or((inputs.end, usize::MAX));
-            if run.end.unwrap_or((inputs.end, usize::MAX)) <= previous_end {
-                continue;
-            }
-        }
-        holder = Some(run);
+    // Every overlapping pair, not only each run against the longest before it: two runs
+    // overlapping each other inside an excused lost run's span are still two.
+    let spans: Vec<_> = runs.iter().map(|e| ((e.start, e.seq), e.end.unwrap_or((inputs.end, usize::MAX)))).collect();
+    for (earlier, later) in overlapping_within(&spans) {
+        overlap(inputs, history, job, runs[earlier], runs[later], checked);
     }
+}
+
+/// The pairs (i, j), i < j, of `spans` (each `[start, end)`, sorted by their distinct
+/// starts) that overlap: span j starts before span i ends. In order of j, then i. A sweep
+/// keeping the spans not yet ended, as [`overlapping_pairs`].
+fn overlapping_within<K: Ord + Copy>(spans: &[(K, K)]) -> Vec<(usize, usize)> {
+    let mut open: Vec<usize> = Vec::new();
+    let mut pairs = Vec::new();
+    for (j, &(start, _)) in spans.iter().enumerate() {
+        open.retain(|&i| spans[i].1 > start);
+        pairs.extend(open.iter().map(|&i| (i, j)));
+        open.push(j);
+    }
+    pairs
 }
 
 /// Reports `run` (started at or after `previous`) if it started before `previous` ended:
@@ -791,7 +800,7 @@ mod tests {
     use sundial::job::{RunCause, RunState};
     use sundial::store::records::RunRecord;
 
-    use super::{excused_overlap, overlapping_pairs};
+    use super::{excused_overlap, overlapping_pairs, overlapping_within};
 
     /// A run record of `state` that finished (was declared lost) at `finished_s`.
     fn record(state: RunState, finished_s: Option<i64>) -> RunRecord {
@@ -856,6 +865,31 @@ mod tests {
             }
         }
         pairs
+    }
+
+    #[test]
+    fn overlaps_within_one_list_are_every_overlapping_pair() {
+        let mut entropy = sundial::entropy::Entropy::from_seed(8);
+        for round in 0..200u32 {
+            let longest = if round % 2 == 0 { 10 } else { 80 };
+            let spans: Vec<(u64, u64)> = (0..40u64)
+                .map(|i| {
+                    let start = i * 7 + entropy.below(7);
+                    (start, start + entropy.below(longest))
+                })
+                .collect();
+            let mut expected = Vec::new();
+            for j in 0..spans.len() {
+                for i in 0..j {
+                    if spans[j].0 < spans[i].1 {
+                        expected.push((i, j));
+                    }
+                }
+            }
+            assert_eq!(overlapping_within(&spans), expected, "round {round}: {spans:?}");
+        }
+        // Two runs inside a long one overlap each other too; touching spans do not.
+        assert_eq!(overlapping_within(&[(0, 100), (10, 30), (20, 40), (40, 50)]), vec![(0, 1), (0, 2), (1, 2), (0, 3)]);
     }
 
     #[test]
