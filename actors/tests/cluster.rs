@@ -504,7 +504,11 @@ async fn a_node_declared_lost_starts_no_run_beside_its_own_run_that_ignores_canc
         waited += 1;
     }
     kv.set_partitioned("victim", false);
-    tokio::time::sleep(Duration::from_secs(40)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Asked to run the job here meanwhile, the node refuses (its own run still runs).
+    let refused = victim.trigger_one(JobName::new("stubborn").unwrap()).await;
+    assert!(matches!(refused, Err(sundial::error::SchedulingError::JobRunning { .. })), "{refused:?}");
+    tokio::time::sleep(Duration::from_secs(38)).await;
 
     let runs = observer.runs(&query).await.unwrap();
     let recovery: Vec<_> = runs.iter().filter(|r| r.run.cause == RunCause::Recovery).collect();
