@@ -42,16 +42,19 @@ fn registry() -> JobRegistry {
         .add_job("every-second", "cron * * * * * *".parse().unwrap(), || FnJob::new(|_| async { Ok(()) }))
         .add_job_type_as("noop", || FnJob::new(|_| async { Ok(()) }))
         .add_job_definition(local)
-        .add_job_type_as("long", || {
-            FnJob::new(|ctx: RunContext| async move {
-                tokio::select! {
-                    () = ctx.cancel.cancelled() => Ok(()),
-                    () = tokio::time::sleep(Duration::from_secs(600)) => Ok(()),
-                }
-            })
-        })
+        .add_job_type_as("long", ten_minutes_unless_canceled)
         .build()
         .unwrap()
+}
+
+/// A job that runs ten minutes, or until its run is canceled.
+fn ten_minutes_unless_canceled() -> impl sundial_actors::job::Job {
+    FnJob::new(|ctx: RunContext| async move {
+        tokio::select! {
+            () = ctx.cancel.cancelled() => Ok(()),
+            () = tokio::time::sleep(Duration::from_secs(600)) => Ok(()),
+        }
+    })
 }
 
 async fn node(kv: &MemoryKv, clock: &Arc<TokioClock>, id: &str, seed: u64) -> (JobScheduler<Store>, Store) {
@@ -459,14 +462,7 @@ async fn a_node_declared_lost_starts_no_run_beside_its_own_run_that_ignores_canc
                     }
                 })
             })
-            .add_job_type_as("hog", || {
-                FnJob::new(|ctx: RunContext| async move {
-                    tokio::select! {
-                        () = ctx.cancel.cancelled() => Ok(()),
-                        () = tokio::time::sleep(Duration::from_secs(600)) => Ok(()),
-                    }
-                })
-            })
+            .add_job_type_as("hog", ten_minutes_unless_canceled)
             .build()
             .unwrap()
     };
