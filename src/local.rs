@@ -87,10 +87,9 @@ pub struct LocalTriggers {
     retries: BTreeMap<(DateTime<Utc>, Uuid), Retry>,
     /// Runs taken from the store that run on this node now and can hold a local fire
     /// back (see [`Self::note_started`]), with their jobs, whatever the job was when they
-    /// started: a job that becomes local while one runs here counts it.
-    store_runs: BTreeMap<Uuid, JobName>,
-    /// The runs of `store_runs` that hold (held) their job's slot in the store.
-    exclusive_runs: BTreeSet<Uuid>,
+    /// started: a job that becomes local while one runs here counts it; and whether each
+    /// holds (held) its job's slot in the store.
+    store_runs: BTreeMap<Uuid, (JobName, bool)>,
     /// Runs of non-concurrent jobs taken from the store whose slots the cluster took back
     /// while they ran here (see [`Self::note_declared_lost`]), with their jobs.
     given_back: BTreeMap<Uuid, JobName>,
@@ -164,8 +163,9 @@ impl LocalTriggers {
             }
             // New here: the runs of it taken from the store while it was not local (or
             // before this node knew it was) still run here.
-            let running =
-                old.as_ref().map_or_else(|| self.store_runs.values().filter(|j| **j == name).count(), |j| j.running);
+            let running = old
+                .as_ref()
+                .map_or_else(|| self.store_runs.values().filter(|(j, _)| *j == name).count(), |j| j.running);
             next.insert(
                 name,
                 Job {
@@ -432,10 +432,7 @@ impl LocalTriggers {
         if let Some(j) = local {
             j.running += 1;
         }
-        self.store_runs.insert(run, job.clone());
-        if exclusive {
-            self.exclusive_runs.insert(run);
-        }
+        self.store_runs.insert(run, (job.clone(), exclusive));
     }
 
     /// This node learned it was declared lost: the store marked its runs `Lost` and freed
@@ -445,11 +442,8 @@ impl LocalTriggers {
     /// one. Other nodes cannot know and may: the one overlap a job ignoring its
     /// cancellation can cause.
     pub fn note_declared_lost(&mut self) {
-        for run in &self.exclusive_runs {
-            if let Some(job) = self.store_runs.get(run) {
-                self.given_back.insert(*run, job.clone());
-            }
-        }
+        let exclusive = self.store_runs.iter().filter(|(_, (_, exclusive))| *exclusive);
+        self.given_back.extend(exclusive.map(|(run, (job, _))| (*run, job.clone())));
     }
 
     /// Whether `run` is one of [`Self::note_declared_lost`]'s (its end lets fires of its
@@ -461,9 +455,8 @@ impl LocalTriggers {
     /// A run given to [`Self::note_started`] ended. Returns whether it counted for a local
     /// job here (whose fires its end may let go).
     pub fn note_ended(&mut self, run: Uuid) -> bool {
-        self.exclusive_runs.remove(&run);
         self.given_back.remove(&run);
-        let Some(job) = self.store_runs.remove(&run) else { return false };
+        let Some((job, _)) = self.store_runs.remove(&run) else { return false };
         let Some(j) = self.jobs.get_mut(&job) else { return false };
         j.running = j.running.saturating_sub(1);
         if j.removed && j.running == 0 {
