@@ -42,7 +42,7 @@ use uuid::Uuid;
 
 pub use acquire::{fire_run_id, AcquireRequest, AcquiredRun, Acquisition};
 pub use complete::{Completion, CompletionResult, RunOutcome};
-pub use due::DueOutlook;
+pub use due::{DueFilter, DueOutlook};
 pub use history::{RETENTION_BATCH, SCAN_BUDGET};
 pub use nodes::{Heartbeat, ReapResult};
 pub(crate) use prefetch::Prefetched;
@@ -583,6 +583,7 @@ pub trait JobStore: Clone + Send + Sync + 'static {
     fn due_outlook(
         &self,
         node: &str,
+        filter: DueFilter<'_>,
         window: std::time::Duration,
         limit: usize,
     ) -> impl std::future::Future<Output = Result<DueOutlook, StoreError>> + Send;
@@ -705,10 +706,11 @@ impl<K: Kv> JobStore for KvJobStore<K> {
     fn due_outlook(
         &self,
         node: &str,
+        filter: DueFilter<'_>,
         window: std::time::Duration,
         limit: usize,
     ) -> impl std::future::Future<Output = Result<DueOutlook, StoreError>> + Send {
-        KvJobStore::due_outlook(self, node, window, limit)
+        KvJobStore::due_outlook(self, node, filter, window, limit)
     }
     fn acquire_with_outlook(
         &self,

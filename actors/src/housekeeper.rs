@@ -19,7 +19,6 @@ use sundial::time::{Clock, MonotonicInstant};
 
 use crate::events::{CloudEvent, RunFacts, Topic};
 use crate::node::NodeShared;
-use crate::poller::PollerMsg;
 
 /// Runs reaped per transaction.
 const REAP_CHUNK: usize = 100;
@@ -169,9 +168,7 @@ async fn reap<S: JobStore>(
                 if !step.recovery_triggers.is_empty() {
                     // Recoveries are due now. Other nodes hear of those in their shards
                     // through their wake keys; this node's poller is told here.
-                    if let Some(poller) = ractor::registry::where_is(shared.actor_name("poller")) {
-                        let _ = poller.send_message(PollerMsg::Wake);
-                    }
+                    shared.wake_poller();
                 }
                 if !step.more {
                     return true;

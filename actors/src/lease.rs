@@ -174,6 +174,11 @@ async fn tick<S: JobStore>(state: &mut LeaseState<S>) {
             tracing::info!(node = %shared.node_id, term = lease.term(), "became leader");
             shared.set_leader(Some(Leadership { term: lease.term(), fence: lease.fence() }));
             state.lease = Some(lease);
+            if !shared.shared_store {
+                // With a store of its own, only the leader takes scheduled fires: those due
+                // meanwhile wait, and the poller (not woken by them) takes them now.
+                shared.wake_poller();
+            }
         }
         Err(error) if error.code() == "SCHEDULING_CONFLICT_002" => {}
         Err(error) => tracing::warn!(%error, "could not try the leader lease"),

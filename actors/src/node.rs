@@ -98,6 +98,13 @@ impl<S: JobStore> NodeShared<S> {
         self.leader.send_replace(leadership);
     }
 
+    /// Asks this node's poller for a cycle now (it has work it could not know of).
+    pub(crate) fn wake_poller(&self) {
+        if let Some(poller) = ractor::registry::where_is(self.actor_name("poller")) {
+            let _ = poller.send_message(PollerMsg::Wake);
+        }
+    }
+
     pub(crate) fn register_run(&self, id: Uuid, cancel: RunCancel) {
         self.runs.lock().insert(id, cancel);
     }

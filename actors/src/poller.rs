@@ -23,7 +23,7 @@ use sundial::kv::{AsKvError, KvError};
 use sundial::name::JobName;
 use sundial::rules::{acquire_slots, AcquisitionBatch, AcquisitionLead};
 use sundial::store::{
-    AcquireRequest, AcquiredRun, Acquisition, DueOutlook, JobStore, RunOutcome, StoreError, SyncOutcome,
+    AcquireRequest, AcquiredRun, Acquisition, DueFilter, DueOutlook, JobStore, RunOutcome, StoreError, SyncOutcome,
 };
 use sundial::time::{Clock, MonotonicInstant};
 use tokio::sync::oneshot;
@@ -430,8 +430,7 @@ async fn acquire_and_start<S: JobStore>(
         lookahead: state.lookahead,
         known_types: Some(&state.known_types),
         known_runs: &known_runs,
-        // With a store of its own, only the leader runs scheduled triggers (SPEC §10).
-        scheduled: shared.shared_store || shared.leader().is_some(),
+        scheduled: takes_scheduled(&shared),
         busy_jobs: &busy_jobs,
         steal,
     };
@@ -493,6 +492,12 @@ async fn acquire_and_start<S: JobStore>(
     }
 }
 
+/// Whether this node takes scheduled triggers' fires now: with a store of its own, only
+/// the leader does (SPEC §10); the others take one-shots only.
+fn takes_scheduled<S: JobStore>(shared: &NodeShared<S>) -> bool {
+    shared.shared_store || shared.leader().is_some()
+}
+
 /// How long to sleep after a cycle that ran at `ran_at` and whose acquisition ended as
 /// `taken` (not `Full`): until this node's next fire enters the lookahead, its next local
 /// fire, or a late fire elsewhere becomes stealable, and at most one poll interval.
@@ -525,7 +530,9 @@ async fn next_wait<S: JobStore>(
         Taken::Done(Some(outlook)) => Ok(outlook),
         _ => {
             let limit = state.lead.saturation().min(OUTLOOK_LIMIT);
-            shared.store.due_outlook(&shared.node_id, MAX_LOOKAHEAD, limit).await
+            let busy_jobs = state.local.busy_jobs();
+            let filter = DueFilter { scheduled: takes_scheduled(&shared), busy_jobs: &busy_jobs };
+            shared.store.due_outlook(&shared.node_id, filter, MAX_LOOKAHEAD, limit).await
         }
     };
     // The more fires fall due together, the earlier their acquisition starts.
@@ -545,8 +552,9 @@ async fn next_wait<S: JobStore>(
                 // Fires this cycle's acquisition did not reach (the lead grew, or time
                 // passed while it ran): acquire them now.
                 Some(due) if acquired_until.is_some_and(|reached| due > reached) => Duration::ZERO,
-                // Ours and due, yet not taken (its job is busy here, or blocked): wake when
-                // any node may take it rather than spin on it.
+                // Ours and due, yet not taken (written since, or hidden behind many fires
+                // this node leaves waiting, which the outlook skips): wake when any node may
+                // take it rather than spin on it.
                 Some(due) => until_stealable(due),
                 None => poll_interval,
             };

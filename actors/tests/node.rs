@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sundial::entropy::Entropy;
+use sundial::error::SchedulingError;
 use sundial::job::{
     JobDefinition, JobRunQuery, JobTriggerDefinition, JobTypeKey, MisfirePolicy, RetryPolicy, RunCause, RunState,
 };
@@ -633,4 +634,62 @@ async fn a_retry_due_sooner_than_the_next_poll_starts_on_time() {
         let late = retry.started_at - retry.run.scheduled_at;
         assert!(late < chrono::TimeDelta::milliseconds(20), "a retry 200 ms after a failure started {late} late");
     }
+}
+
+/// An election this node never wins (another node holds the lease all along).
+struct HeldElsewhere;
+
+impl sundial_actors::lease::DynLeaderElection for HeldElsewhere {
+    fn try_acquire_boxed<'a>(
+        &'a self,
+        resource: &'a sundial::name::ResourceName,
+        _ttl: Duration,
+    ) -> sundial::kv::BoxFuture<'a, Result<Box<dyn sundial_actors::lease::DynLeaderLease>, SchedulingError>> {
+        Box::pin(async move { Err(SchedulingError::LeaseHeld { resource: resource.to_string() }) })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_not_leading_its_own_store_takes_one_shots_and_does_not_poll_for_scheduled_fires() {
+    // With a store of its own, only the leader runs scheduled triggers (SPEC §10): their
+    // fires stay due in the store, and a non-leader must neither run them nor wake for
+    // them over and over; enqueued runs (one-shots) it takes as usual.
+    let clock = Arc::new(TokioClock::new(t0()));
+    let log: Log = Arc::default();
+    let (c, l) = (clock.clone(), log.clone());
+    let registry = JobRegistry::builder()
+        .add_job_type_as("record", move || Recorder { clock: c.clone(), log: l.clone() })
+        .build()
+        .unwrap();
+    let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
+    let store = KvJobStore::new(kv, registry.calendars().clone(), Entropy::from_seed(1), StoreOptions::default());
+    let mut config = NodeConfig::new(
+        store.clone(),
+        registry,
+        SchedulerOptions::default(),
+        "follower",
+        clock.clone(),
+        Entropy::from_seed(2),
+    );
+    config.election = Some(Arc::new(HeldElsewhere));
+    let scheduler = Node::start(config, None).await.unwrap();
+    scheduler.serve();
+    let def = JobDefinition::new(name("ticks"), JobTypeKey::new("record").unwrap())
+        .with_trigger(JobTriggerDefinition::new(TriggerName::new("t").unwrap(), "cron * * * * * *".parse().unwrap()));
+    scheduler.schedule_one(def).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(log.lock().unwrap().is_empty(), "a non-leader runs no scheduled fire");
+
+    let before = scheduler.counters().acquisitions;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let acquisitions = scheduler.counters().acquisitions - before;
+    // About one per poll interval (1 s); re-checking the overdue fire every few
+    // milliseconds would be hundreds.
+    assert!(acquisitions <= 20, "{acquisitions} acquisitions in 10 s");
+
+    scheduler.enqueue_one(name("ticks")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(log.lock().unwrap().len(), 1, "the enqueued run started at once");
+    assert!(!scheduler.is_leader());
+    scheduler.stop(Duration::from_secs(1)).await;
 }

@@ -26,7 +26,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use futures_util::future::try_join;
 use uuid::Uuid;
 
-use super::due::{DueOutlook, RawOutlook};
+use super::due::{DueFilter, DueOutlook, RawOutlook, ShardHead};
 use super::jobs::instant;
 use super::keys::{fnv, DUE_SHARDS};
 use super::records::{JobRecord, NodeRecord, RunRecord, TriggerKind, TriggerRecord};
@@ -79,6 +79,13 @@ pub struct AcquireRequest<'a> {
     /// Also look at the other nodes' shards, for fires `steal_grace` late. Reading them
     /// costs a read per shard: a poller asks now and then, not at every fire of its own.
     pub steal: bool,
+}
+
+impl AcquireRequest<'_> {
+    /// The due entries this request takes (its `scheduled` and `busy_jobs`).
+    pub fn filter(&self) -> DueFilter<'_> {
+        DueFilter { scheduled: self.scheduled, busy_jobs: self.busy_jobs }
+    }
 }
 
 /// A run the node must now execute.
@@ -136,8 +143,8 @@ struct Candidate {
 struct Candidates {
     /// The fires this node may take, in the order to take them.
     ordered: Vec<Candidate>,
-    /// Each shard's earliest due time (`None` when empty).
-    firsts: Vec<Option<i64>>,
+    /// Each shard's first fire to take (`None` when it has none).
+    heads: Vec<Option<ShardHead>>,
     /// Which shards are this node's home.
     homes: Vec<bool>,
     /// Some shard had more due than was read.
@@ -282,7 +289,7 @@ impl<K: Kv> KvJobStore<K> {
     ) -> Result<Acquisition, StoreError> {
         if request.max == 0 {
             let outlook = match wanted {
-                Some((window, limit)) => Some(self.due_outlook(request.node, window, limit).await?),
+                Some((window, limit)) => Some(self.due_outlook(request.node, request.filter(), window, limit).await?),
                 None => None,
             };
             return Ok(Acquisition { runs: Vec::new(), outlook, more: false, stolen: 0 });
@@ -291,7 +298,9 @@ impl<K: Kv> KvJobStore<K> {
             let tx = self.tx(txn);
             let outlook_now = |tx| async move {
                 match wanted {
-                    Some((window, limit)) => self.outlook_in(tx, request.node, window, limit).await.map(Some),
+                    Some((window, limit)) => {
+                        self.outlook_in(tx, request.node, request.filter(), window, limit).await.map(Some)
+                    }
                     None => Ok(None),
                 }
             };
@@ -305,7 +314,7 @@ impl<K: Kv> KvJobStore<K> {
             if !self.node_may_run(&tx, request.node).await? {
                 return Ok((Vec::new(), outlook_now(&tx).await?, false, 0));
             }
-            let Candidates { ordered, firsts, homes, truncated } = self.candidates(&tx, request).await?;
+            let Candidates { ordered, heads, homes, truncated } = self.candidates(&tx, request).await?;
             let mut acquired = Vec::with_capacity(ordered.len().min(request.max));
             let mut changed = BTreeSet::new();
             let mut cache = ReadCache::default();
@@ -328,8 +337,8 @@ impl<K: Kv> KvJobStore<K> {
                 // no outlook was asked for.
                 return Ok((acquired, None, more, stolen));
             };
-            let firsts = self.first_due(&tx, firsts, &changed).await?;
-            let outlook = self.count_due(&tx, &firsts, &homes, window, limit).await?;
+            let heads = self.first_due(&tx, heads, &changed, request.filter()).await?;
+            let outlook = self.count_due(&tx, &heads, &homes, window, limit).await?;
             Ok::<_, StoreError>((acquired, Some(outlook), false, stolen))
         })
         .await?;
@@ -438,7 +447,8 @@ impl<K: Kv> KvJobStore<K> {
         let lookahead = TimeDelta::from_std(request.lookahead).map_or(0, |l| l.num_microseconds().unwrap_or(0));
         let mut candidates = Vec::new();
         let read: BTreeSet<u16> = (0..DUE_SHARDS).filter(|&s| request.steal || homes[usize::from(s)]).collect();
-        let firsts = self.first_due(tx, vec![None; usize::from(DUE_SHARDS)], &read).await?;
+        let filter = request.filter();
+        let heads = self.first_due(tx, vec![None; usize::from(DUE_SHARDS)], &read, filter).await?;
         let until = |shard: u16| {
             if homes[usize::from(shard)] {
                 now.saturating_add(lookahead)
@@ -446,10 +456,11 @@ impl<K: Kv> KvJobStore<K> {
                 now.saturating_sub(grace)
             }
         };
-        // Most shards have nothing due: their earliest entry, read anyway for the outlook,
-        // says so without a range read.
-        let active: Vec<u16> =
-            (0..DUE_SHARDS).filter(|&s| firsts[usize::from(s)].is_some_and(|first| first <= until(s))).collect();
+        // Most shards have nothing due: their head, read anyway for the outlook, says so
+        // without a range read.
+        let active: Vec<(u16, &ShardHead)> = (0..DUE_SHARDS)
+            .filter_map(|s| heads[usize::from(s)].as_ref().filter(|head| head.due <= until(s)).map(|head| (s, head)))
+            .collect();
         // Each shard's fair share of the batch, twice over: a large batch reads about
         // twice what it takes, not every fire due within the lookahead. A shard cut short
         // says so (`truncated`), and the caller acquires again.
@@ -457,11 +468,12 @@ impl<K: Kv> KvJobStore<K> {
         let mut truncated = false;
         let ranges: Vec<RangeRequest> = active
             .iter()
-            .map(|&shard| {
-                let (begin, end) = self.keys.due_until(shard, until(shard));
+            .map(|&(shard, head)| {
+                // From the head: the entries before it are fires this node leaves waiting.
+                let (_, end) = self.keys.due_until(shard, until(shard));
+                let range = RangeRequest::new(head.key.clone(), end);
                 // Without scheduled fires, the waiting scheduled entries are skipped: read
                 // past them so they cannot hide one-shot fires behind them.
-                let range = RangeRequest::new(begin, end);
                 if request.scheduled {
                     range.limit(per_shard)
                 } else {
@@ -471,18 +483,15 @@ impl<K: Kv> KvJobStore<K> {
             .collect();
         let reads = tx.txn.get_ranges(&ranges, true).await?;
         candidates.reserve_exact(reads.iter().map(|read| read.pairs.len()).sum());
-        for (shard, read) in active.into_iter().zip(reads) {
+        for ((shard, _), read) in active.into_iter().zip(reads) {
             let home = homes[usize::from(shard)];
             truncated |= read.more;
             for (key, value) in read.pairs {
-                let (priority, one_shot) = super::due_value_parts(&value);
-                if !request.scheduled && !one_shot {
+                if filter.skips(&self.keys, &key, &value)? {
                     continue;
                 }
+                let priority = super::due_value_parts(&value).0;
                 let (due, job, trigger) = self.keys.due_parts(&key)?;
-                if request.busy_jobs.contains(&job) {
-                    continue;
-                }
                 let spread = if home { 0 } else { fnv(&[request.node.as_bytes(), job.as_bytes(), trigger.as_bytes()]) };
                 candidates.push(Candidate { home, spread, priority, due, job, trigger, key, shard });
             }
@@ -492,7 +501,7 @@ impl<K: Kv> KvJobStore<K> {
         // Ties keep the order read (shard by shard, each in key order): deterministic, and
         // sorting by integers only (thousands of fires due together all tie up to here).
         candidates.sort_by_cached_key(|c| (!c.home, std::cmp::Reverse(c.priority), c.spread, c.due));
-        Ok(Candidates { ordered: candidates, firsts, homes, truncated })
+        Ok(Candidates { ordered: candidates, heads, homes, truncated })
     }
 
     /// Takes one candidate fire: `Some(run)` when a run starts.

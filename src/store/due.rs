@@ -57,71 +57,163 @@ pub(super) fn home_of(shard: u16, nodes: &[String]) -> Option<&str> {
     nodes.iter().max_by_key(|node| fnv(&[&shard.to_le_bytes(), node.as_bytes()])).map(String::as_str)
 }
 
+/// The first page of due entries a node reads, in a shard whose earliest entry it leaves
+/// waiting, looking for the first one it would take (see [`DueFilter`]).
+const SKIP_PAGE: usize = 64;
+
+/// Which due entries a node would take now. Its outlook and acquisition skip the others,
+/// so it neither wakes for fires it leaves waiting nor lets them hide fires behind them.
+#[derive(Debug, Clone, Copy)]
+pub struct DueFilter<'a> {
+    /// Scheduled triggers' fires too, not only one-shots (see
+    /// [`AcquireRequest::scheduled`](super::AcquireRequest::scheduled)).
+    pub scheduled: bool,
+    /// Jobs whose fires it leaves waiting (see
+    /// [`AcquireRequest::busy_jobs`](super::AcquireRequest::busy_jobs)).
+    pub busy_jobs: &'a BTreeSet<String>,
+}
+
+static NO_JOBS: BTreeSet<String> = BTreeSet::new();
+
+impl DueFilter<'_> {
+    /// Every due entry.
+    pub const EVERY: DueFilter<'static> = DueFilter { scheduled: true, busy_jobs: &NO_JOBS };
+
+    /// Whether the entry (`key`, `value`) is one the node leaves waiting.
+    pub(super) fn skips(&self, keys: &super::keys::Keyspace, key: &[u8], value: &[u8]) -> Result<bool, StoreError> {
+        if !self.scheduled && !super::due_value_parts(value).1 {
+            return Ok(true);
+        }
+        if self.busy_jobs.is_empty() {
+            return Ok(false);
+        }
+        let (_, job, _) = keys.due_parts(key)?;
+        Ok(self.busy_jobs.contains(&job))
+    }
+}
+
+/// A shard's first due entry that a node would take (by its [`DueFilter`]).
+#[derive(Debug, Clone)]
+pub(super) struct ShardHead {
+    /// Its due time (µs).
+    pub(super) due: i64,
+    /// Its key: reading the shard from here skips the entries before it.
+    pub(super) key: Vec<u8>,
+}
+
 impl<K: Kv> KvJobStore<K> {
-    /// `firsts` (each shard's earliest due time, `None` when empty) with the shards in
-    /// `shards` read again as `tx` sees them (snapshot, own writes included).
+    /// `heads` (each shard's [`ShardHead`], `None` when it has none) with the shards in
+    /// `shards` read again as `tx` sees them (snapshot, own writes included), by `filter`.
     pub(super) async fn first_due(
         &self,
         tx: &Tx<'_, K::Transaction>,
-        mut firsts: Vec<Option<i64>>,
+        mut heads: Vec<Option<ShardHead>>,
         shards: &BTreeSet<u16>,
-    ) -> Result<Vec<Option<i64>>, StoreError> {
-        let requests: Vec<RangeRequest> = shards
-            .iter()
-            .map(|&shard| {
-                let (begin, end) = self.keys.due_shard(shard);
-                RangeRequest::new(begin, end).limit(1)
-            })
-            .collect();
-        let reads = tx.txn.get_ranges(&requests, true).await?;
-        for (&shard, first) in shards.iter().zip(reads) {
-            firsts[usize::from(shard)] = match first.pairs.first() {
-                Some((key, _)) => Some(self.keys.due_time(key)?),
+        filter: DueFilter<'_>,
+    ) -> Result<Vec<Option<ShardHead>>, StoreError> {
+        let read = |shards: &[u16], limit: usize| {
+            let requests: Vec<RangeRequest> = shards
+                .iter()
+                .map(|&shard| {
+                    let (begin, end) = self.keys.due_shard(shard);
+                    RangeRequest::new(begin, end).limit(limit)
+                })
+                .collect();
+            async move { tx.txn.get_ranges(&requests, true).await }
+        };
+        let shards: Vec<u16> = shards.iter().copied().collect();
+        let mut deeper = Vec::new();
+        for (&shard, first) in shards.iter().zip(read(&shards, 1).await?) {
+            heads[usize::from(shard)] = match first.pairs.into_iter().next() {
+                Some((key, value)) if filter.skips(&self.keys, &key, &value)? => {
+                    deeper.push(shard);
+                    None
+                }
+                Some((key, _)) => Some(ShardHead { due: self.keys.due_time(&key)?, key }),
                 None => None,
             };
         }
-        Ok(firsts)
+        if deeper.is_empty() {
+            return Ok(heads);
+        }
+        // Rare (a node leaving some jobs' fires waiting): read on past them, in pages
+        // growing fourfold, until a fire to take or the shard's end.
+        let mut pending: Vec<(u16, Vec<u8>)> = deeper.into_iter().map(|s| (s, self.keys.due_shard(s).0)).collect();
+        let mut page = SKIP_PAGE;
+        while !pending.is_empty() {
+            let requests: Vec<RangeRequest> = pending
+                .iter()
+                .map(|(shard, from)| RangeRequest::new(from.clone(), self.keys.due_shard(*shard).1).limit(page))
+                .collect();
+            let reads = tx.txn.get_ranges(&requests, true).await?;
+            let mut next = Vec::new();
+            for ((shard, _), read) in pending.into_iter().zip(reads) {
+                let mut last = None;
+                for (key, value) in read.pairs {
+                    if !filter.skips(&self.keys, &key, &value)? {
+                        heads[usize::from(shard)] = Some(ShardHead { due: self.keys.due_time(&key)?, key });
+                        last = None;
+                        break;
+                    }
+                    last = Some(key);
+                }
+                if let Some(mut after) = last.filter(|_| read.more) {
+                    // The next page starts just after the last entry read.
+                    after.push(0);
+                    next.push((shard, after));
+                }
+            }
+            pending = next;
+            page = page.saturating_mul(4);
+        }
+        Ok(heads)
     }
 
-    /// The outlook from `firsts` (each shard's earliest due time) for the node whose
-    /// home shards are `homes`: its earliest home fire and how many home fires are due
-    /// within `window` of it (at most `limit`, snapshot), and the earliest other fire.
+    /// The outlook from `heads` (each shard's [`ShardHead`]) for the node whose home
+    /// shards are `homes`: its earliest home fire and how many home fires are due within
+    /// `window` of it (at most `limit`, snapshot), and the earliest other fire.
     pub(super) async fn count_due(
         &self,
         tx: &Tx<'_, K::Transaction>,
-        firsts: &[Option<i64>],
+        heads: &[Option<ShardHead>],
         homes: &[bool],
         window: Duration,
         limit: usize,
     ) -> Result<RawOutlook, StoreError> {
-        let earliest =
-            |home: bool| firsts.iter().zip(homes).filter(|(_, h)| **h == home).filter_map(|(first, _)| *first).min();
+        let earliest = |home: bool| {
+            let heads = heads.iter().zip(homes).filter(|(_, h)| **h == home).filter_map(|(head, _)| head.as_ref());
+            heads.map(|head| head.due).min()
+        };
         let (first, first_elsewhere) = (earliest(true), earliest(false));
         let Some(first_home) = first else { return Ok(RawOutlook { first, count: 0, first_elsewhere }) };
         let window = TimeDelta::from_std(window).map_or(i64::MAX, |w| w.num_microseconds().unwrap_or(i64::MAX));
         let until = first_home.saturating_add(window);
         let mut count = 0;
-        for ((shard, first), home) in (0..DUE_SHARDS).zip(firsts).zip(homes) {
-            if !home || first.is_none_or(|first| first > until) || count >= limit {
+        for ((shard, head), home) in (0..DUE_SHARDS).zip(heads).zip(homes) {
+            let Some(head) = head.as_ref().filter(|head| *home && head.due <= until && count < limit) else {
                 continue;
-            }
-            let (begin, end) = self.keys.due_until(shard, until);
-            count += tx.txn.get_range(&RangeRequest::new(begin, end).limit(limit - count), true).await?.pairs.len();
+            };
+            // Counted from the head: the entries skipped before it are not this node's to take.
+            let (_, end) = self.keys.due_until(shard, until);
+            let range = RangeRequest::new(head.key.clone(), end).limit(limit - count);
+            count += tx.txn.get_range(&range, true).await?.pairs.len();
         }
         Ok(RawOutlook { first, count, first_elsewhere })
     }
 
-    /// The outlook for `node` as `tx` sees the due index (snapshot reads).
+    /// The outlook for `node`, leaving out what `filter` skips, as `tx` sees the due index
+    /// (snapshot reads).
     pub(super) async fn outlook_in(
         &self,
         tx: &Tx<'_, K::Transaction>,
         node: &str,
+        filter: DueFilter<'_>,
         window: Duration,
         limit: usize,
     ) -> Result<RawOutlook, StoreError> {
         let homes = self.homes_of(tx, node).await?;
-        let firsts = self.first_due(tx, vec![None; usize::from(DUE_SHARDS)], &(0..DUE_SHARDS).collect()).await?;
-        self.count_due(tx, &firsts, &homes, window, limit).await
+        let heads = self.first_due(tx, vec![None; usize::from(DUE_SHARDS)], &(0..DUE_SHARDS).collect(), filter).await?;
+        self.count_due(tx, &heads, &homes, window, limit).await
     }
 
     /// What is due next for `node`: the earliest fire of its home shards (the shards it
@@ -130,17 +222,24 @@ impl<K: Kv> KvJobStore<K> {
     /// other shards (which it takes only once they are late). A poller sleeps until the
     /// first, starting earlier the more fires fall due together (see
     /// [`crate::rules::AcquisitionLead`]), and checks the others now and then: it is not
-    /// woken by every fire of the cluster.
+    /// woken by every fire of the cluster. Fires `filter` skips are left out (not counted,
+    /// not first): a node does not wake for fires it would leave waiting.
     ///
     /// Snapshot reads: the node list, one read per shard for the earliest entry, then a
     /// range read of the home shards that have entries within the window.
     ///
     /// # Errors
     /// Store errors.
-    pub async fn due_outlook(&self, node: &str, window: Duration, limit: usize) -> Result<DueOutlook, StoreError> {
+    pub async fn due_outlook(
+        &self,
+        node: &str,
+        filter: DueFilter<'_>,
+        window: Duration,
+        limit: usize,
+    ) -> Result<DueOutlook, StoreError> {
         let outlook = run(&self.kv, self.options.retry, |txn, _| async move {
             let tx = self.tx(txn);
-            self.outlook_in(&tx, node, window, limit).await
+            self.outlook_in(&tx, node, filter, window, limit).await
         })
         .await?;
         outlook.outlook()

@@ -16,10 +16,11 @@ use sundial::job::{
 use sundial::kv::{Kv, KvTransaction, RetryOptions};
 use sundial::name::{JobName, TriggerKey, TriggerName};
 use sundial::schedule::format_instant;
+use sundial::store::keys::shard_of;
 use sundial::store::records::{JobRecord, TriggerRecord};
 use sundial::store::{
-    codec, AcquireRequest, AcquiredRun, Completion, CompletionResult, DueOutlook, KvJobStore, LocalJobs, RunOutcome,
-    StoreError,
+    codec, AcquireRequest, AcquiredRun, Completion, CompletionResult, DueFilter, DueOutlook, KvJobStore, LocalJobs,
+    RunOutcome, StoreError,
 };
 use sundial::time::from_micros;
 use uuid::Uuid;
@@ -60,6 +61,7 @@ macro_rules! for_each_scenario {
             a_job_deleted_and_added_again_waits_for_its_old_run,
             batched_completions_act_as_each_one_alone,
             the_due_outlook_splits_home_fires_from_the_others,
+            fires_the_node_leaves_waiting_neither_wake_it_nor_hide_others,
             a_non_concurrent_job_switches_between_local_and_cluster_only_between_runs,
             oversized_inputs_are_refused_and_never_wedge_the_store,
             data_heavy_batches_are_split_to_fit_a_transaction,
@@ -1055,7 +1057,11 @@ pub(crate) async fn batched_completions_act_as_each_one_alone<K: Kv>(store: &KvJ
 /// (`first_elsewhere`); across the live nodes every waiting fire is home to exactly one.
 pub(crate) async fn the_due_outlook_splits_home_fires_from_the_others<K: Kv>(store: &KvJobStore<K>) {
     let day = Duration::from_secs(86_400);
-    assert_eq!(store.due_outlook("a", day, 1_000).await.unwrap(), DueOutlook::default(), "nothing waiting");
+    assert_eq!(
+        store.due_outlook("a", DueFilter::EVERY, day, 1_000).await.unwrap(),
+        DueOutlook::default(),
+        "nothing waiting"
+    );
     let triggers: Vec<(String, String)> =
         (0..40).map(|i| (format!("t{i}"), format!("once {}", format_instant(secs(10 + i % 7))))).collect();
     let triggers: Vec<(&str, &str)> = triggers.iter().map(|(n, s)| (n.as_str(), s.as_str())).collect();
@@ -1063,15 +1069,19 @@ pub(crate) async fn the_due_outlook_splits_home_fires_from_the_others<K: Kv>(sto
     def.allow_concurrent = true;
     store.schedule(&[def], t0()).await;
     // Alone (not even registered), every shard is home.
-    let alone = store.due_outlook("a", day, 1_000).await.unwrap();
+    let alone = store.due_outlook("a", DueFilter::EVERY, day, 1_000).await.unwrap();
     assert_eq!((alone.first, alone.count, alone.first_elsewhere), (Some(secs(10)), 40, None));
-    assert_eq!(store.due_outlook("a", Duration::from_secs(1), 1_000).await.unwrap().count, 12, "due at 10 s or 11 s");
-    assert_eq!(store.due_outlook("a", day, 5).await.unwrap().count, 5, "counted up to the limit");
+    assert_eq!(
+        store.due_outlook("a", DueFilter::EVERY, Duration::from_secs(1), 1_000).await.unwrap().count,
+        12,
+        "due at 10 s or 11 s"
+    );
+    assert_eq!(store.due_outlook("a", DueFilter::EVERY, day, 5).await.unwrap().count, 5, "counted up to the limit");
     // Two live nodes share the shards.
     store.heartbeat("a", t0(), None).await.unwrap();
     store.heartbeat("b", t0(), None).await.unwrap();
-    let a = store.due_outlook("a", day, 1_000).await.unwrap();
-    let b = store.due_outlook("b", day, 1_000).await.unwrap();
+    let a = store.due_outlook("a", DueFilter::EVERY, day, 1_000).await.unwrap();
+    let b = store.due_outlook("b", DueFilter::EVERY, day, 1_000).await.unwrap();
     assert_eq!(a.count + b.count, 40, "each fire is home to one node: {a:?} {b:?}");
     assert!(a.count > 0 && b.count > 0, "{a:?} {b:?}");
     for (me, other) in [(a, b), (b, a)] {
@@ -1082,8 +1092,42 @@ pub(crate) async fn the_due_outlook_splits_home_fires_from_the_others<K: Kv>(sto
     let none_known = BTreeSet::new();
     let taken = store.acquire_with_outlook(&request("a", secs(10), 100, &none_known), day, 1_000).await.unwrap();
     let after = taken.outlook.expect("not full, so the outlook was read");
-    assert_eq!(after, store.due_outlook("a", day, 1_000).await.unwrap());
+    assert_eq!(after, store.due_outlook("a", DueFilter::EVERY, day, 1_000).await.unwrap());
     assert_eq!(after.count, a.count - taken.runs.len(), "{a:?} {after:?} took {}", taken.runs.len());
+}
+
+/// A node leaves some fires waiting (its busy jobs'; scheduled ones when it does not
+/// lead its own store): its outlook skips them, so it does not wake for them over and
+/// over, and its acquisition reads past them, so they hide no fire behind them (here 150
+/// of them, in the same shard as another job's fire, more than one read takes).
+pub(crate) async fn fires_the_node_leaves_waiting_neither_wake_it_nor_hide_others<K: Kv>(store: &KvJobStore<K>) {
+    let day = Duration::from_secs(86_400);
+    let shard = shard_of("free", "f");
+    let names: Vec<String> =
+        (0..).map(|i| format!("b{i}")).filter(|n| shard_of("busy", n) == shard).take(150).collect();
+    let once = format!("once {}", format_instant(secs(10)));
+    let triggers: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), once.as_str())).collect();
+    let mut busy = job("busy", &triggers);
+    busy.allow_concurrent = true;
+    let free = job("free", &[("f", &format!("once {}", format_instant(secs(20))))]);
+    store.schedule(&[busy, free], t0()).await;
+
+    let every = store.due_outlook("a", DueFilter::EVERY, day, 1_000).await.unwrap();
+    assert_eq!((every.first, every.count), (Some(secs(10)), 151));
+    let busy_jobs = BTreeSet::from(["busy".to_owned()]);
+    let filter = DueFilter { scheduled: true, busy_jobs: &busy_jobs };
+    let outlook = store.due_outlook("a", filter, day, 1_000).await.unwrap();
+    assert_eq!((outlook.first, outlook.count), (Some(secs(20)), 1), "the busy job's fires left out");
+
+    let known = BTreeSet::new();
+    let mut request = request("a", secs(30), 2, &known);
+    request.busy_jobs = &busy_jobs;
+    let taken = store.acquire_with_outlook(&request, day, 1_000).await.unwrap();
+    let runs: Vec<_> = taken.runs.iter().map(|r| r.run.job.as_str()).collect();
+    assert_eq!(runs, ["free"], "taken from behind the busy job's fires");
+    assert_eq!(taken.outlook.map(|o| (o.first, o.count)), Some((None, 0)), "nothing left to take");
+    let left = store.due_outlook("a", DueFilter::EVERY, day, 1_000).await.unwrap();
+    assert_eq!((left.first, left.count), (Some(secs(10)), 150), "the busy job's fires still wait");
 }
 
 /// A non-concurrent job switched between local and cluster-unique while a run of the
