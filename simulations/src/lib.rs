@@ -42,6 +42,7 @@ pub fn json_line(outcome: &Outcome, wall_ms: u128) -> String {
         "runs": outcome.runs,
         "violations": outcome.checked.violations.len(),
         "lost_node_overlaps": outcome.checked.lost_node_overlaps.len(),
+        "busiest_poller": outcome.busiest_poller.acquisitions,
         "trace_hash": outcome.trace_hash,
         "wall_ms": wall_ms,
     })

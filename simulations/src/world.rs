@@ -42,8 +42,9 @@ static WORLDS: AtomicU64 = AtomicU64::new(0);
 /// How long an operator waits before retrying an operation the store refused.
 const OP_RETRY: Duration = Duration::from_secs(10);
 
-/// How often the store's run states are sampled for the transition checker.
-const SAMPLE_EVERY: Duration = Duration::from_secs(10);
+/// How often the store's run states are sampled for the transition checker (and the
+/// nodes' acquisition counts, for [`BusiestPoller`]).
+pub const SAMPLE_EVERY: Duration = Duration::from_secs(10);
 
 /// The node options every simulated node of `options` runs with: short timeouts so
 /// recovery happens within the phases, and room for two runs per job across the cluster
@@ -79,9 +80,24 @@ pub struct Outcome {
     pub trace_hash: String,
     /// Counts of what happened (faults, operations, outcomes), for the summary.
     pub counts: BTreeMap<String, u64>,
+    /// The node that acquired most often between two samples: a poller cycling without
+    /// need (re-checking a fire it cannot take) shows here long before it costs anything
+    /// a checker sees.
+    pub busiest_poller: BusiestPoller,
     /// The trace the hash is over (every event, then every run in the history),
     /// when [`SimOptions::keep_trace`] asked for it; empty otherwise.
     pub trace: Vec<String>,
+}
+
+/// The most acquisitions one node made in one sampling interval ([`SAMPLE_EVERY`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BusiestPoller {
+    /// How many (each one store transaction, whether it took fires or not).
+    pub acquisitions: u64,
+    /// The node's store client (`node#incarnation`).
+    pub node: String,
+    /// The end of the interval, in true time.
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// Runs one simulation to its end on a fresh runtime.
@@ -116,6 +132,8 @@ struct Slot {
     running: Option<Running>,
     /// A graceful stop is under way; the restart waits for it.
     draining: bool,
+    /// The running incarnation's acquisition count at the last sample.
+    acquisitions_sampled: u64,
 }
 
 /// Timeline actions (faults, their ends, operations, phase changes).
@@ -160,6 +178,8 @@ struct World {
     prefix: String,
     notes: (mpsc::UnboundedSender<Note>, mpsc::UnboundedReceiver<Note>),
     counts: BTreeMap<String, u64>,
+    /// The most acquisitions one node made between two samples, with the node and when.
+    busiest_poller: BusiestPoller,
     samples: Samples,
     safety_faults: KvFaults,
     latency_windows: u32,
@@ -215,6 +235,7 @@ impl World {
                 clock: crate::clock::SimClock::new(truth, plan.skew.get(slot).copied().unwrap_or_default()),
                 running: None,
                 draining: false,
+                acquisitions_sampled: 0,
             })
             .collect();
         let clock_offsets =
@@ -234,6 +255,7 @@ impl World {
             seq: 0,
             notes: mpsc::unbounded_channel(),
             counts: BTreeMap::new(),
+            busiest_poller: BusiestPoller::default(),
             samples: Samples::default(),
             safety_faults,
             latency_windows: 0,
@@ -409,6 +431,7 @@ impl World {
                 self.world(format!("start {node_id}#{number} (slot {slot})"));
                 self.count("node starts");
                 self.slots[slot].running = Some(Running { scheduler, incarnation, client });
+                self.slots[slot].acquisitions_sampled = 0;
             }
             Err(error) => self.world(format!("start {node_id}#{number} failed: {error}")),
         }
@@ -686,6 +709,17 @@ impl World {
     /// Samples run states for the transition checker: the running-run index, and the
     /// record of each run that left it since the last sample.
     async fn sample(&mut self) {
+        for slot in &mut self.slots {
+            let Some(running) = &slot.running else { continue };
+            let total = running.scheduler.counters().acquisitions;
+            let since = total.saturating_sub(slot.acquisitions_sampled);
+            slot.acquisitions_sampled = total;
+            if since > self.busiest_poller.acquisitions {
+                let at = self.truth.now();
+                self.busiest_poller =
+                    BusiestPoller { acquisitions: since, node: running.client.clone(), until: Some(at) };
+            }
+        }
         if !self.code_jobs_checked {
             // Nodes write their code jobs at their first cycle; one the store refused that
             // long (every commit failing) exists only later, so its fires do not follow
@@ -854,6 +888,7 @@ impl World {
             checked,
             trace_hash,
             counts: self.counts,
+            busiest_poller: self.busiest_poller,
             trace: lines,
         }
     }

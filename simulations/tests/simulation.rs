@@ -61,6 +61,21 @@ fn every_fault_on_fixed_seeds_breaks_no_invariant() {
     }
 }
 
+#[test]
+fn no_poller_keeps_cycling_for_fires_it_leaves_waiting() {
+    // While a non-concurrent job was busy on a node outside the store's slot (a local
+    // job's run taken from the store, a run kept after the node was declared lost), its
+    // fires stayed first in the node's due outlook, and the node re-checked them every
+    // 10 ms: in these seeds one node made 913 and 1,001 acquisitions in 10 s. A poller at
+    // rest cycles about once a second; catching up a backlog, a few times more.
+    for seed in [3, 4] {
+        let outcome = run(seed, &minutes(30));
+        assert_clean(&outcome);
+        let busiest = &outcome.busiest_poller;
+        assert!(busiest.acquisitions <= 200, "seed {seed}: {busiest:?}");
+    }
+}
+
 /// The contention-heavy mix the broken-store check uses: many crashes and partitions, so
 /// nodes often take over each other's late fires at the same moment.
 fn contention() -> Overrides {

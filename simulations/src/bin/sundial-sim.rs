@@ -164,6 +164,15 @@ fn run_seed(seed: u64, overrides: &Overrides, trace: bool) -> Report {
     for (what, count) in &outcome.counts {
         line(format_args!("  {what}: {count}"));
     }
+    let busiest = &outcome.busiest_poller;
+    if let Some(until) = busiest.until {
+        line(format_args!(
+            "  busiest poller: {} acquisitions in {} s ({}, until {until})",
+            busiest.acquisitions,
+            sundial_simulations::world::SAMPLE_EVERY.as_secs(),
+            busiest.node
+        ));
+    }
     for (what, count) in &outcome.checked.checked {
         line(format_args!("  checked {what}: {count}"));
     }
