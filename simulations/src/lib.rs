@@ -43,6 +43,7 @@ pub fn json_line(outcome: &Outcome, wall_ms: u128) -> String {
         "violations": outcome.checked.violations.len(),
         "lost_node_overlaps": outcome.checked.lost_node_overlaps.len(),
         "busiest_poller": outcome.busiest_poller.acquisitions,
+        "liveness_worst_ms": outcome.checked.liveness_worst.map(|late| late.num_milliseconds()),
         "trace_hash": outcome.trace_hash,
         "wall_ms": wall_ms,
     })

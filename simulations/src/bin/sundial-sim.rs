@@ -176,6 +176,12 @@ fn run_seed(seed: u64, overrides: &Overrides, trace: bool) -> Report {
     for (what, count) in &outcome.checked.checked {
         line(format_args!("  checked {what}: {count}"));
     }
+    if let Some(late) = outcome.checked.liveness_worst {
+        line(format_args!(
+            "  liveness: the latest judged fire started {} ms after its time (beyond the slowest clock)",
+            late.num_milliseconds()
+        ));
+    }
     line(format_args!(
         "lost-node overlaps (a job ignoring cancellation on a node declared lost, beside a run another node started after the declaration): {}",
         outcome.checked.lost_node_overlaps.len()
