@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use sundial::entropy::Entropy;
 use sundial::error::SchedulingError;
 use sundial::job::{
@@ -691,5 +691,37 @@ async fn a_node_not_leading_its_own_store_takes_one_shots_and_does_not_poll_for_
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(log.lock().unwrap().len(), 1, "the enqueued run started at once");
     assert!(!scheduler.is_leader());
+    scheduler.stop(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_all_trigger_catches_up_its_missed_fires_at_once() {
+    // Resumed after two minutes paused, a `RunAll` every-second trigger owes 120 fires.
+    // One acquisition takes one fire per trigger; the node acquires again at once while
+    // the trigger is still due, instead of once per retry wait (10 ms a fire).
+    let clock = Arc::new(TokioClock::new(t0()));
+    let log: Log = Arc::default();
+    let (c, l) = (clock.clone(), log.clone());
+    let registry = JobRegistry::builder()
+        .add_job_type_as("record", move || Recorder { clock: c.clone(), log: l.clone() })
+        .build()
+        .unwrap();
+    let (scheduler, _) = start("catch-up-node", registry, clock.clone()).await;
+    scheduler.serve();
+    let trigger = JobTriggerDefinition::new(TriggerName::new("t").unwrap(), "cron * * * * * *".parse().unwrap())
+        .with_misfire(MisfirePolicy::RunAll);
+    let mut def = JobDefinition::new(name("owed"), JobTypeKey::new("record").unwrap()).with_trigger(trigger);
+    def.allow_concurrent = true;
+    scheduler.schedule_one(def).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(scheduler.pause(&[name("owed")]).await[0].is_ok());
+    let before = log.lock().unwrap().len();
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    scheduler.resume(&[name("owed")]).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let runs = log.lock().unwrap().clone();
+    assert!(runs.len() - before >= 120, "{} of the missed fires ran in 50 ms", runs.len() - before);
+    let scheduled: Vec<_> = runs.iter().map(|(scheduled, _)| *scheduled).collect();
+    assert!(scheduled.windows(2).all(|w| w[1] - w[0] == TimeDelta::seconds(1)), "each fire once, in order");
     scheduler.stop(Duration::from_secs(1)).await;
 }

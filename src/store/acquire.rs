@@ -73,8 +73,9 @@ pub struct AcquireRequest<'a> {
     /// (enqueue, retry, recovery) and leaves the scheduled ones waiting, to misfire or run
     /// when this node leads.
     pub scheduled: bool,
-    /// Jobs whose fires this node must leave waiting now: local non-concurrent jobs with a
-    /// run on this node (their "not concurrent" is judged per node, outside the store).
+    /// Jobs whose fires this node must leave waiting now: non-concurrent jobs with a run on
+    /// this node that holds no slot in the store (a local job's, judged per node; one kept
+    /// after this node was declared lost). Other nodes may take them.
     pub busy_jobs: &'a BTreeSet<String>,
     /// Also look at the other nodes' shards, for fires `steal_grace` late. Reading them
     /// costs a read per shard: a poller asks now and then, not at every fire of its own.
@@ -137,6 +138,15 @@ struct Candidate {
     trigger: String,
     key: Vec<u8>,
     shard: u16,
+}
+
+/// What an acquisition's fires added up to.
+#[derive(Debug, Default)]
+struct BatchTally {
+    /// Data bytes written (see `BATCH_DATA_BUDGET`).
+    written: usize,
+    /// A trigger taken is due again at once (a backlog catching up): acquire again now.
+    due_again: bool,
 }
 
 /// What an acquisition found to take.
@@ -247,9 +257,9 @@ pub struct Acquisition {
     /// The due outlook after it (see [`KvJobStore::due_outlook`]); `None` when `more`.
     /// Without `steal`, the other nodes' shards were not read: `first_elsewhere` is `None`.
     pub outlook: Option<DueOutlook>,
-    /// More fires may be due right now (it took `max`, wrote its data budget, or read only
-    /// part of a crowded shard): the caller acquires again rather than sleeps, and the
-    /// outlook is not read.
+    /// More fires may be due right now (it took `max`, wrote its data budget, read only
+    /// part of a crowded shard, or left a trigger it took due again, catching up): the
+    /// caller acquires again rather than sleeps, and the outlook is not read.
     pub more: bool,
     /// How many of `runs` are late fires of other nodes' shards (stolen).
     pub stolen: usize,
@@ -319,19 +329,19 @@ impl<K: Kv> KvJobStore<K> {
             let mut changed = BTreeSet::new();
             let mut cache = ReadCache::default();
             let mut reads = self.prefetch_fires(&tx, request, &ordered, &mut cache).await?;
-            let (mut written, mut stolen) = (0, 0);
+            let (mut tally, mut stolen) = (BatchTally::default(), 0);
             for candidate in ordered {
-                if acquired.len() == request.max || written >= BATCH_DATA_BUDGET {
+                if acquired.len() == request.max || tally.written >= BATCH_DATA_BUDGET {
                     break;
                 }
                 // Taking (or clearing) a fire rewrites due entries of its trigger's shard.
                 changed.insert(candidate.shard);
-                let taken = self.take_fire(&tx, request, &candidate, &mut reads, &mut cache, &mut written).await?;
+                let taken = self.take_fire(&tx, request, &candidate, &mut reads, &mut cache, &mut tally).await?;
                 stolen += usize::from(taken.is_some() && !candidate.home);
                 acquired.extend(taken);
             }
-            let full = acquired.len() == request.max || written >= BATCH_DATA_BUDGET;
-            let more = full || truncated && !acquired.is_empty();
+            let full = acquired.len() == request.max || tally.written >= BATCH_DATA_BUDGET;
+            let more = full || truncated && !acquired.is_empty() || tally.due_again;
             let Some((window, limit)) = wanted.filter(|_| !more) else {
                 // More may be due at once (the caller acquires again before it sleeps), or
                 // no outlook was asked for.
@@ -512,7 +522,7 @@ impl<K: Kv> KvJobStore<K> {
         candidate: &Candidate,
         reads: &mut FireReads,
         cache: &mut ReadCache,
-        written: &mut usize,
+        tally: &mut BatchTally,
     ) -> Result<Option<AcquiredRun>, StoreError> {
         let snapshot = self.broken_acquisition();
         let key = self.keys.trigger(&candidate.job, &candidate.trigger);
@@ -616,7 +626,7 @@ impl<K: Kv> KvJobStore<K> {
             return Ok(None);
         }
         tx.put_run(None, &record);
-        *written += record.data.len() + trigger.data.len();
+        tally.written += record.data.len() + trigger.data.len();
         self.count_runs_delta(tx, 1);
         if trigger.kind.is_synthetic() {
             tx.delete_trigger(&trigger);
@@ -632,6 +642,10 @@ impl<K: Kv> KvJobStore<K> {
         } else {
             let mut next = self.advance(&trigger, &schedule, decision.next_basis, request.now, trigger.fire_count + 1);
             next.previous_fire_us = Some(micros(scheduled));
+            // Catching up (`RunAll`): its next fire is due already, and one acquisition
+            // takes one fire per trigger.
+            tally.due_again |= next.state == TriggerState::Waiting
+                && next.next_fire_us.is_some_and(|due| due <= micros(request.now));
             tx.put_trigger(Some(&trigger), &next, false);
         }
         Ok(Some(AcquiredRun {

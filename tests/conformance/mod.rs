@@ -188,11 +188,16 @@ pub(crate) async fn misfire_policies_at_acquisition<K: Kv>(store: &KvJobStore<K>
     assert_eq!(trigger_state(store, "m", "once").await.1, Some(us(secs(240))), "next from now");
     assert_eq!(trigger_state(store, "m", "skip").await.1, Some(us(secs(240))), "next from now");
     assert_eq!(trigger_state(store, "m", "all").await.1, Some(us(secs(120))), "next missed time");
-    // RunAll catches up one missed fire per cycle.
-    let second: Vec<_> = acquire(store, "n1", now, 16).await.into_iter().map(|r| r.run.scheduled_at).collect();
-    assert_eq!(second, vec![secs(120)]);
-    let third: Vec<_> = acquire(store, "n1", now, 16).await.into_iter().map(|r| r.run.scheduled_at).collect();
-    assert_eq!(third, vec![secs(180)]);
+    // RunAll catches up one missed fire per acquisition, each saying more is due (so the
+    // caller acquires again at once) until the trigger's next fire is not due yet.
+    let known = BTreeSet::new();
+    let mut caught_up = Vec::new();
+    for expected_more in [true, false] {
+        let taken = store.acquire_with_outlook(&request("n1", now, 16, &known), Duration::ZERO, 1).await.unwrap();
+        caught_up.extend(taken.runs.iter().map(|r| r.run.scheduled_at));
+        assert_eq!(taken.more, expected_more, "after {caught_up:?}");
+    }
+    assert_eq!(caught_up, vec![secs(120), secs(180)]);
     assert!(acquire(store, "n1", now, 16).await.is_empty());
 }
 
