@@ -59,6 +59,15 @@ impl Job for Recorder {
     }
 }
 
+/// A registry with one job type, `job_type`, whose runs a [`Recorder`] records in `log`.
+fn recording(job_type: &str, clock: &Arc<TokioClock>, log: &Log) -> JobRegistry {
+    let (clock, log) = (clock.clone(), log.clone());
+    JobRegistry::builder()
+        .add_job_type_as(job_type, move || Recorder { clock: clock.clone(), log: log.clone() })
+        .build()
+        .unwrap()
+}
+
 fn name(s: &str) -> JobName {
     JobName::new(s).unwrap()
 }
@@ -656,11 +665,7 @@ async fn a_node_not_leading_its_own_store_takes_one_shots_and_does_not_poll_for_
     // them over and over; enqueued runs (one-shots) it takes as usual.
     let clock = Arc::new(TokioClock::new(t0()));
     let log: Log = Arc::default();
-    let (c, l) = (clock.clone(), log.clone());
-    let registry = JobRegistry::builder()
-        .add_job_type_as("record", move || Recorder { clock: c.clone(), log: l.clone() })
-        .build()
-        .unwrap();
+    let registry = recording("record", &clock, &log);
     let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
     let store = KvJobStore::new(kv, registry.calendars().clone(), Entropy::from_seed(1), StoreOptions::default());
     let mut config = NodeConfig::new(
@@ -701,11 +706,7 @@ async fn a_run_all_trigger_catches_up_its_missed_fires_at_once() {
     // the trigger is still due, instead of once per retry wait (10 ms a fire).
     let clock = Arc::new(TokioClock::new(t0()));
     let log: Log = Arc::default();
-    let (c, l) = (clock.clone(), log.clone());
-    let registry = JobRegistry::builder()
-        .add_job_type_as("record", move || Recorder { clock: c.clone(), log: l.clone() })
-        .build()
-        .unwrap();
+    let registry = recording("record", &clock, &log);
     let (scheduler, _) = start("catch-up-node", registry, clock.clone()).await;
     scheduler.serve();
     let trigger = JobTriggerDefinition::new(TriggerName::new("t").unwrap(), "cron * * * * * *".parse().unwrap())

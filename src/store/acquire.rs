@@ -644,8 +644,8 @@ impl<K: Kv> KvJobStore<K> {
             next.previous_fire_us = Some(micros(scheduled));
             // Catching up (`RunAll`): its next fire is due already, and one acquisition
             // takes one fire per trigger.
-            tally.due_again |= next.state == TriggerState::Waiting
-                && next.next_fire_us.is_some_and(|due| due <= micros(request.now));
+            tally.due_again |=
+                next.state == TriggerState::Waiting && next.next_fire_us.is_some_and(|due| due <= micros(request.now));
             tx.put_trigger(Some(&trigger), &next, false);
         }
         Ok(Some(AcquiredRun {
