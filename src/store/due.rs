@@ -57,7 +57,7 @@ pub(super) fn home_of(shard: u16, nodes: &[String]) -> Option<&str> {
     nodes.iter().max_by_key(|node| fnv(&[&shard.to_le_bytes(), node.as_bytes()])).map(String::as_str)
 }
 
-/// The first page of due entries a node reads, in a shard whose earliest entry it leaves
+/// The second page of due entries a node reads, in a shard whose earliest entry it leaves
 /// waiting, looking for the first one it would take (see [`DueFilter`]).
 const SKIP_PAGE: usize = 64;
 
@@ -111,43 +111,24 @@ impl<K: Kv> KvJobStore<K> {
         shards: &BTreeSet<u16>,
         filter: DueFilter<'_>,
     ) -> Result<Vec<Option<ShardHead>>, StoreError> {
-        let read = |shards: &[u16], limit: usize| {
-            let requests: Vec<RangeRequest> = shards
-                .iter()
-                .map(|&shard| {
-                    let (begin, end) = self.keys.due_shard(shard);
-                    RangeRequest::new(begin, end).limit(limit)
-                })
-                .collect();
-            async move { tx.txn.get_ranges(&requests, true).await }
-        };
-        let shards: Vec<u16> = shards.iter().copied().collect();
-        let mut deeper = Vec::new();
-        for (&shard, first) in shards.iter().zip(read(&shards, 1).await?) {
-            heads[usize::from(shard)] = match first.pairs.into_iter().next() {
-                Some((key, value)) if filter.skips(&self.keys, &key, &value)? => {
-                    deeper.push(shard);
-                    None
-                }
-                Some((key, _)) => Some(ShardHead { due: self.keys.due_time(&key)?, key }),
-                None => None,
-            };
-        }
-        if deeper.is_empty() {
-            return Ok(heads);
-        }
-        // Rare (a node leaving some jobs' fires waiting): read on past them, in pages
-        // growing fourfold, until a fire to take or the shard's end.
-        let mut pending: Vec<(u16, Vec<u8>)> = deeper.into_iter().map(|s| (s, self.keys.due_shard(s).0)).collect();
-        let mut page = SKIP_PAGE;
+        // Each shard's first entry, and in the rare shard whose first is one this node
+        // leaves waiting, on past such entries, in pages growing from SKIP_PAGE fourfold,
+        // until a fire to take or the shard's end.
+        let mut pending: Vec<(u16, Vec<u8>, Vec<u8>)> = shards
+            .iter()
+            .map(|&shard| {
+                let (begin, end) = self.keys.due_shard(shard);
+                (shard, begin, end)
+            })
+            .collect();
+        let mut page = 1;
         while !pending.is_empty() {
-            let requests: Vec<RangeRequest> = pending
-                .iter()
-                .map(|(shard, from)| RangeRequest::new(from.clone(), self.keys.due_shard(*shard).1).limit(page))
-                .collect();
+            let (reading, requests): (Vec<u16>, Vec<RangeRequest>) =
+                pending.into_iter().map(|(shard, from, end)| (shard, RangeRequest::new(from, end).limit(page))).unzip();
             let reads = tx.txn.get_ranges(&requests, true).await?;
             let mut next = Vec::new();
-            for ((shard, _), read) in pending.into_iter().zip(reads) {
+            for (shard, read) in reading.into_iter().zip(reads) {
+                heads[usize::from(shard)] = None;
                 let mut last = None;
                 for (key, value) in read.pairs {
                     if !filter.skips(&self.keys, &key, &value)? {
@@ -160,11 +141,11 @@ impl<K: Kv> KvJobStore<K> {
                 if let Some(mut after) = last.filter(|_| read.more) {
                     // The next page starts just after the last entry read.
                     after.push(0);
-                    next.push((shard, after));
+                    next.push((shard, after, self.keys.due_shard(shard).1));
                 }
             }
             pending = next;
-            page = page.saturating_mul(4);
+            page = if page == 1 { SKIP_PAGE } else { page.saturating_mul(4) };
         }
         Ok(heads)
     }
