@@ -374,7 +374,8 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
     // Local fires after adoption: a run a failed acquisition took (of a job local here,
     // say an enqueued one) counts for the job's exclusivity on this node only once it
     // started, and while some may still be unadopted, local fires wait.
-    if alive && state.unadopted.is_empty() {
+    let local_polled = alive && state.unadopted.is_empty();
+    if local_polled {
         run_local(myself, state, now).await;
     }
     if !state.reclaimed && state.unadopted.is_empty() {
@@ -390,7 +391,7 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
     if let Taken::Full = taken {
         return Duration::ZERO;
     }
-    next_wait(state, now, taken).await
+    next_wait(state, now, local_polled, taken).await
 }
 
 /// How a cycle's acquisition ended.
@@ -498,12 +499,14 @@ fn takes_scheduled<S: JobStore>(shared: &NodeShared<S>) -> bool {
     shared.shared_store || shared.leader().is_some()
 }
 
-/// How long to sleep after a cycle that ran at `ran_at` and whose acquisition ended as
-/// `taken` (not `Full`): until this node's next fire enters the lookahead, its next local
-/// fire, or a late fire elsewhere becomes stealable, and at most one poll interval.
+/// How long to sleep after a cycle that ran at `ran_at` (and started its due local fires
+/// when `local_polled`) and whose acquisition ended as `taken` (not `Full`): until this
+/// node's next fire enters the lookahead, its next local fire, or a late fire elsewhere
+/// becomes stealable, and at most one poll interval.
 async fn next_wait<S: JobStore>(
     state: &mut PollerState<S>,
     ran_at: chrono::DateTime<chrono::Utc>,
+    local_polled: bool,
     taken: Taken,
 ) -> Duration {
     let shared = state.shared.clone();
@@ -513,8 +516,11 @@ async fn next_wait<S: JobStore>(
     let now = shared.clock.now();
     let local_wait = state.local.poll_timeout().map(|due| {
         let wait = (due - now).to_std().unwrap_or(Duration::ZERO);
-        // Due when this cycle ran its local fires, yet not started: never spin on it.
-        if due <= ran_at {
+        // A local fire still due after this cycle started the due ones is the next of a
+        // trigger catching up (each cycle moved every due trigger on): at once. Due while
+        // this cycle started none (no heartbeat, or runs to adopt first): not at once,
+        // never spin on it.
+        if due <= ran_at && !local_polled {
             wait.max(MIN_RETRY_WAIT)
         } else {
             wait

@@ -701,28 +701,60 @@ async fn a_node_not_leading_its_own_store_takes_one_shots_and_does_not_poll_for_
 
 #[tokio::test(start_paused = true)]
 async fn a_run_all_trigger_catches_up_its_missed_fires_at_once() {
-    // Resumed after two minutes paused, a `RunAll` every-second trigger owes 120 fires.
     // One acquisition takes one fire per trigger; the node acquires again at once while
     // the trigger is still due, instead of once per retry wait (10 ms a fire).
+    run_all_catches_up_at_once("catch-up-node", false).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_local_run_all_trigger_catches_up_its_missed_fires_at_once() {
+    // A cycle fires each local trigger once; the next cycle comes at once while one is
+    // still due (it moved on), not after the 10 ms a fire that stays due waits.
+    run_all_catches_up_at_once("local-catch-up-node", true).await;
+}
+
+/// Records its run as [`Recorder`] does, then runs on for a second: no run ends (which
+/// wakes the poller) while a catch-up is timed.
+struct SlowRecorder(Recorder);
+
+impl Job for SlowRecorder {
+    async fn run(&mut self, ctx: &RunContext) -> JobResult {
+        self.0.run(ctx).await?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        Ok(())
+    }
+}
+
+/// Resumed after 30 s paused, a `RunAll` every-second trigger (of a local job when
+/// `local`) owes 30 fires: all start within 50 ms (with 32 run slots), each once and in
+/// order.
+async fn run_all_catches_up_at_once(node: &str, local: bool) {
     let clock = Arc::new(TokioClock::new(t0()));
     let log: Log = Arc::default();
-    let registry = recording("record", &clock, &log);
-    let (scheduler, _) = start("catch-up-node", registry, clock.clone()).await;
+    let (c, l) = (clock.clone(), log.clone());
+    let registry = JobRegistry::builder()
+        .add_job_type_as("record", move || SlowRecorder(Recorder { clock: c.clone(), log: l.clone() }))
+        .build()
+        .unwrap();
+    let (scheduler, _) = start(node, registry, clock.clone()).await;
     scheduler.serve();
     let trigger = JobTriggerDefinition::new(TriggerName::new("t").unwrap(), "cron * * * * * *".parse().unwrap())
         .with_misfire(MisfirePolicy::RunAll);
     let mut def = JobDefinition::new(name("owed"), JobTypeKey::new("record").unwrap()).with_trigger(trigger);
     def.allow_concurrent = true;
+    def.run_on_every_instance = local;
     scheduler.schedule_one(def).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert!(scheduler.pause(&[name("owed")]).await[0].is_ok());
     let before = log.lock().unwrap().len();
-    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert!(before >= 1, "it ran before the pause");
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(log.lock().unwrap().len(), before, "no run while paused");
     scheduler.resume(&[name("owed")]).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     let runs = log.lock().unwrap().clone();
-    assert!(runs.len() - before >= 120, "{} of the missed fires ran in 50 ms", runs.len() - before);
+    assert!(runs.len() - before >= 30, "{} of the missed fires ran in 50 ms", runs.len() - before);
     let scheduled: Vec<_> = runs.iter().map(|(scheduled, _)| *scheduled).collect();
     assert!(scheduled.windows(2).all(|w| w[1] - w[0] == TimeDelta::seconds(1)), "each fire once, in order");
-    scheduler.stop(Duration::from_secs(1)).await;
+    scheduler.stop(Duration::from_secs(2)).await;
 }
