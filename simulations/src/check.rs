@@ -520,6 +520,7 @@ fn fires_accounted(
                                     "{label}: the fire at {at} (liveness phase) did not start by the end"
                                 )),
                                 Some(execution) => {
+                                    *checked.checked.entry("liveness fires judged").or_default() += 1;
                                     let late = execution.start - at;
                                     checked.liveness_worst = checked.liveness_worst.max(Some(late - behind));
                                     if late > bound {

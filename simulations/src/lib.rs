@@ -37,7 +37,7 @@ pub fn json_line(outcome: &Outcome, wall_ms: u128) -> String {
     serde_json::json!({
         "seed": outcome.options.seed,
         "nodes": outcome.options.nodes,
-        "simulated_seconds": outcome.options.simulated_seconds(),
+        "simulated_seconds": outcome.simulated.as_secs(),
         "fires": outcome.fires,
         "runs": outcome.runs,
         "violations": outcome.checked.violations.len(),

@@ -68,6 +68,13 @@ pub fn node_options(options: &SimOptions) -> SchedulerOptions {
 pub struct Outcome {
     /// The options it ran with.
     pub options: SimOptions,
+    /// Simulated time in all: both phases, with the liveness phase lengthened (see
+    /// [`Self::liveness_lengthened`]).
+    pub simulated: Duration,
+    /// How much longer than [`SimOptions::liveness`] the liveness phase ran: as far as a
+    /// clock had jumped ahead when the faults healed (the fires that far into the phase
+    /// are not judged, so the checker still judges a whole phase's worth).
+    pub liveness_lengthened: Duration,
     /// Runs caused by schedules, in the store's history (the runs retention deleted included).
     pub fires: u64,
     /// Every run in the store's history (the runs retention deleted included).
@@ -185,6 +192,9 @@ struct World {
     latency_windows: u32,
     /// How far ahead of its skew a node's clock had jumped when the faults healed.
     jumped_ahead: Duration,
+    /// When the simulation ends (offset from the epoch): both phases, the liveness phase
+    /// lengthened by [`Self::jumped_ahead`] when the faults heal.
+    end: Duration,
     unavailable_windows: u32,
     partitions: BTreeMap<String, u32>,
     /// Per job, its operations being retried after a refusal: the job's later operations
@@ -240,6 +250,7 @@ impl World {
             .collect();
         let clock_offsets =
             (plan.skew.iter().copied().min().unwrap_or_default(), plan.skew.iter().copied().max().unwrap_or_default());
+        let end = options.duration + options.liveness;
         let world = World {
             workload: workload::generate(&options),
             entropy: Entropy::from_seed(options.seed ^ 0x776f_726c_6400_0000),
@@ -260,6 +271,7 @@ impl World {
             safety_faults,
             latency_windows: 0,
             jumped_ahead: Duration::ZERO,
+            end,
             unavailable_windows: 0,
             partitions: BTreeMap::new(),
             retrying: BTreeMap::new(),
@@ -306,13 +318,9 @@ impl World {
             self.at(at, Action::Op(op));
         }
         self.at(self.options.duration, Action::EndSafety);
-        let end = self.options.duration + self.options.liveness;
-        let mut sample_at = SAMPLE_EVERY;
-        while sample_at < end {
-            self.at(sample_at, Action::Sample);
-            sample_at += SAMPLE_EVERY;
-        }
+        self.schedule_samples(SAMPLE_EVERY);
         loop {
+            let end = self.end;
             let next = self.timeline.keys().next().copied();
             let until = next.map_or(end, |(at, _)| at.min(end));
             let wait = until.saturating_sub(self.elapsed());
@@ -332,6 +340,15 @@ impl World {
             }
         }
         self.finish().await
+    }
+
+    /// Samples every [`SAMPLE_EVERY`] from `from` until the end.
+    fn schedule_samples(&mut self, from: Duration) {
+        let mut sample_at = from;
+        while sample_at < self.end {
+            self.at(sample_at, Action::Sample);
+            sample_at += SAMPLE_EVERY;
+        }
     }
 
     fn on_note(&mut self, note: Note) {
@@ -583,6 +600,20 @@ impl World {
             let ahead = (self.slots[slot].clock.offset() - skew).to_std().unwrap_or_default();
             self.jumped_ahead = self.jumped_ahead.max(ahead);
             self.slots[slot].clock.set_offset(skew);
+        }
+        if !self.jumped_ahead.is_zero() {
+            // Fires that far into the liveness phase may have run early or been skipped on
+            // a jumped clock, so the liveness checker judges only the fires after them: the
+            // phase is lengthened by as much, so that it judges as long as without jumps.
+            let longer = Duration::from_secs(self.jumped_ahead.as_secs_f64().ceil() as u64);
+            let old_end = self.end;
+            self.end += longer;
+            let next_sample = SAMPLE_EVERY * (old_end.as_secs().div_ceil(SAMPLE_EVERY.as_secs()) as u32);
+            self.schedule_samples(next_sample);
+            self.world(format!(
+                "liveness phase lengthened by {}s: a clock had jumped that far ahead",
+                longer.as_secs()
+            ));
         }
         self.safety_faults = KvFaults::default();
         self.kv.set_faults(KvFaults::default());
@@ -880,8 +911,11 @@ impl World {
                 running.scheduler.actor().kill();
             }
         }
+        let liveness_lengthened = self.end.saturating_sub(self.options.duration + self.options.liveness);
         Outcome {
             options: self.options,
+            simulated: self.end,
+            liveness_lengthened,
             fires,
             runs: history.len() as u64,
             events: events.len(),

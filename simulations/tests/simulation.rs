@@ -76,6 +76,23 @@ fn no_poller_keeps_cycling_for_fires_it_leaves_waiting() {
     }
 }
 
+#[test]
+fn the_liveness_phase_judges_fires_after_clocks_jumped_far_ahead() {
+    // A clock that jumped ahead ran (or skipped as misfires) the fires that far into the
+    // liveness phase, so the checker judges only the fires after them; with jumps adding
+    // up past the phase's 15 minutes it judged none. The phase is lengthened by the jump.
+    let faults = Faults::parse("clock-jump=40").expect("a valid fault list");
+    let overrides =
+        Overrides { duration: Some(Duration::from_secs(3600)), faults: Some(faults), ..Overrides::default() };
+    let outcome = run(2, &overrides);
+    assert_clean(&outcome);
+    let phase = outcome.options.liveness;
+    assert!(outcome.liveness_lengthened > phase, "jumps add up past the phase: {:?}", outcome.liveness_lengthened);
+    assert_eq!(outcome.simulated, outcome.options.duration + phase + outcome.liveness_lengthened);
+    let judged = outcome.checked.checked.get("liveness fires judged").copied().unwrap_or(0);
+    assert!(judged >= 100, "{judged} fires judged");
+}
+
 /// The contention-heavy mix the broken-store check uses: many crashes and partitions, so
 /// nodes often take over each other's late fires at the same moment.
 fn contention() -> Overrides {

@@ -156,11 +156,17 @@ fn run_seed(seed: u64, overrides: &Overrides, trace: bool) -> Report {
             line(format_args!("trace {t}"));
         }
     }
-    let speed = outcome.options.simulated_seconds() as f64 * 1000.0 / wall_ms.max(1) as f64;
+    let speed = outcome.simulated.as_secs_f64() * 1000.0 / wall_ms.max(1) as f64;
     line(format_args!(
         "summary: {} fires, {} runs, {} events; {:.0}x real time ({wall_ms} ms wall)",
         outcome.fires, outcome.runs, outcome.events, speed
     ));
+    if !outcome.liveness_lengthened.is_zero() {
+        line(format_args!(
+            "  liveness phase lengthened by {} s: a clock had jumped that far ahead when the faults healed",
+            outcome.liveness_lengthened.as_secs()
+        ));
+    }
     for (what, count) in &outcome.counts {
         line(format_args!("  {what}: {count}"));
     }
