@@ -161,6 +161,9 @@ pub enum BrokenStore {
     EarlyMisfire,
     /// Retention deletes runs that ended half the retention ago, so history is lost early.
     EarlyRetention,
+    /// A trigger whose schedule an operation changed is written without a next fire, so
+    /// it never fires again.
+    RescheduleStalls,
 }
 
 /// The job store over a [`Kv`]. Cheap to clone.

@@ -11,6 +11,7 @@ use sundial::job::{JobDefinition, MisfirePolicy, RunCause, RunState};
 use sundial::name::JobName;
 use sundial::schedule::{PreviousFire, ScheduleKind};
 use sundial::store::records::RunRecord;
+use sundial::store::JobStatus;
 use sundial::time::{add_duration, from_micros};
 use uuid::Uuid;
 
@@ -60,6 +61,13 @@ pub struct Inputs<'a> {
     /// by the first sample. Their fires do not follow from the epoch, so they are not
     /// accounted for.
     pub late_jobs: &'a BTreeSet<JobName>,
+    /// Every job in the store at the end, with its definition and pause states then.
+    pub final_jobs: &'a [JobStatus],
+    /// Per job, when (true time) the last operation on it (schedule, unschedule, restore,
+    /// pause or resume, of the job or a trigger) returned, whatever its outcome.
+    pub changed_at: &'a BTreeMap<JobName, DateTime<Utc>>,
+    /// Jobs with operations still waiting or retried at the end.
+    pub in_flux: &'a BTreeSet<JobName>,
 }
 
 /// A run a node's store deleted, as the deleting transaction read it (kept by the world
@@ -440,8 +448,9 @@ fn fires_accounted(
     // A node whose clock is behind takes its fires that much later in true time (and if
     // every node is behind, no other takes them first): the bound allows for it.
     let behind = skews.iter().map(|s| -*s).max().unwrap_or_default().max(TimeDelta::zero());
-    let bound = TimeDelta::from_std(LIVENESS_BOUND).unwrap_or_default() + behind;
-    let horizon = inputs.end - bound;
+    let liveness =
+        Liveness { executions, behind, bound: TimeDelta::from_std(LIVENESS_BOUND).unwrap_or_default() + behind };
+    let horizon = inputs.end - liveness.bound;
     let mut ran: BTreeMap<(&str, &str), Vec<&RunRecord>> = BTreeMap::new();
     for run in inputs.history.iter().filter(|r| r.cause == RunCause::Schedule && !r.local) {
         if let Some(trigger) = &run.trigger {
@@ -515,22 +524,7 @@ fn fires_accounted(
                             checked.violations.push(format!("{label} (RunAll): the fire at {at} never ran"));
                         }
                         if timely && at >= lateness_from {
-                            match run.and_then(|id| executions.get(id)) {
-                                None => checked.violations.push(format!(
-                                    "{label}: the fire at {at} (liveness phase) did not start by the end"
-                                )),
-                                Some(execution) => {
-                                    *checked.checked.entry("liveness fires judged").or_default() += 1;
-                                    let late = execution.start - at;
-                                    checked.liveness_worst = checked.liveness_worst.max(Some(late - behind));
-                                    if late > bound {
-                                        checked.violations.push(format!(
-                                            "{label}: the fire at {at} (liveness phase) started late, at {}",
-                                            execution.start
-                                        ));
-                                    }
-                                }
-                            }
+                            liveness.judge(&label, at, run, checked);
                         }
                         let previous = PreviousFire { scheduled_at: at, completed_at: at, fire_count: count };
                         next = trigger.schedule.next_fire(&previous, calendar);
@@ -578,6 +572,83 @@ fn fires_accounted(
                     checked.violations.push(format!("{label}: {} runs, more than its {limit} repeats", runs.len()));
                 }
                 _ => {}
+            }
+        }
+    }
+    changed_jobs_live(inputs, &ran, lateness_from, horizon, &liveness, checked);
+}
+
+/// The liveness rule for one fire: it started within the bound.
+struct Liveness<'e, 'a> {
+    executions: &'e BTreeMap<Uuid, Execution<'a>>,
+    /// The most any node's clock is behind.
+    behind: TimeDelta,
+    /// [`LIVENESS_BOUND`] plus `behind`.
+    bound: TimeDelta,
+}
+
+impl Liveness<'_, '_> {
+    /// Judges the fire of `label` at `at`, run as `run` (if it was).
+    fn judge(&self, label: &str, at: DateTime<Utc>, run: Option<&Uuid>, checked: &mut Checked) {
+        match run.and_then(|id| self.executions.get(id)) {
+            None => {
+                checked.violations.push(format!("{label}: the fire at {at} (liveness phase) did not start by the end"))
+            }
+            Some(execution) => {
+                *checked.checked.entry("liveness fires judged").or_default() += 1;
+                let late = execution.start - at;
+                checked.liveness_worst = checked.liveness_worst.max(Some(late - self.behind));
+                if late > self.bound {
+                    checked.violations.push(format!(
+                        "{label}: the fire at {at} (liveness phase) started late, at {}",
+                        execution.start
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// The liveness rule for the jobs operations changed, which the accounting leaves out (their
+/// fires do not follow from one definition): the fires of the definition in force at the
+/// end, from [`CATCH_UP`] after the last operation on the job returned (none pending then).
+fn changed_jobs_live(
+    inputs: &Inputs<'_>,
+    ran: &BTreeMap<(&str, &str), Vec<&RunRecord>>,
+    lateness_from: DateTime<Utc>,
+    horizon: DateTime<Utc>,
+    liveness: &Liveness<'_, '_>,
+    checked: &mut Checked,
+) {
+    let calendars = crate::world_calendars();
+    for status in inputs.final_jobs {
+        let def = &status.definition;
+        let judged = inputs.workload.changed.contains(&def.name)
+            && !inputs.in_flux.contains(&def.name)
+            && !inputs.late_jobs.contains(&def.name)
+            && def.allow_concurrent
+            && !def.run_on_every_instance
+            && !status.paused;
+        let Some(changed) = inputs.changed_at.get(&def.name).filter(|_| judged) else { continue };
+        let from = lateness_from.max(add_duration(*changed, CATCH_UP));
+        for trigger in &def.triggers {
+            let paused = status.triggers.iter().any(|t| t.name == trigger.name.as_str() && t.paused);
+            let cron = matches!(trigger.schedule.kind, ScheduleKind::Cron { .. });
+            if paused || !cron || trigger.misfire == MisfirePolicy::RunAll {
+                continue;
+            }
+            let runs = ran.get(&(def.name.as_str(), trigger.name.as_str())).map_or(&[][..], Vec::as_slice);
+            let scheduled: BTreeMap<i64, Uuid> = runs.iter().map(|r| (r.scheduled_us, r.id)).collect();
+            let calendar = trigger.schedule.calendar.as_ref().and_then(|c| calendars.get(c));
+            let label = format!("{}/{} (changed)", def.name, trigger.name);
+            let mut next = trigger.schedule.first_fire(from, calendar);
+            let mut count = 0u32;
+            while let Some(at) = next.filter(|at| *at <= horizon) {
+                count += 1;
+                *checked.checked.entry("liveness fires of changed jobs").or_default() += 1;
+                liveness.judge(&label, at, scheduled.get(&at.timestamp_micros()), checked);
+                let previous = PreviousFire { scheduled_at: at, completed_at: at, fire_count: count };
+                next = trigger.schedule.next_fire(&previous, calendar);
             }
         }
     }

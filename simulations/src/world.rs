@@ -207,6 +207,8 @@ struct World {
     /// Jobs the store took only late: runtime jobs whose first scheduling it refused, code
     /// jobs not written by the first sample (see `check::Inputs`).
     late_jobs: BTreeSet<sundial::name::JobName>,
+    /// Per job, when the last operation on it returned (see `check::Inputs::changed_at`).
+    changed_at: BTreeMap<sundial::name::JobName, DateTime<Utc>>,
     /// Whether the first sample looked for the code jobs.
     code_jobs_checked: bool,
     /// Runs the nodes' stores deleted (history retention), by id, with the record and the
@@ -277,6 +279,7 @@ impl World {
             retrying: BTreeMap::new(),
             held: BTreeMap::new(),
             late_jobs: BTreeSet::new(),
+            changed_at: BTreeMap::new(),
             code_jobs_checked: false,
             deleted: Arc::default(),
             clock_offsets,
@@ -691,6 +694,10 @@ impl World {
                 outcome(format!("cancel {run} via {}", scheduler.node_id()), scheduler.cancel_run(run).await)
             }
         };
+        if let Some(job) = job.clone() {
+            // Whatever the outcome: a commit reported as failed may have landed.
+            self.changed_at.insert(job, self.truth.now());
+        }
         if refused {
             self.world(format!("{text}; again in 10s"));
             self.refused(op, retry);
@@ -859,6 +866,9 @@ impl World {
             jumped_ahead: self.jumped_ahead,
             end,
             late_jobs: &self.late_jobs,
+            final_jobs: &statuses,
+            changed_at: &self.changed_at,
+            in_flux: &self.retrying.keys().chain(self.held.keys()).cloned().collect(),
         });
         let mut trace = Trace::new(self.options.keep_trace);
         for event in &events {

@@ -125,6 +125,21 @@ fn a_store_that_misfires_too_early_is_caught_within_a_handful_of_seeds() {
 }
 
 #[test]
+fn a_store_that_stalls_rescheduled_triggers_is_caught_by_the_liveness_rule() {
+    // Jobs an operation changed are judged by the definition in force at the end, from a
+    // while after the last operation on them: a trigger whose new schedule never fires is
+    // a fire that did not start. (Before, changed jobs were not judged at all.)
+    let quiet = Overrides { faults: Some(Faults::none()), ..Overrides::default() };
+    let broken = Overrides { broken_store: Some(BrokenStore::RescheduleStalls), ..quiet.clone() };
+    let caught = (1..=4).find(|seed| {
+        let violations = run(*seed, &broken).checked.violations;
+        violations.iter().any(|v| v.contains("(changed)") && v.contains("did not start"))
+    });
+    let seed = caught.expect("four seeds missed a store whose rescheduled triggers never fire");
+    assert_clean(&run(seed, &quiet));
+}
+
+#[test]
 fn a_store_that_deletes_history_early_is_caught_within_a_handful_of_seeds() {
     // Retention at half its length: runs vanish before their time, which the history
     // checker measures against the runs' ends in true time.

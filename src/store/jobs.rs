@@ -152,6 +152,10 @@ impl<K: Kv> KvJobStore<K> {
             None => {
                 let calendar = trigger.schedule.calendar.as_ref().and_then(|name| self.calendars.get(name));
                 let next = trigger.schedule.first_fire(now, calendar);
+                #[cfg(feature = "test-hooks")]
+                let next = next.filter(|_| {
+                    previous.is_none() || self.options.broken != Some(super::BrokenStore::RescheduleStalls)
+                });
                 TriggerRecord {
                     job: def.name.to_string(),
                     name: trigger.name.to_string(),

@@ -228,6 +228,7 @@ fn describe_options(options: &SimOptions) -> String {
         Some(BrokenStore::AcquireWithoutConflictCheck) => " broken-store=conflict-check",
         Some(BrokenStore::EarlyMisfire) => " broken-store=early-misfire",
         Some(BrokenStore::EarlyRetention) => " broken-store=early-retention",
+        Some(BrokenStore::RescheduleStalls) => " broken-store=reschedule-stalls",
         None => "",
     };
     format!(
@@ -259,6 +260,9 @@ fn parse_broken(text: &str) -> Result<BrokenStore, String> {
         "conflict-check" => Ok(BrokenStore::AcquireWithoutConflictCheck),
         "early-misfire" => Ok(BrokenStore::EarlyMisfire),
         "early-retention" => Ok(BrokenStore::EarlyRetention),
-        other => Err(format!("'{other}' is not a store bug here (conflict-check, early-misfire, early-retention)")),
+        "reschedule-stalls" => Ok(BrokenStore::RescheduleStalls),
+        other => Err(format!(
+            "'{other}' is not a store bug here (conflict-check, early-misfire, early-retention, reschedule-stalls)"
+        )),
     }
 }
