@@ -164,6 +164,8 @@ pub enum BrokenStore {
     /// A trigger whose schedule an operation changed is written without a next fire, so
     /// it never fires again.
     RescheduleStalls,
+    /// An interval trigger whose run ended waits two intervals, not one.
+    IntervalTwice,
 }
 
 /// The job store over a [`Kv`]. Cheap to clone.

@@ -568,6 +568,26 @@ fn fires_accounted(
                         }
                     }
                 }
+                ScheduleKind::Every { repeat_count: None, .. }
+                    if def.allow_concurrent && !paused.contains(&def.name) =>
+                {
+                    // A run that ended by itself re-armed its trigger one interval after
+                    // its end (or its scheduled time, if later): in the liveness phase that
+                    // fire starts within the bound.
+                    for run in runs.iter().filter(|r| r.state.is_final() && r.state != RunState::Lost) {
+                        let Some(finished) = run.finished_us.map(time) else { continue };
+                        let previous = PreviousFire {
+                            scheduled_at: time(run.scheduled_us),
+                            completed_at: finished,
+                            fire_count: 0,
+                        };
+                        let Some(at) = trigger.schedule.next_fire(&previous, calendar) else { continue };
+                        if at >= lateness_from && at <= horizon {
+                            *checked.checked.entry("interval fires judged").or_default() += 1;
+                            liveness.judge(&label, at, scheduled.get(&at.timestamp_micros()), checked);
+                        }
+                    }
+                }
                 ScheduleKind::Every { repeat_count: Some(limit), .. } if runs.len() > *limit as usize => {
                     checked.violations.push(format!("{label}: {} runs, more than its {limit} repeats", runs.len()));
                 }

@@ -140,6 +140,23 @@ fn a_store_that_stalls_rescheduled_triggers_is_caught_by_the_liveness_rule() {
 }
 
 #[test]
+fn a_store_that_rearms_intervals_late_is_caught_by_the_liveness_rule() {
+    // An interval trigger's next fire is one interval after its run ended: in the liveness
+    // phase the checker expects a run at exactly that time, so one two intervals on shows
+    // as a fire that did not start.
+    let quiet = Overrides { faults: Some(Faults::none()), ..minutes(60) };
+    let broken = Overrides { broken_store: Some(BrokenStore::IntervalTwice), ..quiet.clone() };
+    let caught = (1..=4).find(|seed| {
+        let violations = run(*seed, &broken).checked.violations;
+        violations.iter().any(|v| v.contains("did not start"))
+    });
+    let seed = caught.expect("four seeds missed a store that re-arms interval triggers late");
+    let outcome = run(seed, &quiet);
+    assert_clean(&outcome);
+    assert!(outcome.checked.checked["interval fires judged"] > 0, "seed {seed}: interval fires were judged");
+}
+
+#[test]
 fn a_store_that_deletes_history_early_is_caught_within_a_handful_of_seeds() {
     // Retention at half its length: runs vanish before their time, which the history
     // checker measures against the runs' ends in true time.

@@ -348,6 +348,13 @@ impl<K: Kv> KvJobStore<K> {
                     Some(reason) => Some(reason),
                     None => {
                         let calendar = schedule.calendar.as_ref().and_then(|name| self.calendars.get(name));
+                        #[cfg(feature = "test-hooks")]
+                        let finished = match (self.options.broken, &schedule.kind) {
+                            (Some(super::BrokenStore::IntervalTwice), ScheduleKind::Every { interval, .. }) => {
+                                crate::time::add_duration(finished, *interval)
+                            }
+                            _ => finished,
+                        };
                         let previous = PreviousFire {
                             scheduled_at: instant(run.scheduled_us)?,
                             completed_at: finished,

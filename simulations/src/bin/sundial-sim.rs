@@ -229,6 +229,7 @@ fn describe_options(options: &SimOptions) -> String {
         Some(BrokenStore::EarlyMisfire) => " broken-store=early-misfire",
         Some(BrokenStore::EarlyRetention) => " broken-store=early-retention",
         Some(BrokenStore::RescheduleStalls) => " broken-store=reschedule-stalls",
+        Some(BrokenStore::IntervalTwice) => " broken-store=interval-twice",
         None => "",
     };
     format!(
@@ -261,8 +262,10 @@ fn parse_broken(text: &str) -> Result<BrokenStore, String> {
         "early-misfire" => Ok(BrokenStore::EarlyMisfire),
         "early-retention" => Ok(BrokenStore::EarlyRetention),
         "reschedule-stalls" => Ok(BrokenStore::RescheduleStalls),
+        "interval-twice" => Ok(BrokenStore::IntervalTwice),
         other => Err(format!(
-            "'{other}' is not a store bug here (conflict-check, early-misfire, early-retention, reschedule-stalls)"
+            "'{other}' is not a store bug here (conflict-check, early-misfire, early-retention, reschedule-stalls, \
+             interval-twice)"
         )),
     }
 }
