@@ -501,7 +501,7 @@ fn fires_accounted(
                     // the end, so every fire up to the latest one run must have run.
                     let strict = trigger.misfire == MisfirePolicy::RunAll;
                     let caught_up = scheduled.keys().next_back().copied().unwrap_or(i64::MIN);
-                    let timely = def.allow_concurrent && trigger.misfire != MisfirePolicy::RunAll;
+                    let timely = def.allow_concurrent;
                     let from = settled.timestamp_micros();
                     let mut next = trigger.schedule.first_fire(settled, calendar);
                     let mut count = 0u32;
@@ -654,7 +654,7 @@ fn changed_jobs_live(
         for trigger in &def.triggers {
             let paused = status.triggers.iter().any(|t| t.name == trigger.name.as_str() && t.paused);
             let cron = matches!(trigger.schedule.kind, ScheduleKind::Cron { .. });
-            if paused || !cron || trigger.misfire == MisfirePolicy::RunAll {
+            if paused || !cron {
                 continue;
             }
             let runs = ran.get(&(def.name.as_str(), trigger.name.as_str())).map_or(&[][..], Vec::as_slice);
