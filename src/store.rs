@@ -166,6 +166,9 @@ pub enum BrokenStore {
     RescheduleStalls,
     /// An interval trigger whose run ended waits two intervals, not one.
     IntervalTwice,
+    /// No local run is recorded (as if its job were no longer local), so local jobs never
+    /// run.
+    LocalRunsRefused,
 }
 
 /// The job store over a [`Kv`]. Cheap to clone.

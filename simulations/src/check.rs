@@ -63,6 +63,8 @@ pub struct Inputs<'a> {
     pub late_jobs: &'a BTreeSet<JobName>,
     /// Every job in the store at the end, with its definition and pause states then.
     pub final_jobs: &'a [JobStatus],
+    /// The nodes alive at the end, with when (true time) each started.
+    pub live_since: &'a BTreeMap<String, DateTime<Utc>>,
     /// Per job, when (true time) the last operation on it (schedule, unschedule, restore,
     /// pause or resume, of the job or a trigger) returned, whatever its outcome.
     pub changed_at: &'a BTreeMap<JobName, DateTime<Utc>>,
@@ -452,9 +454,15 @@ fn fires_accounted(
         Liveness { executions, behind, bound: TimeDelta::from_std(LIVENESS_BOUND).unwrap_or_default() + behind };
     let horizon = inputs.end - liveness.bound;
     let mut ran: BTreeMap<(&str, &str), Vec<&RunRecord>> = BTreeMap::new();
-    for run in inputs.history.iter().filter(|r| r.cause == RunCause::Schedule && !r.local) {
+    // Local runs, by node.
+    let mut ran_here: BTreeMap<(&str, &str, &str), BTreeMap<i64, Uuid>> = BTreeMap::new();
+    for run in inputs.history.iter().filter(|r| r.cause == RunCause::Schedule) {
         if let Some(trigger) = &run.trigger {
-            ran.entry((&run.job, trigger)).or_default().push(run);
+            if run.local {
+                ran_here.entry((&run.job, trigger, &run.node)).or_default().insert(run.scheduled_us, run.id);
+            } else {
+                ran.entry((&run.job, trigger)).or_default().push(run);
+            }
         }
     }
     let lateness_from = add_duration(inputs.liveness_from, CATCH_UP + inputs.jumped_ahead);
@@ -487,7 +495,17 @@ fn fires_accounted(
             *checked.checked.entry("jobs created late (fires not accounted)").or_default() += 1;
             continue;
         }
-        if inputs.workload.changed.contains(&def.name) || def.run_on_every_instance {
+        if inputs.workload.changed.contains(&def.name) {
+            continue;
+        }
+        if def.run_on_every_instance {
+            let from = inputs
+                .changed_at
+                .get(&def.name)
+                .map_or(lateness_from, |at| lateness_from.max(add_duration(*at, CATCH_UP)));
+            if def.allow_concurrent {
+                local_jobs_live(inputs, def, &ran_here, from, horizon, &liveness, checked);
+            }
             continue;
         }
         for trigger in &def.triggers {
@@ -596,6 +614,45 @@ fn fires_accounted(
         }
     }
     changed_jobs_live(inputs, &ran, lateness_from, horizon, &liveness, checked);
+}
+
+/// The liveness rule for a local job: each fire of its cron triggers from `from` runs on
+/// every node alive at the end, from [`CATCH_UP`] after the node started.
+fn local_jobs_live(
+    inputs: &Inputs<'_>,
+    def: &JobDefinition,
+    ran_here: &BTreeMap<(&str, &str, &str), BTreeMap<i64, Uuid>>,
+    from: DateTime<Utc>,
+    horizon: DateTime<Utc>,
+    liveness: &Liveness<'_, '_>,
+    checked: &mut Checked,
+) {
+    let calendars = crate::world_calendars();
+    let status = inputs.final_jobs.iter().find(|s| s.definition.name == def.name);
+    if status.is_none_or(|s| s.paused) {
+        return;
+    }
+    for trigger in &def.triggers {
+        let paused = status.is_some_and(|s| s.triggers.iter().any(|t| t.name == trigger.name.as_str() && t.paused));
+        if paused || !matches!(trigger.schedule.kind, ScheduleKind::Cron { .. }) {
+            continue;
+        }
+        let calendar = trigger.schedule.calendar.as_ref().and_then(|c| calendars.get(c));
+        for (node, started) in inputs.live_since {
+            let from = from.max(add_duration(*started, CATCH_UP));
+            let runs = ran_here.get(&(def.name.as_str(), trigger.name.as_str(), node.as_str()));
+            let label = format!("{}/{} on {node} (local)", def.name, trigger.name);
+            let mut next = trigger.schedule.first_fire(from, calendar);
+            let mut count = 0u32;
+            while let Some(at) = next.filter(|at| *at <= horizon) {
+                count += 1;
+                *checked.checked.entry("liveness fires of local jobs").or_default() += 1;
+                liveness.judge(&label, at, runs.and_then(|r| r.get(&at.timestamp_micros())), checked);
+                let previous = PreviousFire { scheduled_at: at, completed_at: at, fire_count: count };
+                next = trigger.schedule.next_fire(&previous, calendar);
+            }
+        }
+    }
 }
 
 /// The liveness rule for one fire: it started within the bound.

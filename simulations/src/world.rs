@@ -130,6 +130,8 @@ struct Running {
     scheduler: JobScheduler<Store>,
     incarnation: Arc<Incarnation>,
     client: String,
+    /// When (true time) it started.
+    started: DateTime<Utc>,
 }
 
 struct Slot {
@@ -450,7 +452,8 @@ impl World {
                 scheduler.serve();
                 self.world(format!("start {node_id}#{number} (slot {slot})"));
                 self.count("node starts");
-                self.slots[slot].running = Some(Running { scheduler, incarnation, client });
+                let started = self.truth.now();
+                self.slots[slot].running = Some(Running { scheduler, incarnation, client, started });
                 self.slots[slot].acquisitions_sampled = 0;
             }
             Err(error) => self.world(format!("start {node_id}#{number} failed: {error}")),
@@ -867,6 +870,11 @@ impl World {
             end,
             late_jobs: &self.late_jobs,
             final_jobs: &statuses,
+            live_since: &self
+                .slots
+                .iter()
+                .filter_map(|s| s.running.as_ref().map(|r| (r.incarnation.node.clone(), r.started)))
+                .collect(),
             changed_at: &self.changed_at,
             in_flux: &self.retrying.keys().chain(self.held.keys()).cloned().collect(),
         });

@@ -157,6 +157,22 @@ fn a_store_that_rearms_intervals_late_is_caught_by_the_liveness_rule() {
 }
 
 #[test]
+fn a_store_that_never_records_local_runs_is_caught_by_the_liveness_rule() {
+    // Local jobs run on every node: in the liveness phase each fire of their cron triggers
+    // must run on every node alive then. (Before, no checker looked for local fires.)
+    let quiet = Overrides { faults: Some(Faults::none()), ..minutes(30) };
+    let broken = Overrides { broken_store: Some(BrokenStore::LocalRunsRefused), ..quiet.clone() };
+    let caught = (1..=4).find(|seed| {
+        let violations = run(*seed, &broken).checked.violations;
+        violations.iter().any(|v| v.contains("(local)") && v.contains("did not start"))
+    });
+    let seed = caught.expect("four seeds missed a store under which local jobs never run");
+    let outcome = run(seed, &quiet);
+    assert_clean(&outcome);
+    assert!(outcome.checked.checked["liveness fires of local jobs"] > 0, "seed {seed}: local fires were judged");
+}
+
+#[test]
 fn a_store_that_deletes_history_early_is_caught_within_a_handful_of_seeds() {
     // Retention at half its length: runs vanish before their time, which the history
     // checker measures against the runs' ends in true time.

@@ -367,6 +367,10 @@ impl<K: Kv> KvJobStore<K> {
             if !tx.job(job_run.job.as_str()).await?.is_some_and(|job| job.run_on_every_instance) {
                 return Ok(false);
             }
+            #[cfg(feature = "test-hooks")]
+            if self.options.broken == Some(super::BrokenStore::LocalRunsRefused) {
+                return Ok(false);
+            }
             self.make_room(&tx).await?;
             let record = RunRecord::running(job_run, node, now, false, true);
             tx.put_run(None, &record);

@@ -230,6 +230,7 @@ fn describe_options(options: &SimOptions) -> String {
         Some(BrokenStore::EarlyRetention) => " broken-store=early-retention",
         Some(BrokenStore::RescheduleStalls) => " broken-store=reschedule-stalls",
         Some(BrokenStore::IntervalTwice) => " broken-store=interval-twice",
+        Some(BrokenStore::LocalRunsRefused) => " broken-store=local-refused",
         None => "",
     };
     format!(
@@ -263,9 +264,10 @@ fn parse_broken(text: &str) -> Result<BrokenStore, String> {
         "early-retention" => Ok(BrokenStore::EarlyRetention),
         "reschedule-stalls" => Ok(BrokenStore::RescheduleStalls),
         "interval-twice" => Ok(BrokenStore::IntervalTwice),
+        "local-refused" => Ok(BrokenStore::LocalRunsRefused),
         other => Err(format!(
             "'{other}' is not a store bug here (conflict-check, early-misfire, early-retention, reschedule-stalls, \
-             interval-twice)"
+             interval-twice, local-refused)"
         )),
     }
 }
