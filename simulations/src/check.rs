@@ -7,9 +7,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
+use sundial::calendar::JobCalendar;
 use sundial::job::{JobDefinition, MisfirePolicy, RunCause, RunState};
 use sundial::name::JobName;
-use sundial::schedule::{PreviousFire, ScheduleKind};
+use sundial::schedule::{JobSchedule, PreviousFire, ScheduleKind};
 use sundial::store::records::RunRecord;
 use sundial::store::JobStatus;
 use sundial::time::{add_duration, from_micros};
@@ -435,8 +436,9 @@ fn excused_overlap(
 /// Every fire of a stable trigger is accounted for: `RunAll` cron triggers run every fire
 /// exactly at its time, in order (no gap before the latest fire run); `once` triggers fire once (at most once with `Skip`); `every … xN`
 /// triggers at most N times; and in the liveness phase every fire of a concurrent job's
-/// cron trigger starts within [`LIVENESS_BOUND`] of its time (plus the most any node's clock
-/// is behind).
+/// cron trigger, and each interval fire after its trigger's run ended, starts within
+/// [`LIVENESS_BOUND`] of its time (plus the most any node's clock is behind): on every node
+/// alive then for a local job, by its final definition for a job operations changed.
 fn fires_accounted(
     inputs: &Inputs<'_>,
     definitions: &BTreeMap<&JobName, &JobDefinition>,
@@ -450,9 +452,9 @@ fn fires_accounted(
     // A node whose clock is behind takes its fires that much later in true time (and if
     // every node is behind, no other takes them first): the bound allows for it.
     let behind = skews.iter().map(|s| -*s).max().unwrap_or_default().max(TimeDelta::zero());
-    let liveness =
-        Liveness { executions, behind, bound: TimeDelta::from_std(LIVENESS_BOUND).unwrap_or_default() + behind };
-    let horizon = inputs.end - liveness.bound;
+    let bound = TimeDelta::from_std(LIVENESS_BOUND).unwrap_or_default() + behind;
+    let horizon = inputs.end - bound;
+    let liveness = Liveness { executions, behind, bound, horizon };
     let mut ran: BTreeMap<(&str, &str), Vec<&RunRecord>> = BTreeMap::new();
     // Local runs, by node.
     let mut ran_here: BTreeMap<(&str, &str, &str), BTreeMap<i64, Uuid>> = BTreeMap::new();
@@ -504,7 +506,7 @@ fn fires_accounted(
                 .get(&def.name)
                 .map_or(lateness_from, |at| lateness_from.max(add_duration(*at, CATCH_UP)));
             if def.allow_concurrent {
-                local_jobs_live(inputs, def, &ran_here, from, horizon, &liveness, checked);
+                local_jobs_live(inputs, def, &ran_here, from, &liveness, checked);
             }
             continue;
         }
@@ -613,7 +615,7 @@ fn fires_accounted(
             }
         }
     }
-    changed_jobs_live(inputs, &ran, lateness_from, horizon, &liveness, checked);
+    changed_jobs_live(inputs, &ran, lateness_from, &liveness, checked);
 }
 
 /// The liveness rule for a local job: each fire of its cron triggers from `from` runs on
@@ -623,7 +625,6 @@ fn local_jobs_live(
     def: &JobDefinition,
     ran_here: &BTreeMap<(&str, &str, &str), BTreeMap<i64, Uuid>>,
     from: DateTime<Utc>,
-    horizon: DateTime<Utc>,
     liveness: &Liveness<'_, '_>,
     checked: &mut Checked,
 ) {
@@ -642,29 +643,52 @@ fn local_jobs_live(
             let from = from.max(add_duration(*started, CATCH_UP));
             let runs = ran_here.get(&(def.name.as_str(), trigger.name.as_str(), node.as_str()));
             let label = format!("{}/{} on {node} (local)", def.name, trigger.name);
-            let mut next = trigger.schedule.first_fire(from, calendar);
-            let mut count = 0u32;
-            while let Some(at) = next.filter(|at| *at <= horizon) {
-                count += 1;
-                *checked.checked.entry("liveness fires of local jobs").or_default() += 1;
-                liveness.judge(&label, at, runs.and_then(|r| r.get(&at.timestamp_micros())), checked);
-                let previous = PreviousFire { scheduled_at: at, completed_at: at, fire_count: count };
-                next = trigger.schedule.next_fire(&previous, calendar);
-            }
+            let fires = Fires { schedule: &trigger.schedule, calendar, from };
+            liveness.judge_fires(&label, fires, runs, "liveness fires of local jobs", checked);
         }
     }
 }
 
-/// The liveness rule for one fire: it started within the bound.
+/// The liveness rule: a fire starts within the bound.
 struct Liveness<'e, 'a> {
     executions: &'e BTreeMap<Uuid, Execution<'a>>,
     /// The most any node's clock is behind.
     behind: TimeDelta,
     /// [`LIVENESS_BOUND`] plus `behind`.
     bound: TimeDelta,
+    /// The latest fire judged: one the bound before the end.
+    horizon: DateTime<Utc>,
+}
+
+/// The fires of a cron schedule after `from`.
+struct Fires<'s> {
+    schedule: &'s JobSchedule,
+    calendar: Option<&'s dyn JobCalendar>,
+    from: DateTime<Utc>,
 }
 
 impl Liveness<'_, '_> {
+    /// Judges each of `fires` up to the horizon, run as the run of `runs` scheduled at its
+    /// time (if any), counting them under `what`.
+    fn judge_fires(
+        &self,
+        label: &str,
+        fires: Fires<'_>,
+        runs: Option<&BTreeMap<i64, Uuid>>,
+        what: &'static str,
+        checked: &mut Checked,
+    ) {
+        let mut next = fires.schedule.first_fire(fires.from, fires.calendar);
+        let mut count = 0u32;
+        while let Some(at) = next.filter(|at| *at <= self.horizon) {
+            count += 1;
+            *checked.checked.entry(what).or_default() += 1;
+            self.judge(label, at, runs.and_then(|r| r.get(&at.timestamp_micros())), checked);
+            let previous = PreviousFire { scheduled_at: at, completed_at: at, fire_count: count };
+            next = fires.schedule.next_fire(&previous, fires.calendar);
+        }
+    }
+
     /// Judges the fire of `label` at `at`, run as `run` (if it was).
     fn judge(&self, label: &str, at: DateTime<Utc>, run: Option<&Uuid>, checked: &mut Checked) {
         match run.and_then(|id| self.executions.get(id)) {
@@ -693,7 +717,6 @@ fn changed_jobs_live(
     inputs: &Inputs<'_>,
     ran: &BTreeMap<(&str, &str), Vec<&RunRecord>>,
     lateness_from: DateTime<Utc>,
-    horizon: DateTime<Utc>,
     liveness: &Liveness<'_, '_>,
     checked: &mut Checked,
 ) {
@@ -718,15 +741,8 @@ fn changed_jobs_live(
             let scheduled: BTreeMap<i64, Uuid> = runs.iter().map(|r| (r.scheduled_us, r.id)).collect();
             let calendar = trigger.schedule.calendar.as_ref().and_then(|c| calendars.get(c));
             let label = format!("{}/{} (changed)", def.name, trigger.name);
-            let mut next = trigger.schedule.first_fire(from, calendar);
-            let mut count = 0u32;
-            while let Some(at) = next.filter(|at| *at <= horizon) {
-                count += 1;
-                *checked.checked.entry("liveness fires of changed jobs").or_default() += 1;
-                liveness.judge(&label, at, scheduled.get(&at.timestamp_micros()), checked);
-                let previous = PreviousFire { scheduled_at: at, completed_at: at, fire_count: count };
-                next = trigger.schedule.next_fire(&previous, calendar);
-            }
+            let fires = Fires { schedule: &trigger.schedule, calendar, from };
+            liveness.judge_fires(&label, fires, Some(&scheduled), "liveness fires of changed jobs", checked);
         }
     }
 }
