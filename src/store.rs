@@ -169,6 +169,8 @@ pub enum BrokenStore {
     /// No local run is recorded (as if its job were no longer local), so local jobs never
     /// run.
     LocalRunsRefused,
+    /// A run's end frees its job's slot but leaves the job's blocked triggers blocked.
+    UnblockLost,
 }
 
 /// The job store over a [`Kv`]. Cheap to clone.

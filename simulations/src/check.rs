@@ -26,6 +26,9 @@ const SETTLE: Duration = Duration::from_secs(30);
 /// The liveness phase's lateness rule applies from this long after the faults healed
 /// (nodes restart, leases expire, missed fires are caught up).
 const CATCH_UP: Duration = Duration::from_secs(180);
+/// A non-concurrent job's run that ended this long before a fire may still have held the
+/// job's slot in the store then (its completion commits after the job ended).
+const BUSY_MARGIN: Duration = Duration::from_secs(5);
 
 /// Everything the checkers read.
 #[derive(Debug)]
@@ -454,7 +457,8 @@ fn fires_accounted(
     let behind = skews.iter().map(|s| -*s).max().unwrap_or_default().max(TimeDelta::zero());
     let bound = TimeDelta::from_std(LIVENESS_BOUND).unwrap_or_default() + behind;
     let horizon = inputs.end - bound;
-    let liveness = Liveness { executions, behind, bound, horizon };
+    let ahead = skews.iter().copied().max().unwrap_or_default().max(TimeDelta::zero());
+    let liveness = Liveness { executions, behind, ahead, bound, horizon };
     let mut ran: BTreeMap<(&str, &str), Vec<&RunRecord>> = BTreeMap::new();
     // Local runs, by node.
     let mut ran_here: BTreeMap<(&str, &str, &str), BTreeMap<i64, Uuid>> = BTreeMap::new();
@@ -468,6 +472,20 @@ fn fires_accounted(
         }
     }
     let lateness_from = add_duration(inputs.liveness_from, CATCH_UP + inputs.jumped_ahead);
+    // What ran of each job in the liveness phase (and before, if still running then):
+    // whether a non-concurrent job was busy around a fire.
+    let since = lateness_from - TimeDelta::from_std(BUSY_MARGIN).unwrap_or_default() - liveness.ahead;
+    let mut spans: BTreeMap<&str, Vec<Span>> = BTreeMap::new();
+    for (id, execution) in executions {
+        if execution.end.is_none_or(|(end, _)| end >= since) {
+            let job = execution.facts.run.job.as_str();
+            spans.entry(job).or_default().push(Span {
+                start: execution.start,
+                end: execution.end.map(|(end, _)| end),
+                run: *id,
+            });
+        }
+    }
     // A job paused into the liveness phase is judged from its resume on.
     let mut resumed: BTreeMap<&JobName, Duration> = BTreeMap::new();
     let mut paused: BTreeSet<&JobName> = BTreeSet::new();
@@ -521,7 +539,7 @@ fn fires_accounted(
                     // the end, so every fire up to the latest one run must have run.
                     let strict = trigger.misfire == MisfirePolicy::RunAll;
                     let caught_up = scheduled.keys().next_back().copied().unwrap_or(i64::MIN);
-                    let timely = def.allow_concurrent;
+                    let spans = spans.get(def.name.as_str()).map_or(&[][..], Vec::as_slice);
                     let from = settled.timestamp_micros();
                     let mut next = trigger.schedule.first_fire(settled, calendar);
                     let mut count = 0u32;
@@ -543,8 +561,16 @@ fn fires_accounted(
                         if strict && run.is_none() && at.timestamp_micros() <= caught_up {
                             checked.violations.push(format!("{label} (RunAll): the fire at {at} never ran"));
                         }
-                        if timely && at >= lateness_from {
-                            liveness.judge(&label, at, run, checked);
+                        if at >= lateness_from {
+                            if def.allow_concurrent {
+                                liveness.judge(&label, at, run, checked);
+                            } else if !blocked(spans, at, run, &liveness) {
+                                // Not held back by another run of its job, a non-concurrent
+                                // job's fire runs as a concurrent one's would. (A blocked
+                                // fire waits, or is skipped as a misfire: not judged.)
+                                *checked.checked.entry("liveness fires of idle non-concurrent jobs").or_default() += 1;
+                                liveness.judge(&label, at, run, checked);
+                            }
                         }
                         let previous = PreviousFire { scheduled_at: at, completed_at: at, fire_count: count };
                         next = trigger.schedule.next_fire(&previous, calendar);
@@ -618,6 +644,26 @@ fn fires_accounted(
     changed_jobs_live(inputs, &ran, lateness_from, &liveness, checked);
 }
 
+/// When a run ran (true time; no end: still running at the end).
+struct Span {
+    start: DateTime<Utc>,
+    end: Option<DateTime<Utc>>,
+    run: Uuid,
+}
+
+/// Whether another run of a non-concurrent job (its runs' `spans`) may have
+/// held back its fire at `at`, run as `own` (if it was): one that ran at some time from
+/// [`BUSY_MARGIN`] and the most any node's clock is ahead before `at` until `own` started, or, if it never did, until the most
+/// any node's clock is behind (and a second) after `at`.
+fn blocked(spans: &[Span], at: DateTime<Utc>, own: Option<&Uuid>, liveness: &Liveness<'_, '_>) -> bool {
+    // A node whose clock is ahead saw the fire due (and the job busy) that much earlier.
+    let from = at - TimeDelta::from_std(BUSY_MARGIN).unwrap_or_default() - liveness.ahead;
+    let until = own
+        .and_then(|id| liveness.executions.get(id))
+        .map_or(at + liveness.behind + TimeDelta::seconds(1), |execution| execution.start);
+    spans.iter().any(|span| Some(&span.run) != own && span.start <= until && span.end.is_none_or(|end| end >= from))
+}
+
 /// The liveness rule for a local job: each fire of its cron triggers from `from` runs on
 /// every node alive at the end, from [`CATCH_UP`] after the node started.
 fn local_jobs_live(
@@ -654,6 +700,8 @@ struct Liveness<'e, 'a> {
     executions: &'e BTreeMap<Uuid, Execution<'a>>,
     /// The most any node's clock is behind.
     behind: TimeDelta,
+    /// The most any node's clock is ahead.
+    ahead: TimeDelta,
     /// [`LIVENESS_BOUND`] plus `behind`.
     bound: TimeDelta,
     /// The latest fire judged: one the bound before the end.

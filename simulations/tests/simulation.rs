@@ -173,6 +173,24 @@ fn a_store_that_never_records_local_runs_is_caught_by_the_liveness_rule() {
 }
 
 #[test]
+fn a_store_that_never_unblocks_triggers_is_caught_by_the_liveness_rule() {
+    // A non-concurrent job's fire that finds the job idle is not held back, so the
+    // liveness rule judges it: triggers left blocked after the run that blocked them ended
+    // stop firing. (Before, no checker judged non-concurrent jobs' fires for liveness.)
+    let quiet = Overrides { faults: Some(Faults::none()), ..minutes(30) };
+    let broken = Overrides { broken_store: Some(BrokenStore::UnblockLost), ..quiet.clone() };
+    let caught = (1..=4).find(|seed| {
+        let violations = run(*seed, &broken).checked.violations;
+        violations.iter().any(|v| v.contains("did not start"))
+    });
+    let seed = caught.expect("four seeds missed a store that leaves triggers blocked");
+    let outcome = run(seed, &quiet);
+    assert_clean(&outcome);
+    let judged = outcome.checked.checked["liveness fires of idle non-concurrent jobs"];
+    assert!(judged > 0, "seed {seed}: non-concurrent fires were judged");
+}
+
+#[test]
 fn a_store_that_deletes_history_early_is_caught_within_a_handful_of_seeds() {
     // Retention at half its length: runs vanish before their time, which the history
     // checker measures against the runs' ends in true time.

@@ -274,6 +274,10 @@ impl<K: Kv> KvJobStore<K> {
             // The job was deleted while this run held its slot.
             tx.txn.clear(&self.keys.slot(&run.job));
         }
+        #[cfg(feature = "test-hooks")]
+        if self.options.broken == Some(super::BrokenStore::UnblockLost) {
+            return Ok((false, None));
+        }
         self.unblock(tx, &run.job, job).await
     }
 

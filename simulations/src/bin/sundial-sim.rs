@@ -231,6 +231,7 @@ fn describe_options(options: &SimOptions) -> String {
         Some(BrokenStore::RescheduleStalls) => " broken-store=reschedule-stalls",
         Some(BrokenStore::IntervalTwice) => " broken-store=interval-twice",
         Some(BrokenStore::LocalRunsRefused) => " broken-store=local-refused",
+        Some(BrokenStore::UnblockLost) => " broken-store=unblock-lost",
         None => "",
     };
     format!(
@@ -265,9 +266,10 @@ fn parse_broken(text: &str) -> Result<BrokenStore, String> {
         "reschedule-stalls" => Ok(BrokenStore::RescheduleStalls),
         "interval-twice" => Ok(BrokenStore::IntervalTwice),
         "local-refused" => Ok(BrokenStore::LocalRunsRefused),
+        "unblock-lost" => Ok(BrokenStore::UnblockLost),
         other => Err(format!(
             "'{other}' is not a store bug here (conflict-check, early-misfire, early-retention, reschedule-stalls, \
-             interval-twice, local-refused)"
+             interval-twice, local-refused, unblock-lost)"
         )),
     }
 }
