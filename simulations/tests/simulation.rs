@@ -124,19 +124,33 @@ fn a_store_that_misfires_too_early_is_caught_within_a_handful_of_seeds() {
     }
 }
 
+/// Quiet options (no faults) for `minutes`, or the default duration.
+fn quiet(minutes_long: Option<u64>) -> Overrides {
+    let duration = minutes_long.map(|m| Duration::from_secs(m * 60));
+    Overrides { faults: Some(Faults::none()), duration, ..Overrides::default() }
+}
+
+/// The first of seeds 1-4 whose checkers, with `bug` in the store, report a fire that did
+/// not start, in a violation that contains `mark`; that seed must be clean with the correct
+/// store. Returns the clean run.
+fn caught_on_a_quiet_seed(options: &Overrides, bug: BrokenStore, mark: &str) -> Outcome {
+    let broken = Overrides { broken_store: Some(bug), ..options.clone() };
+    let caught = (1..=4).find(|seed| {
+        let violations = run(*seed, &broken).checked.violations;
+        violations.iter().any(|v| v.contains(mark) && v.contains("did not start"))
+    });
+    let seed = caught.unwrap_or_else(|| panic!("four seeds missed {bug:?}"));
+    let outcome = run(seed, options);
+    assert_clean(&outcome);
+    outcome
+}
+
 #[test]
 fn a_store_that_stalls_rescheduled_triggers_is_caught_by_the_liveness_rule() {
     // Jobs an operation changed are judged by the definition in force at the end, from a
     // while after the last operation on them: a trigger whose new schedule never fires is
     // a fire that did not start. (Before, changed jobs were not judged at all.)
-    let quiet = Overrides { faults: Some(Faults::none()), ..Overrides::default() };
-    let broken = Overrides { broken_store: Some(BrokenStore::RescheduleStalls), ..quiet.clone() };
-    let caught = (1..=4).find(|seed| {
-        let violations = run(*seed, &broken).checked.violations;
-        violations.iter().any(|v| v.contains("(changed)") && v.contains("did not start"))
-    });
-    let seed = caught.expect("four seeds missed a store whose rescheduled triggers never fire");
-    assert_clean(&run(seed, &quiet));
+    caught_on_a_quiet_seed(&quiet(None), BrokenStore::RescheduleStalls, "(changed)");
 }
 
 #[test]
@@ -144,32 +158,16 @@ fn a_store_that_rearms_intervals_late_is_caught_by_the_liveness_rule() {
     // An interval trigger's next fire is one interval after its run ended: in the liveness
     // phase the checker expects a run at exactly that time, so one two intervals on shows
     // as a fire that did not start.
-    let quiet = Overrides { faults: Some(Faults::none()), ..minutes(60) };
-    let broken = Overrides { broken_store: Some(BrokenStore::IntervalTwice), ..quiet.clone() };
-    let caught = (1..=4).find(|seed| {
-        let violations = run(*seed, &broken).checked.violations;
-        violations.iter().any(|v| v.contains("did not start"))
-    });
-    let seed = caught.expect("four seeds missed a store that re-arms interval triggers late");
-    let outcome = run(seed, &quiet);
-    assert_clean(&outcome);
-    assert!(outcome.checked.checked["interval fires judged"] > 0, "seed {seed}: interval fires were judged");
+    let outcome = caught_on_a_quiet_seed(&quiet(Some(60)), BrokenStore::IntervalTwice, "");
+    assert!(outcome.checked.checked["interval fires judged"] > 0, "interval fires were judged");
 }
 
 #[test]
 fn a_store_that_never_records_local_runs_is_caught_by_the_liveness_rule() {
     // Local jobs run on every node: in the liveness phase each fire of their cron triggers
     // must run on every node alive then. (Before, no checker looked for local fires.)
-    let quiet = Overrides { faults: Some(Faults::none()), ..minutes(30) };
-    let broken = Overrides { broken_store: Some(BrokenStore::LocalRunsRefused), ..quiet.clone() };
-    let caught = (1..=4).find(|seed| {
-        let violations = run(*seed, &broken).checked.violations;
-        violations.iter().any(|v| v.contains("(local)") && v.contains("did not start"))
-    });
-    let seed = caught.expect("four seeds missed a store under which local jobs never run");
-    let outcome = run(seed, &quiet);
-    assert_clean(&outcome);
-    assert!(outcome.checked.checked["liveness fires of local jobs"] > 0, "seed {seed}: local fires were judged");
+    let outcome = caught_on_a_quiet_seed(&quiet(Some(30)), BrokenStore::LocalRunsRefused, "(local)");
+    assert!(outcome.checked.checked["liveness fires of local jobs"] > 0, "local fires were judged");
 }
 
 #[test]
@@ -177,17 +175,9 @@ fn a_store_that_never_unblocks_triggers_is_caught_by_the_liveness_rule() {
     // A non-concurrent job's fire that finds the job idle is not held back, so the
     // liveness rule judges it: triggers left blocked after the run that blocked them ended
     // stop firing. (Before, no checker judged non-concurrent jobs' fires for liveness.)
-    let quiet = Overrides { faults: Some(Faults::none()), ..minutes(30) };
-    let broken = Overrides { broken_store: Some(BrokenStore::UnblockLost), ..quiet.clone() };
-    let caught = (1..=4).find(|seed| {
-        let violations = run(*seed, &broken).checked.violations;
-        violations.iter().any(|v| v.contains("did not start"))
-    });
-    let seed = caught.expect("four seeds missed a store that leaves triggers blocked");
-    let outcome = run(seed, &quiet);
-    assert_clean(&outcome);
+    let outcome = caught_on_a_quiet_seed(&quiet(Some(30)), BrokenStore::UnblockLost, "");
     let judged = outcome.checked.checked["liveness fires of idle non-concurrent jobs"];
-    assert!(judged > 0, "seed {seed}: non-concurrent fires were judged");
+    assert!(judged > 0, "non-concurrent fires were judged");
 }
 
 #[test]
