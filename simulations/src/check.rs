@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use sundial::calendar::JobCalendar;
+use sundial::calendar::{Calendars, JobCalendar};
 use sundial::job::{JobDefinition, MisfirePolicy, RunCause, RunState};
 use sundial::name::JobName;
 use sundial::schedule::{JobSchedule, PreviousFire, ScheduleKind};
@@ -524,7 +524,7 @@ fn fires_accounted(
                 .get(&def.name)
                 .map_or(lateness_from, |at| lateness_from.max(add_duration(*at, CATCH_UP)));
             if def.allow_concurrent {
-                local_jobs_live(inputs, def, &ran_here, from, &liveness, checked);
+                local_jobs_live(inputs, &calendars, def, &ran_here, from, &liveness, checked);
             }
             continue;
         }
@@ -641,7 +641,7 @@ fn fires_accounted(
             }
         }
     }
-    changed_jobs_live(inputs, &ran, lateness_from, &liveness, checked);
+    changed_jobs_live(inputs, &calendars, &ran, lateness_from, &liveness, checked);
 }
 
 /// When a run ran (true time; no end: still running at the end).
@@ -668,13 +668,13 @@ fn blocked(spans: &[Span], at: DateTime<Utc>, own: Option<&Uuid>, liveness: &Liv
 /// every node alive at the end, from [`CATCH_UP`] after the node started.
 fn local_jobs_live(
     inputs: &Inputs<'_>,
+    calendars: &Calendars,
     def: &JobDefinition,
     ran_here: &BTreeMap<(&str, &str, &str), BTreeMap<i64, Uuid>>,
     from: DateTime<Utc>,
     liveness: &Liveness<'_, '_>,
     checked: &mut Checked,
 ) {
-    let calendars = crate::world_calendars();
     let status = inputs.final_jobs.iter().find(|s| s.definition.name == def.name);
     if status.is_none_or(|s| s.paused) {
         return;
@@ -763,12 +763,12 @@ impl Liveness<'_, '_> {
 /// end, from [`CATCH_UP`] after the last operation on the job returned (none pending then).
 fn changed_jobs_live(
     inputs: &Inputs<'_>,
+    calendars: &Calendars,
     ran: &BTreeMap<(&str, &str), Vec<&RunRecord>>,
     lateness_from: DateTime<Utc>,
     liveness: &Liveness<'_, '_>,
     checked: &mut Checked,
 ) {
-    let calendars = crate::world_calendars();
     for status in inputs.final_jobs {
         let def = &status.definition;
         let judged = inputs.workload.changed.contains(&def.name)
