@@ -171,6 +171,8 @@ pub enum BrokenStore {
     LocalRunsRefused,
     /// A run's end frees its job's slot but leaves the job's blocked triggers blocked.
     UnblockLost,
+    /// A fire its misfire policy skipped counts as fired in its trigger's status.
+    SkipCounted,
 }
 
 /// The job store over a [`Kv`]. Cheap to clone.

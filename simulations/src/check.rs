@@ -185,6 +185,7 @@ pub fn check(inputs: &Inputs<'_>) -> Checked {
     at_most_once(inputs, &mut checked);
     no_overlap(inputs, &definitions, &history, &executions, &mut checked);
     fires_accounted(inputs, &definitions, &executions, &mut checked);
+    fire_counts(inputs, &mut checked);
     retries(inputs, &definitions, &history, &mut checked);
     recovery(inputs, &definitions, &mut checked);
     nothing_stuck(inputs, &executions, &mut checked);
@@ -642,6 +643,40 @@ fn fires_accounted(
         }
     }
     changed_jobs_live(inputs, &calendars, &ran, lateness_from, &liveness, checked);
+}
+
+/// Each trigger's count of fires (its status) is the number of runs its fires started: a
+/// fire counts when it starts a run, in the transaction that records the run, and a fire
+/// its misfire policy skipped does not count. Left out: jobs an operation changed (a
+/// trigger written anew counts from zero), jobs the store took late, and local jobs (each
+/// node counts their fires in memory).
+fn fire_counts(inputs: &Inputs<'_>, checked: &mut Checked) {
+    let mut runs: BTreeMap<(&str, &str), u32> = BTreeMap::new();
+    for run in inputs.history.iter().filter(|r| r.cause == RunCause::Schedule && !r.local) {
+        if let Some(trigger) = &run.trigger {
+            *runs.entry((&run.job, trigger)).or_default() += 1;
+        }
+    }
+    for status in inputs.final_jobs {
+        let def = &status.definition;
+        if def.run_on_every_instance
+            || inputs.workload.changed.contains(&def.name)
+            || inputs.late_jobs.contains(&def.name)
+        {
+            continue;
+        }
+        // The definition's triggers (not the engine's one-shots, whose runs have other causes).
+        for trigger in status.triggers.iter().filter(|t| def.triggers.iter().any(|d| d.name.as_str() == t.name)) {
+            *checked.checked.entry("trigger fire counts").or_default() += 1;
+            let ran = runs.get(&(def.name.as_str(), trigger.name.as_str())).copied().unwrap_or(0);
+            if ran != trigger.fire_count {
+                checked.violations.push(format!(
+                    "{}/{}: its status counts {} fires, yet {ran} of its fires started a run",
+                    def.name, trigger.name, trigger.fire_count
+                ));
+            }
+        }
+    }
 }
 
 /// When a run ran (true time; no end: still running at the end).

@@ -181,6 +181,26 @@ fn a_store_that_never_unblocks_triggers_is_caught_by_the_liveness_rule() {
 }
 
 #[test]
+fn a_store_that_counts_skipped_fires_is_caught_by_the_fire_count_check() {
+    // A fire its misfire policy skips starts no run and does not count in its trigger's
+    // status; with the bug it counts, and the count parts from the runs the trigger's fires
+    // started. Nothing else shows it (a cron trigger's next fire ignores the count), so
+    // only this check may report it. The seeds' own faults (outages, partitions) bring the
+    // misfires.
+    let options = minutes(60);
+    let broken = Overrides { broken_store: Some(BrokenStore::SkipCounted), ..options.clone() };
+    let caught = (1..=4).find(|seed| {
+        let violations = run(*seed, &broken).checked.violations;
+        let counted = |v: &String| v.contains("of its fires started a run");
+        violations.iter().any(counted) && violations.iter().all(counted)
+    });
+    let seed = caught.unwrap_or_else(|| panic!("four seeds missed a store that counts skipped fires"));
+    let outcome = run(seed, &options);
+    assert_clean(&outcome);
+    assert!(outcome.checked.checked["trigger fire counts"] > 0, "fire counts were checked");
+}
+
+#[test]
 fn a_store_that_deletes_history_early_is_caught_within_a_handful_of_seeds() {
     // Retention at half its length: runs vanish before their time, which the history
     // checker measures against the runs' ends in true time.

@@ -44,8 +44,10 @@ struct Args {
     faults: Option<Faults>,
     /// Run with a deliberately broken store, to see the checkers catch it:
     /// `conflict-check` (the default: acquisition without its conflict check, so fires can
-    /// run twice), `early-misfire` (fires skipped as misfires a tenth of the threshold late)
-    /// or `early-retention` (history deleted at half its retention).
+    /// run twice), `early-misfire` (fires skipped as misfires a tenth of the threshold
+    /// late), `early-retention` (history deleted at half its retention), and the others the
+    /// README lists (`reschedule-stalls`, `interval-twice`, `local-refused`, `unblock-lost`,
+    /// `skip-counted`).
     #[arg(long, num_args = 0..=1, default_missing_value = "conflict-check", value_parser = parse_broken)]
     broken_store: Option<BrokenStore>,
     /// How long the nodes keep finished runs (`90s`, `30m`, `6h`, `7d`); the default is
@@ -232,6 +234,7 @@ fn describe_options(options: &SimOptions) -> String {
         Some(BrokenStore::IntervalTwice) => " broken-store=interval-twice",
         Some(BrokenStore::LocalRunsRefused) => " broken-store=local-refused",
         Some(BrokenStore::UnblockLost) => " broken-store=unblock-lost",
+        Some(BrokenStore::SkipCounted) => " broken-store=skip-counted",
         None => "",
     };
     format!(
@@ -267,9 +270,10 @@ fn parse_broken(text: &str) -> Result<BrokenStore, String> {
         "interval-twice" => Ok(BrokenStore::IntervalTwice),
         "local-refused" => Ok(BrokenStore::LocalRunsRefused),
         "unblock-lost" => Ok(BrokenStore::UnblockLost),
+        "skip-counted" => Ok(BrokenStore::SkipCounted),
         other => Err(format!(
             "'{other}' is not a store bug here (conflict-check, early-misfire, early-retention, reschedule-stalls, \
-             interval-twice, local-refused, unblock-lost)"
+             interval-twice, local-refused, unblock-lost, skip-counted)"
         )),
     }
 }
