@@ -173,6 +173,8 @@ pub enum BrokenStore {
     UnblockLost,
     /// A fire its misfire policy skipped counts as fired in its trigger's status.
     SkipCounted,
+    /// A retry's trigger is written without its due-index entry, so no node ever takes it.
+    RetryUnindexed,
 }
 
 /// The job store over a [`Kv`]. Cheap to clone.

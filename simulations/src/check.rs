@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use sundial::calendar::{Calendars, JobCalendar};
-use sundial::job::{JobDefinition, MisfirePolicy, RunCause, RunState};
+use sundial::job::{JobDefinition, MisfirePolicy, RunCause, RunState, TriggerState};
 use sundial::name::JobName;
 use sundial::schedule::{JobSchedule, PreviousFire, ScheduleKind};
 use sundial::store::records::RunRecord;
@@ -189,6 +189,7 @@ pub fn check(inputs: &Inputs<'_>) -> Checked {
     retries(inputs, &definitions, &history, &mut checked);
     recovery(inputs, &definitions, &mut checked);
     nothing_stuck(inputs, &executions, &mut checked);
+    nothing_overdue(inputs, &executions, &mut checked);
     history_kept(inputs, &history, &executions, &mut checked);
     checked.violations.extend(inputs.samples.finish(&history));
     *checked.checked.entry("state samples").or_default() += inputs.samples.count;
@@ -988,6 +989,59 @@ fn nothing_stuck(inputs: &Inputs<'_>, executions: &BTreeMap<Uuid, Execution<'_>>
                 "run {} of {} is stuck Running on {} after the liveness phase ({what})",
                 run.id, run.job, run.node
             ));
+        }
+    }
+}
+
+/// At the end, no trigger of a cluster-unique job waits for a fire that was due the
+/// liveness bound before (plus the most any node's clock was behind): after the liveness
+/// phase every due fire was taken, whatever made it (a schedule, an operation, a retry, a
+/// recovery, an enqueue). Nor does one stay `Blocked` while its job has been idle that
+/// long: the end of the run that held the slot releases its blocked triggers. Left out:
+/// local jobs (their triggers fire in each node's memory), paused jobs and triggers, jobs
+/// with operations still pending, and a non-concurrent job still running somewhere (a
+/// node leaves its fires waiting while it keeps a run of it that holds no slot).
+fn nothing_overdue(inputs: &Inputs<'_>, executions: &BTreeMap<Uuid, Execution<'_>>, checked: &mut Checked) {
+    if inputs.live.is_empty() {
+        return;
+    }
+    let behind = (-inputs.clock_offsets.0).max(TimeDelta::zero());
+    let horizon = inputs.end - TimeDelta::from_std(LIVENESS_BOUND).unwrap_or_default() - behind;
+    // Per job: whether a run of it was still going at the end, and when the last one ended.
+    let mut activity: BTreeMap<&str, (bool, Option<DateTime<Utc>>)> = BTreeMap::new();
+    for execution in executions.values() {
+        let (open, last) = activity.entry(execution.facts.run.job.as_str()).or_default();
+        match execution.end {
+            None => *open = true,
+            Some((end, _)) => *last = (*last).max(Some(end)),
+        }
+    }
+    for status in inputs.final_jobs {
+        let def = &status.definition;
+        if def.run_on_every_instance || status.paused || inputs.in_flux.contains(&def.name) {
+            continue;
+        }
+        let (open, last_end) = activity.get(def.name.as_str()).copied().unwrap_or_default();
+        let busy = open || status.running > 0;
+        for trigger in status.triggers.iter().filter(|t| !t.paused) {
+            let overdue = match trigger.state {
+                TriggerState::Waiting if def.allow_concurrent || !busy => {
+                    trigger.next_fire.filter(|due| *due <= horizon)
+                }
+                // Blocked since the job's last run ended, with nothing running now.
+                TriggerState::Blocked if !busy => {
+                    let idle_since = last_end.map(|end| end + TimeDelta::from_std(BUSY_MARGIN).unwrap_or_default());
+                    trigger.next_fire.filter(|_| idle_since.is_none_or(|idle| idle <= horizon))
+                }
+                _ => None,
+            };
+            *checked.checked.entry("triggers at the end").or_default() += 1;
+            if let Some(due) = overdue {
+                checked.violations.push(format!(
+                    "{}/{} ({:?}): its fire due at {due} was still not taken at the end ({})",
+                    def.name, trigger.name, trigger.state, inputs.end
+                ));
+            }
         }
     }
 }

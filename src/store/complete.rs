@@ -397,6 +397,11 @@ impl<K: Kv> KvJobStore<K> {
         let kind = TriggerKind::Retry { attempt: plan.attempt, retry_of: run.retry_of.unwrap_or(run.id) };
         let data = parse_data(&run.data)?;
         let record = one_shot_record(&run.job, &name, kind, &data, uid, plan.due);
+        #[cfg(feature = "test-hooks")]
+        if self.options.broken == Some(super::BrokenStore::RetryUnindexed) {
+            tx.txn.set(&self.keys.trigger(&record.job, &record.name), &super::codec::encode(&record));
+            return Ok(Some((name, plan.due)));
+        }
         self.put_trigger_and_wake(tx, None, &record, false);
         Ok(Some((name, plan.due)))
     }
