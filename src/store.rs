@@ -175,6 +175,8 @@ pub enum BrokenStore {
     SkipCounted,
     /// A retry's trigger is written without its due-index entry, so no node ever takes it.
     RetryUnindexed,
+    /// An interval trigger with a repeat limit completes one fire short of it.
+    RepeatShort,
 }
 
 /// The job store over a [`Kv`]. Cheap to clone.

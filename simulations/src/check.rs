@@ -51,8 +51,8 @@ pub struct Inputs<'a> {
     pub samples: &'a Samples,
     /// Every trigger in the store at the end: (job, trigger).
     pub triggers: &'a BTreeSet<(String, String)>,
-    /// Node incarnations alive at the end: (node id, incarnation).
-    pub live: &'a [(String, u32)],
+    /// The node incarnations alive at the end, by node id.
+    pub live: &'a [LiveNode],
     /// When the liveness phase began (true time).
     pub liveness_from: DateTime<Utc>,
     /// How far the furthest jumped clock was ahead when the faults healed: fires that far
@@ -67,13 +67,22 @@ pub struct Inputs<'a> {
     pub late_jobs: &'a BTreeSet<JobName>,
     /// Every job in the store at the end, with its definition and pause states then.
     pub final_jobs: &'a [JobStatus],
-    /// The nodes alive at the end, with when (true time) each started.
-    pub live_since: &'a BTreeMap<String, DateTime<Utc>>,
     /// Per job, when (true time) the last operation on it (schedule, unschedule, restore,
     /// pause or resume, of the job or a trigger) returned, whatever its outcome.
     pub changed_at: &'a BTreeMap<JobName, DateTime<Utc>>,
     /// Jobs with operations still waiting or retried at the end.
     pub in_flux: &'a BTreeSet<JobName>,
+}
+
+/// A node incarnation alive at the end.
+#[derive(Debug, Clone)]
+pub struct LiveNode {
+    /// Its node id.
+    pub node: String,
+    /// Its incarnation (each start of a node, under the same id or a new one, is a new one).
+    pub incarnation: u32,
+    /// When (true time) it started.
+    pub started: DateTime<Utc>,
 }
 
 /// A run a node's store deleted, as the deleting transaction read it (kept by the world
@@ -667,14 +676,36 @@ fn fire_counts(inputs: &Inputs<'_>, checked: &mut Checked) {
             continue;
         }
         // The definition's triggers (not the engine's one-shots, whose runs have other causes).
-        for trigger in status.triggers.iter().filter(|t| def.triggers.iter().any(|d| d.name.as_str() == t.name)) {
+        for (defined, trigger) in def
+            .triggers
+            .iter()
+            .filter_map(|d| status.triggers.iter().find(|t| t.name == d.name.as_str()).map(|t| (d, t)))
+        {
             *checked.checked.entry("trigger fire counts").or_default() += 1;
+            let label = format!("{}/{}", def.name, trigger.name);
             let ran = runs.get(&(def.name.as_str(), trigger.name.as_str())).copied().unwrap_or(0);
             if ran != trigger.fire_count {
                 checked.violations.push(format!(
-                    "{}/{}: its status counts {} fires, yet {ran} of its fires started a run",
-                    def.name, trigger.name, trigger.fire_count
+                    "{label}: its status counts {} fires, yet {ran} of its fires started a run",
+                    trigger.fire_count
                 ));
+            }
+            // An interval trigger with a repeat limit completes with its last fire's run,
+            // and only then (a fire its misfire policy skipped does not count).
+            if let ScheduleKind::Every { repeat_count: Some(limit), .. } = defined.schedule.kind {
+                *checked.checked.entry("repeat limits").or_default() += 1;
+                let complete = trigger.state == TriggerState::Complete;
+                let wrong = if complete {
+                    trigger.fire_count != limit
+                } else {
+                    trigger.fire_count >= limit && trigger.state != TriggerState::Acquired
+                };
+                if wrong {
+                    checked.violations.push(format!(
+                        "{label}: {:?} after {} of its {limit} repeats (next fire {:?})",
+                        trigger.state, trigger.fire_count, trigger.next_fire
+                    ));
+                }
             }
         }
     }
@@ -721,10 +752,10 @@ fn local_jobs_live(
             continue;
         }
         let calendar = trigger.schedule.calendar.as_ref().and_then(|c| calendars.get(c));
-        for (node, started) in inputs.live_since {
-            let from = from.max(add_duration(*started, CATCH_UP));
-            let runs = ran_here.get(&(def.name.as_str(), trigger.name.as_str(), node.as_str()));
-            let label = format!("{}/{} on {node} (local)", def.name, trigger.name);
+        for live in inputs.live {
+            let from = from.max(add_duration(live.started, CATCH_UP));
+            let runs = ran_here.get(&(def.name.as_str(), trigger.name.as_str(), live.node.as_str()));
+            let label = format!("{}/{} on {} (local)", def.name, trigger.name, live.node);
             let fires = Fires { schedule: &trigger.schedule, calendar, from };
             liveness.judge_fires(&label, fires, runs, "liveness fires of local jobs", checked);
         }
@@ -959,7 +990,7 @@ fn recovery(inputs: &Inputs<'_>, definitions: &BTreeMap<&JobName, &JobDefinition
 
 /// At the end, a `Running` run is really running on a live node (or about to start).
 fn nothing_stuck(inputs: &Inputs<'_>, executions: &BTreeMap<Uuid, Execution<'_>>, checked: &mut Checked) {
-    let live: BTreeSet<(&str, u32)> = inputs.live.iter().map(|(n, i)| (n.as_str(), *i)).collect();
+    let live: BTreeSet<(&str, u32)> = inputs.live.iter().map(|l| (l.node.as_str(), l.incarnation)).collect();
     // A run taken ahead (up to a second) for a start after the end never started; its
     // scheduled time is on its node's clock, up to the largest skew behind true time.
     let skew = inputs.options.faults.rate(crate::options::FaultKind::Skew).unwrap_or(0.0).max(0.0);
@@ -994,8 +1025,9 @@ fn nothing_stuck(inputs: &Inputs<'_>, executions: &BTreeMap<Uuid, Execution<'_>>
 }
 
 /// At the end, no trigger of a cluster-unique job waits for a fire that was due the
-/// liveness bound before (plus the most any node's clock was behind): after the liveness
-/// phase every due fire was taken, whatever made it (a schedule, an operation, a retry, a
+/// liveness bound before (plus the most any node's clock was behind), or before the last
+/// operation on its job returned if that was later: after the liveness phase every due
+/// fire was taken, whatever made it (a schedule, an operation, a retry, a
 /// recovery, an enqueue). Nor does one stay `Blocked` while its job has been idle that
 /// long: the end of the run that held the slot releases its blocked triggers. Left out:
 /// local jobs (their triggers fire in each node's memory), paused jobs and triggers, jobs
@@ -1023,10 +1055,13 @@ fn nothing_overdue(inputs: &Inputs<'_>, executions: &BTreeMap<Uuid, Execution<'_
         }
         let (open, last_end) = activity.get(def.name.as_str()).copied().unwrap_or_default();
         let busy = open || status.running > 0;
+        // A fire due while its job was paused (or its trigger was not yet written) may be
+        // taken from the last operation on the job on.
+        let changed = inputs.changed_at.get(&def.name).copied();
         for trigger in status.triggers.iter().filter(|t| !t.paused) {
             let overdue = match trigger.state {
                 TriggerState::Waiting if def.allow_concurrent || !busy => {
-                    trigger.next_fire.filter(|due| *due <= horizon)
+                    trigger.next_fire.filter(|due| (*due).max(changed.unwrap_or(*due)) <= horizon)
                 }
                 // Blocked since the job's last run ended, with nothing running now.
                 TriggerState::Blocked if !busy => {

@@ -844,11 +844,17 @@ impl World {
         }
         history.sort_by_key(|r| r.id);
         let end = self.truth.now();
-        let live: Vec<(String, u32)> = self
+        let mut live: Vec<check::LiveNode> = self
             .slots
             .iter()
-            .filter_map(|s| s.running.as_ref().map(|r| (r.incarnation.node.clone(), r.incarnation.number)))
+            .filter_map(|s| s.running.as_ref())
+            .map(|r| check::LiveNode {
+                node: r.incarnation.node.clone(),
+                incarnation: r.incarnation.number,
+                started: r.started,
+            })
             .collect();
+        live.sort_by(|a, b| a.node.cmp(&b.node));
         let events = self.log.take();
         let statuses = self.observer.statuses().await.unwrap_or_default();
         let triggers: std::collections::BTreeSet<(String, String)> = statuses
@@ -870,11 +876,6 @@ impl World {
             end,
             late_jobs: &self.late_jobs,
             final_jobs: &statuses,
-            live_since: &self
-                .slots
-                .iter()
-                .filter_map(|s| s.running.as_ref().map(|r| (r.incarnation.node.clone(), r.started)))
-                .collect(),
             changed_at: &self.changed_at,
             in_flux: &self.retrying.keys().chain(self.held.keys()).cloned().collect(),
         });

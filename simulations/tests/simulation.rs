@@ -215,6 +215,14 @@ fn a_store_that_strands_retries_is_caught_by_the_overdue_check() {
 }
 
 #[test]
+fn a_store_that_ends_repeats_early_is_caught_by_the_fire_count_check() {
+    // An interval trigger with a repeat limit completes with its last fire's run. Ending
+    // one short leaves no gap any other check sees: the trigger just stops.
+    let outcome = caught_only_by(&quiet(Some(30)), BrokenStore::RepeatShort, "repeats");
+    assert!(outcome.checked.checked["repeat limits"] > 0, "repeat limits were checked");
+}
+
+#[test]
 fn a_store_that_deletes_history_early_is_caught_within_a_handful_of_seeds() {
     // Retention at half its length: runs vanish before their time, which the history
     // checker measures against the runs' ends in true time.

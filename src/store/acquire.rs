@@ -563,13 +563,10 @@ impl<K: Kv> KvJobStore<K> {
         let (decision, run_id) = self.fire_of(request, &trigger, candidate.due)?;
         let (Some(scheduled), Some(run_id)) = (decision.run_scheduled_at, run_id) else {
             // Skipped by the misfire policy: no run, next fire from now.
+            let fire_count = trigger.fire_count;
             #[cfg(feature = "test-hooks")]
-            let trigger = {
-                let mut trigger = trigger;
-                trigger.fire_count += u32::from(self.options.broken == Some(super::BrokenStore::SkipCounted));
-                trigger
-            };
-            let next = self.advance(&trigger, &schedule, decision.next_basis, request.now, trigger.fire_count);
+            let fire_count = fire_count + u32::from(self.options.broken == Some(super::BrokenStore::SkipCounted));
+            let next = self.advance(&trigger, &schedule, decision.next_basis, request.now, fire_count);
             tx.put_trigger(Some(&trigger), &next, false);
             return Ok(None);
         };

@@ -359,10 +359,14 @@ impl<K: Kv> KvJobStore<K> {
                             }
                             _ => finished,
                         };
+                        let fire_count = trigger.fire_count;
+                        #[cfg(feature = "test-hooks")]
+                        let fire_count =
+                            fire_count + u32::from(self.options.broken == Some(super::BrokenStore::RepeatShort));
                         let previous = PreviousFire {
                             scheduled_at: instant(run.scheduled_us)?,
                             completed_at: finished,
-                            fire_count: trigger.fire_count,
+                            fire_count,
                         };
                         let due = schedule.next_fire(&previous, calendar);
                         next.next_fire_us = due.map(micros);
