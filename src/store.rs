@@ -177,6 +177,9 @@ pub enum BrokenStore {
     RetryUnindexed,
     /// An interval trigger with a repeat limit completes one fire short of it.
     RepeatShort,
+    /// A failed run is recorded without its error code (a panic or a timeout then reads as
+    /// the job's own failure).
+    CodesDropped,
 }
 
 /// The job store over a [`Kv`]. Cheap to clone.

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use sundial::calendar::{Calendars, JobCalendar};
+use sundial::error::ErrorCode;
 use sundial::job::{JobDefinition, MisfirePolicy, RunCause, RunState, TriggerState};
 use sundial::name::JobName;
 use sundial::schedule::{JobSchedule, PreviousFire, ScheduleKind};
@@ -198,6 +199,7 @@ pub fn check(inputs: &Inputs<'_>) -> Checked {
     retries(inputs, &definitions, &history, &mut checked);
     recovery(inputs, &definitions, &mut checked);
     nothing_stuck(inputs, &executions, &mut checked);
+    outcomes_recorded(inputs, &definitions, &history, &executions, &mut checked);
     nothing_overdue(inputs, &executions, &mut checked);
     history_kept(inputs, &history, &executions, &mut checked);
     checked.violations.extend(inputs.samples.finish(&history));
@@ -1019,6 +1021,67 @@ fn nothing_stuck(inputs: &Inputs<'_>, executions: &BTreeMap<Uuid, Execution<'_>>
             checked.violations.push(format!(
                 "run {} of {} is stuck Running on {} after the liveness phase ({what})",
                 run.id, run.job, run.node
+            ));
+        }
+    }
+}
+
+/// A finished run's record says what its job did (SPEC §8): `Succeeded` only when the
+/// job returned success, `Failed` with the job's own failure (no code, here) only when it
+/// failed, with `SCHEDULING_UNEXPECTED_001` only when it panicked; whatever it did, a
+/// cancellation (`Canceled`) or a timeout (`Failed` with `SCHEDULING_TIMEOUT_001`) that
+/// came first decides instead, and a timeout only once the job had run that long. A job
+/// killed with its node never completed: its run can only end `Lost`. Any run may have
+/// been declared lost before its completion came.
+fn outcomes_recorded(
+    inputs: &Inputs<'_>,
+    definitions: &BTreeMap<&JobName, &JobDefinition>,
+    history: &BTreeMap<Uuid, &RunRecord>,
+    executions: &BTreeMap<Uuid, Execution<'_>>,
+    checked: &mut Checked,
+) {
+    let timed_out = Some(ErrorCode::RunTimedOut.as_str());
+    let panicked = Some(ErrorCode::Unexpected.as_str());
+    for (id, execution) in executions {
+        let (Some((end, seq)), Some(record)) = (execution.end, history.get(id)) else { continue };
+        if !record.state.is_final() || record.state == RunState::Lost {
+            continue;
+        }
+        *checked.checked.entry("outcomes recorded").or_default() += 1;
+        let code = record.error_code.as_deref();
+        let (did, own) = match &inputs.events[seq].kind {
+            EventKind::End { outcome: "ok", .. } => ("succeeded", record.state == RunState::Succeeded),
+            EventKind::End { outcome: "fail", .. } => ("failed", record.state == RunState::Failed && code.is_none()),
+            EventKind::End { outcome: "panic", .. } => {
+                ("panicked", record.state == RunState::Failed && code == panicked)
+            }
+            EventKind::End { .. } => ("stopped on its cancellation", false),
+            _ => ("was killed with its node", false),
+        };
+        let killed = matches!(inputs.events[seq].kind, EventKind::Killed { .. });
+        let preempted =
+            !killed && (record.state == RunState::Canceled || record.state == RunState::Failed && code == timed_out);
+        let wrong = if !own && !preempted {
+            Some(format!("recorded {:?} ({code:?})", record.state))
+        } else if record.state == RunState::Failed && code == timed_out {
+            *checked.checked.entry("timeouts recorded").or_default() += 1;
+            // Changed jobs' timeouts are not known here.
+            let job = JobName::new(&record.job).ok().filter(|name| !inputs.workload.changed.contains(name));
+            let timeout = job.as_ref().and_then(|name| definitions.get(name)).map(|def| def.timeout);
+            match timeout {
+                Some(None) => Some("timed out, yet its job has no timeout".to_owned()),
+                Some(Some(timeout)) if end - execution.start < TimeDelta::from_std(timeout).unwrap_or_default() => {
+                    Some(format!("timed out after {}, before its timeout of {timeout:?}", end - execution.start))
+                }
+                _ => None,
+            }
+        } else {
+            None
+        };
+        if let Some(wrong) = wrong {
+            checked.violations.push(format!(
+                "run {id} of {} (started {} on {}, ended {end}): the job {did}, yet the run was {wrong}",
+                record.job, execution.start, execution.facts.node
             ));
         }
     }

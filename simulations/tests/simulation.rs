@@ -223,6 +223,15 @@ fn a_store_that_ends_repeats_early_is_caught_by_the_fire_count_check() {
 }
 
 #[test]
+fn a_store_that_drops_error_codes_is_caught_by_the_outcome_check() {
+    // A panic is recorded as `Failed` with SCHEDULING_UNEXPECTED_001 and a timeout with
+    // SCHEDULING_TIMEOUT_001; without its code either reads as the job's own failure,
+    // which the outcome check compares with what the simulated job did.
+    let outcome = caught_only_by(&quiet(Some(30)), BrokenStore::CodesDropped, "yet the run was recorded");
+    assert!(outcome.checked.checked["outcomes recorded"] > 0, "outcomes were checked");
+}
+
+#[test]
 fn a_store_that_deletes_history_early_is_caught_within_a_handful_of_seeds() {
     // Retention at half its length: runs vanish before their time, which the history
     // checker measures against the runs' ends in true time.

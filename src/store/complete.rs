@@ -230,6 +230,10 @@ impl<K: Kv> KvJobStore<K> {
                 Some(bounded(message, ERROR_MESSAGE_LEN_MAX)),
             ),
         };
+        #[cfg(feature = "test-hooks")]
+        if self.options.broken == Some(super::BrokenStore::CodesDropped) && ended.state == RunState::Failed {
+            ended.error_code = None;
+        }
         tx.put_run(Some(&stored), &ended);
         if cache.cancel_requested(tx, &stored.node, id).await? {
             tx.txn.clear(&self.keys.cancel(&stored.node, id));

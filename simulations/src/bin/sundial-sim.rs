@@ -47,7 +47,7 @@ struct Args {
     /// run twice), `early-misfire` (fires skipped as misfires a tenth of the threshold
     /// late), `early-retention` (history deleted at half its retention), and the others the
     /// README lists (`reschedule-stalls`, `interval-twice`, `local-refused`, `unblock-lost`,
-    /// `skip-counted`, `retry-unindexed`, `repeat-short`).
+    /// `skip-counted`, `retry-unindexed`, `repeat-short`, `codes-dropped`).
     #[arg(long, num_args = 0..=1, default_missing_value = "conflict-check", value_parser = parse_broken)]
     broken_store: Option<BrokenStore>,
     /// How long the nodes keep finished runs (`90s`, `30m`, `6h`, `7d`); the default is
@@ -237,6 +237,7 @@ fn describe_options(options: &SimOptions) -> String {
         Some(BrokenStore::SkipCounted) => " broken-store=skip-counted",
         Some(BrokenStore::RetryUnindexed) => " broken-store=retry-unindexed",
         Some(BrokenStore::RepeatShort) => " broken-store=repeat-short",
+        Some(BrokenStore::CodesDropped) => " broken-store=codes-dropped",
         None => "",
     };
     format!(
@@ -275,9 +276,11 @@ fn parse_broken(text: &str) -> Result<BrokenStore, String> {
         "skip-counted" => Ok(BrokenStore::SkipCounted),
         "retry-unindexed" => Ok(BrokenStore::RetryUnindexed),
         "repeat-short" => Ok(BrokenStore::RepeatShort),
+        "codes-dropped" => Ok(BrokenStore::CodesDropped),
         other => Err(format!(
             "'{other}' is not a store bug here (conflict-check, early-misfire, early-retention, reschedule-stalls, \
-             interval-twice, local-refused, unblock-lost, skip-counted, retry-unindexed, repeat-short)"
+             interval-twice, local-refused, unblock-lost, skip-counted, retry-unindexed, repeat-short, \
+             codes-dropped)"
         )),
     }
 }
