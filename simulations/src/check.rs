@@ -474,11 +474,11 @@ fn fires_accounted(
     let liveness = Liveness { executions, behind, ahead, bound, horizon };
     let mut ran: BTreeMap<(&str, &str), Vec<&RunRecord>> = BTreeMap::new();
     // Local runs, by node.
-    let mut ran_here: BTreeMap<(&str, &str, &str), BTreeMap<i64, Uuid>> = BTreeMap::new();
+    let mut ran_here: BTreeMap<(&str, &str, &str), Vec<&RunRecord>> = BTreeMap::new();
     for run in inputs.history.iter().filter(|r| r.cause == RunCause::Schedule) {
         if let Some(trigger) = &run.trigger {
             if run.local {
-                ran_here.entry((&run.job, trigger, &run.node)).or_default().insert(run.scheduled_us, run.id);
+                ran_here.entry((&run.job, trigger, &run.node)).or_default().push(run);
             } else {
                 ran.entry((&run.job, trigger)).or_default().push(run);
             }
@@ -627,28 +627,16 @@ fn fires_accounted(
                         }
                     }
                 }
-                ScheduleKind::Every { repeat_count: None, .. }
-                    if def.allow_concurrent && !paused.contains(&def.name) =>
-                {
-                    // A run that ended by itself re-armed its trigger one interval after
-                    // its end (or its scheduled time, if later): in the liveness phase that
-                    // fire starts within the bound.
-                    for run in runs.iter().filter(|r| r.state.is_final() && r.state != RunState::Lost) {
-                        let Some(finished) = run.finished_us.map(time) else { continue };
-                        let previous = PreviousFire {
-                            scheduled_at: time(run.scheduled_us),
-                            completed_at: finished,
-                            fire_count: 0,
-                        };
-                        let Some(at) = trigger.schedule.next_fire(&previous, calendar) else { continue };
-                        if at >= lateness_from && at <= horizon {
-                            *checked.checked.entry("interval fires judged").or_default() += 1;
-                            liveness.judge(&label, at, scheduled.get(&at.timestamp_micros()), checked);
-                        }
+                ScheduleKind::Every { repeat_count, .. } => {
+                    if let Some(limit) = repeat_count.filter(|limit| runs.len() > *limit as usize) {
+                        checked.violations.push(format!("{label}: {} runs, more than its {limit} repeats", runs.len()));
                     }
-                }
-                ScheduleKind::Every { repeat_count: Some(limit), .. } if runs.len() > *limit as usize => {
-                    checked.violations.push(format!("{label}: {} runs, more than its {limit} repeats", runs.len()));
+                    if def.allow_concurrent && !paused.contains(&def.name) {
+                        let mut runs = runs.to_vec();
+                        runs.sort_by_key(|r| r.scheduled_us);
+                        let fires = Fires { schedule: &trigger.schedule, calendar, from: lateness_from };
+                        liveness.judge_intervals(&label, fires, &runs, "interval fires judged", checked);
+                    }
                 }
                 _ => {}
             }
@@ -733,13 +721,15 @@ fn blocked(spans: &[Span], at: DateTime<Utc>, own: Option<&Uuid>, liveness: &Liv
     spans.iter().any(|span| Some(&span.run) != own && span.start <= until && span.end.is_none_or(|end| end >= from))
 }
 
-/// The liveness rule for a local job: each fire of its cron triggers from `from` runs on
-/// every node alive at the end, from [`CATCH_UP`] after the node started.
+/// The liveness rule for a local job, on every node alive at the end, from [`CATCH_UP`]
+/// after the node started: each fire of its cron triggers from `from` runs there, and so
+/// does the fire that follows each run of an interval trigger without a repeat limit
+/// there (each node counts its repeats in memory, from its start).
 fn local_jobs_live(
     inputs: &Inputs<'_>,
     calendars: &Calendars,
     def: &JobDefinition,
-    ran_here: &BTreeMap<(&str, &str, &str), BTreeMap<i64, Uuid>>,
+    ran_here: &BTreeMap<(&str, &str, &str), Vec<&RunRecord>>,
     from: DateTime<Utc>,
     liveness: &Liveness<'_, '_>,
     checked: &mut Checked,
@@ -750,16 +740,33 @@ fn local_jobs_live(
     }
     for trigger in &def.triggers {
         let paused = status.is_some_and(|s| s.triggers.iter().any(|t| t.name == trigger.name.as_str() && t.paused));
-        if paused || !matches!(trigger.schedule.kind, ScheduleKind::Cron { .. }) {
+        if paused {
             continue;
         }
         let calendar = trigger.schedule.calendar.as_ref().and_then(|c| calendars.get(c));
         for live in inputs.live {
             let from = from.max(add_duration(live.started, CATCH_UP));
-            let runs = ran_here.get(&(def.name.as_str(), trigger.name.as_str(), live.node.as_str()));
+            // This incarnation's runs (an earlier one's triggers died with it), in order.
+            let here = ran_here.get(&(def.name.as_str(), trigger.name.as_str(), live.node.as_str()));
+            let mut runs: Vec<&RunRecord> = here
+                .into_iter()
+                .flatten()
+                .copied()
+                .filter(|r| liveness.executions.get(&r.id).is_some_and(|e| e.facts.incarnation == live.incarnation))
+                .collect();
+            runs.sort_by_key(|r| r.scheduled_us);
             let label = format!("{}/{} on {} (local)", def.name, trigger.name, live.node);
             let fires = Fires { schedule: &trigger.schedule, calendar, from };
-            liveness.judge_fires(&label, fires, runs, "liveness fires of local jobs", checked);
+            match trigger.schedule.kind {
+                ScheduleKind::Cron { .. } => {
+                    let scheduled: BTreeMap<i64, Uuid> = runs.iter().map(|r| (r.scheduled_us, r.id)).collect();
+                    liveness.judge_fires(&label, fires, Some(&scheduled), "liveness fires of local jobs", checked);
+                }
+                ScheduleKind::Every { repeat_count: None, .. } => {
+                    liveness.judge_intervals(&label, fires, &runs, "interval fires of local jobs", checked);
+                }
+                _ => {}
+            }
         }
     }
 }
@@ -777,7 +784,7 @@ struct Liveness<'e, 'a> {
     horizon: DateTime<Utc>,
 }
 
-/// The fires of a cron schedule after `from`.
+/// A trigger's schedule and calendar, and from when its fires are judged.
 struct Fires<'s> {
     schedule: &'s JobSchedule,
     calendar: Option<&'s dyn JobCalendar>,
@@ -806,6 +813,31 @@ impl Liveness<'_, '_> {
         }
     }
 
+    /// Judges the fires from `fires.from` that follow `runs`, the runs of an interval
+    /// trigger's fires in order (its first fire's first): each run that ended by itself
+    /// re-armed the trigger one interval after its end (or its scheduled time, if later),
+    /// unless it was the last of its repeats.
+    fn judge_intervals(
+        &self,
+        label: &str,
+        fires: Fires<'_>,
+        runs: &[&RunRecord],
+        what: &'static str,
+        checked: &mut Checked,
+    ) {
+        let scheduled: BTreeMap<i64, Uuid> = runs.iter().map(|r| (r.scheduled_us, r.id)).collect();
+        for (fired, run) in (1u32..).zip(runs) {
+            let Some(finished) = run.finished_us.map(time).filter(|_| run.state != RunState::Lost) else { continue };
+            let previous =
+                PreviousFire { scheduled_at: time(run.scheduled_us), completed_at: finished, fire_count: fired };
+            let Some(at) = fires.schedule.next_fire(&previous, fires.calendar) else { continue };
+            if at >= fires.from && at <= self.horizon {
+                *checked.checked.entry(what).or_default() += 1;
+                self.judge(label, at, scheduled.get(&at.timestamp_micros()), checked);
+            }
+        }
+    }
+
     /// Judges the fire of `label` at `at`, run as `run` (if it was).
     fn judge(&self, label: &str, at: DateTime<Utc>, run: Option<&Uuid>, checked: &mut Checked) {
         match run.and_then(|id| self.executions.get(id)) {
@@ -829,7 +861,8 @@ impl Liveness<'_, '_> {
 
 /// The liveness rule for the jobs operations changed, which the accounting leaves out (their
 /// fires do not follow from one definition): the fires of the definition in force at the
-/// end, from [`CATCH_UP`] after the last operation on the job returned (none pending then).
+/// end (its cron triggers', and its interval triggers' without a repeat limit), from
+/// [`CATCH_UP`] after the last operation on the job returned (none pending then).
 fn changed_jobs_live(
     inputs: &Inputs<'_>,
     calendars: &Calendars,
@@ -850,16 +883,28 @@ fn changed_jobs_live(
         let from = lateness_from.max(add_duration(*changed, CATCH_UP));
         for trigger in &def.triggers {
             let paused = status.triggers.iter().any(|t| t.name == trigger.name.as_str() && t.paused);
-            let cron = matches!(trigger.schedule.kind, ScheduleKind::Cron { .. });
-            if paused || !cron {
+            if paused {
                 continue;
             }
             let runs = ran.get(&(def.name.as_str(), trigger.name.as_str())).map_or(&[][..], Vec::as_slice);
-            let scheduled: BTreeMap<i64, Uuid> = runs.iter().map(|r| (r.scheduled_us, r.id)).collect();
             let calendar = trigger.schedule.calendar.as_ref().and_then(|c| calendars.get(c));
             let label = format!("{}/{} (changed)", def.name, trigger.name);
             let fires = Fires { schedule: &trigger.schedule, calendar, from };
-            liveness.judge_fires(&label, fires, Some(&scheduled), "liveness fires of changed jobs", checked);
+            match trigger.schedule.kind {
+                ScheduleKind::Cron { .. } => {
+                    let scheduled: BTreeMap<i64, Uuid> = runs.iter().map(|r| (r.scheduled_us, r.id)).collect();
+                    liveness.judge_fires(&label, fires, Some(&scheduled), "liveness fires of changed jobs", checked);
+                }
+                ScheduleKind::Every { repeat_count: None, .. } => {
+                    // The runs of the trigger as it is at the end: those from `from` on (an
+                    // earlier one may have been the old definition's, which re-armed nothing).
+                    let mut runs: Vec<&RunRecord> =
+                        runs.iter().copied().filter(|r| time(r.scheduled_us) >= from).collect();
+                    runs.sort_by_key(|r| r.scheduled_us);
+                    liveness.judge_intervals(&label, fires, &runs, "interval fires of changed jobs", checked);
+                }
+                _ => {}
+            }
         }
     }
 }
