@@ -5,7 +5,8 @@
 //!
 //! Loads: N triggers each firing every second = N fires/s. Also: 10,000 one-shot triggers
 //! due at the same instant, time until the last one started (the peer's are workers whose
-//! cron matches that one second); and, in the full run, 100,000 fires/s sustained for 20 s.
+//! cron matches that one second); and, in the full run, 100,000 fires/s sustained for 20 s,
+//! then the CPU a bare ractor actor's whole life costs (the floor of an actor per run).
 //!
 //! Run: `cargo bench -p sundial-actors --bench lateness` (`-- --quick`: smaller, shorter;
 //! `-- --load N`: that cron load and the burst only; `-- --burst`: only the burst;
@@ -416,6 +417,98 @@ fn main() {
         where_the_time_goes(ours.cpu_per_fire_us, ours.engine_per_fire_us),
         cpu_text(peer.cpu_per_fire_us)
     );
+    // What an actor per run costs at least, whatever the run does: the part of "the rest"
+    // no change inside sundial removes.
+    let floor = runtime.block_on(actor_floor(200_000));
+    println!(
+        "floor: a bare ractor actor's whole life on this runtime (spawned linked, one message, stopped, \
+         its supervisor told): {}",
+        cpu_text(floor)
+    );
+}
+
+/// A child actor that stops at its first message, which it sends itself once started.
+struct Bare;
+
+impl ractor::Actor for Bare {
+    type Msg = ();
+    type State = ();
+    type Arguments = ();
+
+    async fn pre_start(&self, _: ractor::ActorRef<()>, (): ()) -> Result<(), ractor::ActorProcessingErr> {
+        Ok(())
+    }
+
+    async fn post_start(&self, myself: ractor::ActorRef<()>, (): &mut ()) -> Result<(), ractor::ActorProcessingErr> {
+        Ok(myself.send_message(())?)
+    }
+
+    async fn handle(
+        &self,
+        myself: ractor::ActorRef<()>,
+        (): (),
+        (): &mut (),
+    ) -> Result<(), ractor::ActorProcessingErr> {
+        myself.stop(None);
+        Ok(())
+    }
+}
+
+/// Spawns `count` [`Bare`] children linked to it, one after another, and counts their
+/// terminations (as the poller does its run actors').
+struct Spawner(tokio::sync::mpsc::UnboundedSender<()>);
+
+impl ractor::Actor for Spawner {
+    type Msg = usize;
+    type State = ();
+    type Arguments = ();
+
+    async fn pre_start(&self, _: ractor::ActorRef<usize>, (): ()) -> Result<(), ractor::ActorProcessingErr> {
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ractor::ActorRef<usize>,
+        count: usize,
+        (): &mut (),
+    ) -> Result<(), ractor::ActorProcessingErr> {
+        for _ in 0..count {
+            ractor::Actor::spawn_linked(None, Bare, (), myself.get_cell()).await?;
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        _: ractor::ActorRef<usize>,
+        event: ractor::SupervisionEvent,
+        (): &mut (),
+    ) -> Result<(), ractor::ActorProcessingErr> {
+        if let ractor::SupervisionEvent::ActorTerminated(..) = event {
+            let _ = self.0.send(());
+        }
+        Ok(())
+    }
+}
+
+/// Process CPU µs per [`Bare`] actor's whole life, over `count` of them.
+async fn actor_floor(count: usize) -> f64 {
+    let (ended, mut endings) = tokio::sync::mpsc::unbounded_channel();
+    let Ok((spawner, handle)) = ractor::Actor::spawn(None, Spawner(ended), ()).await else { return f64::NAN };
+    let before = process_cpu();
+    if spawner.send_message(count).is_err() {
+        return f64::NAN;
+    }
+    for _ in 0..count {
+        if endings.recv().await.is_none() {
+            return f64::NAN;
+        }
+    }
+    let floor = cpu_per_fire(before, process_cpu(), count);
+    spawner.stop(None);
+    let _ = handle.await;
+    floor
 }
 
 /// sundial's CPU per fire, split into the engine's store work, its run actor starts, and
