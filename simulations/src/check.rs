@@ -536,9 +536,7 @@ fn fires_accounted(
                 .changed_at
                 .get(&def.name)
                 .map_or(lateness_from, |at| lateness_from.max(add_duration(*at, CATCH_UP)));
-            if def.allow_concurrent {
-                local_jobs_live(inputs, &calendars, def, &ran_here, from, &liveness, checked);
-            }
+            local_jobs_live(inputs, &calendars, def, &ran_here, from, &liveness, checked);
             continue;
         }
         for trigger in &def.triggers {
@@ -722,9 +720,10 @@ fn blocked(spans: &[Span], at: DateTime<Utc>, own: Option<&Uuid>, liveness: &Liv
 }
 
 /// The liveness rule for a local job, on every node alive at the end, from [`CATCH_UP`]
-/// after the node started: each fire of its cron triggers from `from` runs there, and so
-/// does the fire that follows each run of an interval trigger without a repeat limit
-/// there (each node counts its repeats in memory, from its start).
+/// after the node started: each fire of its cron triggers from `from` runs there (for a
+/// non-concurrent job, each that no run of it on the node held back: such a fire is
+/// skipped there), and for a concurrent job so does the fire that follows each run of an
+/// interval trigger without a repeat limit there (each node counts repeats in memory).
 fn local_jobs_live(
     inputs: &Inputs<'_>,
     calendars: &Calendars,
@@ -760,9 +759,26 @@ fn local_jobs_live(
             match trigger.schedule.kind {
                 ScheduleKind::Cron { .. } => {
                     let scheduled: BTreeMap<i64, Uuid> = runs.iter().map(|r| (r.scheduled_us, r.id)).collect();
-                    liveness.judge_fires(&label, fires, Some(&scheduled), "liveness fires of local jobs", checked);
+                    // A non-concurrent local job's fire that finds it running on the node
+                    // is skipped there: the fires no run of it on the node held back.
+                    let held = (!def.allow_concurrent).then(|| {
+                        let executions = liveness.executions.iter().map(|(id, e)| (*id, e));
+                        let here = executions.filter(|(_, e)| {
+                            e.facts.run.job == def.name
+                                && e.facts.node == live.node
+                                && e.facts.incarnation == live.incarnation
+                        });
+                        here.map(|(run, e)| Span { start: e.start, end: e.end.map(|(end, _)| end), run })
+                            .collect::<Vec<_>>()
+                    });
+                    let what = if def.allow_concurrent {
+                        "liveness fires of local jobs"
+                    } else {
+                        "liveness fires of idle non-concurrent local jobs"
+                    };
+                    liveness.judge_fires(&label, fires, Some(&scheduled), held.as_deref(), what, checked);
                 }
-                ScheduleKind::Every { repeat_count: None, .. } => {
+                ScheduleKind::Every { repeat_count: None, .. } if def.allow_concurrent => {
                     liveness.judge_intervals(&label, fires, &runs, "interval fires of local jobs", checked);
                 }
                 _ => {}
@@ -794,11 +810,14 @@ struct Fires<'s> {
 impl Liveness<'_, '_> {
     /// Judges each of `fires` up to the horizon, run as the run of `runs` scheduled at its
     /// time (if any), counting them under `what`.
+    /// With `held`, the spans of the runs that could hold a fire back (a non-concurrent
+    /// job's), only the fires none of them held back are judged.
     fn judge_fires(
         &self,
         label: &str,
         fires: Fires<'_>,
         runs: Option<&BTreeMap<i64, Uuid>>,
+        held: Option<&[Span]>,
         what: &'static str,
         checked: &mut Checked,
     ) {
@@ -806,8 +825,11 @@ impl Liveness<'_, '_> {
         let mut count = 0u32;
         while let Some(at) = next.filter(|at| *at <= self.horizon) {
             count += 1;
-            *checked.checked.entry(what).or_default() += 1;
-            self.judge(label, at, runs.and_then(|r| r.get(&at.timestamp_micros())), checked);
+            let run = runs.and_then(|r| r.get(&at.timestamp_micros()));
+            if held.is_none_or(|spans| !blocked(spans, at, run, self)) {
+                *checked.checked.entry(what).or_default() += 1;
+                self.judge(label, at, run, checked);
+            }
             let previous = PreviousFire { scheduled_at: at, completed_at: at, fire_count: count };
             next = fires.schedule.next_fire(&previous, fires.calendar);
         }
@@ -893,7 +915,14 @@ fn changed_jobs_live(
             match trigger.schedule.kind {
                 ScheduleKind::Cron { .. } => {
                     let scheduled: BTreeMap<i64, Uuid> = runs.iter().map(|r| (r.scheduled_us, r.id)).collect();
-                    liveness.judge_fires(&label, fires, Some(&scheduled), "liveness fires of changed jobs", checked);
+                    liveness.judge_fires(
+                        &label,
+                        fires,
+                        Some(&scheduled),
+                        None,
+                        "liveness fires of changed jobs",
+                        checked,
+                    );
                 }
                 ScheduleKind::Every { repeat_count: None, .. } => {
                     // The runs of the trigger as it is at the end: those from `from` on (an
