@@ -737,6 +737,15 @@ fn local_jobs_live(
     if status.is_none_or(|s| s.paused) {
         return;
     }
+    // A non-concurrent job's runs on each node incarnation: a fire that finds one of them
+    // running there is skipped there.
+    let mut held: BTreeMap<(&str, u32), Vec<Span>> = BTreeMap::new();
+    if !def.allow_concurrent {
+        for (run, e) in liveness.executions.iter().filter(|(_, e)| e.facts.run.job == def.name) {
+            let span = Span { start: e.start, end: e.end.map(|(end, _)| end), run: *run };
+            held.entry((e.facts.node.as_str(), e.facts.incarnation)).or_default().push(span);
+        }
+    }
     for trigger in &def.triggers {
         let paused = status.is_some_and(|s| s.triggers.iter().any(|t| t.name == trigger.name.as_str() && t.paused));
         if paused {
@@ -759,24 +768,13 @@ fn local_jobs_live(
             match trigger.schedule.kind {
                 ScheduleKind::Cron { .. } => {
                     let scheduled: BTreeMap<i64, Uuid> = runs.iter().map(|r| (r.scheduled_us, r.id)).collect();
-                    // A non-concurrent local job's fire that finds it running on the node
-                    // is skipped there: the fires no run of it on the node held back.
-                    let held = (!def.allow_concurrent).then(|| {
-                        let executions = liveness.executions.iter().map(|(id, e)| (*id, e));
-                        let here = executions.filter(|(_, e)| {
-                            e.facts.run.job == def.name
-                                && e.facts.node == live.node
-                                && e.facts.incarnation == live.incarnation
-                        });
-                        here.map(|(run, e)| Span { start: e.start, end: e.end.map(|(end, _)| end), run })
-                            .collect::<Vec<_>>()
-                    });
-                    let what = if def.allow_concurrent {
-                        "liveness fires of local jobs"
+                    let (held, what) = if def.allow_concurrent {
+                        (None, "liveness fires of local jobs")
                     } else {
-                        "liveness fires of idle non-concurrent local jobs"
+                        let here = held.get(&(live.node.as_str(), live.incarnation)).map_or(&[][..], Vec::as_slice);
+                        (Some(here), "liveness fires of idle non-concurrent local jobs")
                     };
-                    liveness.judge_fires(&label, fires, Some(&scheduled), held.as_deref(), what, checked);
+                    liveness.judge_fires(&label, fires, Some(&scheduled), held, what, checked);
                 }
                 ScheduleKind::Every { repeat_count: None, .. } if def.allow_concurrent => {
                     liveness.judge_intervals(&label, fires, &runs, "interval fires of local jobs", checked);

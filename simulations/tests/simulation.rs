@@ -130,19 +130,23 @@ fn quiet(minutes_long: Option<u64>) -> Overrides {
     Overrides { faults: Some(Faults::none()), duration, ..Overrides::default() }
 }
 
-/// The first of seeds 1-4 whose checkers, with `bug` in the store, report a fire that did
-/// not start, in a violation that contains `mark`; that seed must be clean with the correct
-/// store. Returns the clean run.
-fn caught_on_a_quiet_seed(options: &Overrides, bug: BrokenStore, mark: &str) -> Outcome {
+/// The first of seeds 1-4 whose violations, with `bug` in the store, are `caught`; that
+/// seed must be clean with the correct store. Returns the clean run.
+fn caught_on_a_seed(options: &Overrides, bug: BrokenStore, caught: impl Fn(&[String]) -> bool) -> Outcome {
     let broken = Overrides { broken_store: Some(bug), ..options.clone() };
-    let caught = (1..=4).find(|seed| {
-        let violations = run(*seed, &broken).checked.violations;
-        violations.iter().any(|v| v.contains(mark) && v.contains("did not start"))
-    });
-    let seed = caught.unwrap_or_else(|| panic!("four seeds missed {bug:?}"));
+    let seed = (1..=4).find(|seed| caught(&run(*seed, &broken).checked.violations));
+    let seed = seed.unwrap_or_else(|| panic!("four seeds missed {bug:?}"));
     let outcome = run(seed, options);
     assert_clean(&outcome);
     outcome
+}
+
+/// [`caught_on_a_seed`] by the liveness rule: a fire that did not start, in a violation
+/// that contains `mark`.
+fn caught_on_a_quiet_seed(options: &Overrides, bug: BrokenStore, mark: &str) -> Outcome {
+    caught_on_a_seed(options, bug, |violations| {
+        violations.iter().any(|v| v.contains(mark) && v.contains("did not start"))
+    })
 }
 
 #[test]
@@ -180,19 +184,10 @@ fn a_store_that_never_unblocks_triggers_is_caught_by_the_liveness_rule() {
     assert!(judged > 0, "non-concurrent fires were judged");
 }
 
-/// The first of seeds 1-4 on which, with `bug` in the store, the checkers report it and
-/// only in violations containing `mark` (no other check sees it); that seed must be clean
-/// with the correct store. Returns the clean run.
+/// [`caught_on_a_seed`] by one check alone: there are violations, and every one contains
+/// `mark` (no other check sees the bug).
 fn caught_only_by(options: &Overrides, bug: BrokenStore, mark: &str) -> Outcome {
-    let broken = Overrides { broken_store: Some(bug), ..options.clone() };
-    let caught = (1..=4).find(|seed| {
-        let violations = run(*seed, &broken).checked.violations;
-        !violations.is_empty() && violations.iter().all(|v| v.contains(mark))
-    });
-    let seed = caught.unwrap_or_else(|| panic!("four seeds missed {bug:?}"));
-    let outcome = run(seed, options);
-    assert_clean(&outcome);
-    outcome
+    caught_on_a_seed(options, bug, |violations| !violations.is_empty() && violations.iter().all(|v| v.contains(mark)))
 }
 
 #[test]
