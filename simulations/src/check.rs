@@ -492,11 +492,7 @@ fn fires_accounted(
     for (id, execution) in executions {
         if execution.end.is_none_or(|(end, _)| end >= since) {
             let job = execution.facts.run.job.as_str();
-            spans.entry(job).or_default().push(Span {
-                start: execution.start,
-                end: execution.end.map(|(end, _)| end),
-                run: *id,
-            });
+            spans.entry(job).or_default().push(Span::of(*id, execution));
         }
     }
     // A job paused into the liveness phase is judged from its resume on.
@@ -706,6 +702,13 @@ struct Span {
     run: Uuid,
 }
 
+impl Span {
+    /// When `execution` (of run `run`) ran.
+    fn of(run: Uuid, execution: &Execution<'_>) -> Self {
+        Self { start: execution.start, end: execution.end.map(|(end, _)| end), run }
+    }
+}
+
 /// Whether another run of a non-concurrent job (its runs' `spans`) may have
 /// held back its fire at `at`, run as `own` (if it was): one that ran at some time from
 /// [`BUSY_MARGIN`] and the most any node's clock is ahead before `at` until `own` started, or, if it never did, until the most
@@ -742,8 +745,7 @@ fn local_jobs_live(
     let mut held: BTreeMap<(&str, u32), Vec<Span>> = BTreeMap::new();
     if !def.allow_concurrent {
         for (run, e) in liveness.executions.iter().filter(|(_, e)| e.facts.run.job == def.name) {
-            let span = Span { start: e.start, end: e.end.map(|(end, _)| end), run: *run };
-            held.entry((e.facts.node.as_str(), e.facts.incarnation)).or_default().push(span);
+            held.entry((e.facts.node.as_str(), e.facts.incarnation)).or_default().push(Span::of(*run, e));
         }
     }
     for trigger in &def.triggers {
