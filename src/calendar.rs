@@ -11,8 +11,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use chrono::{
-    DateTime, Datelike, Duration as TimeDelta, LocalResult, NaiveDate, NaiveDateTime, NaiveTime, TimeZone, Timelike,
-    Utc, Weekday,
+    DateTime, Datelike, Duration as TimeDelta, NaiveDate, NaiveDateTime, NaiveTime, Offset, TimeZone, Timelike, Utc,
+    Weekday,
 };
 use chrono_tz::Tz;
 
@@ -50,26 +50,53 @@ pub fn first_included(calendar: &dyn JobCalendar, at: DateTime<Utc>) -> Option<D
     None
 }
 
-/// The first instant whose wall-clock time in `tz` is at or after `wall`. A wall time in a
-/// DST gap resolves to the end of the gap; one in a fold to its first occurrence.
-fn first_instant_at_wall(tz: &Tz, wall: NaiveDateTime) -> DateTime<Utc> {
-    let mut probe = wall;
-    // Gaps are whole minutes and at most a day long; walk them a minute at a time.
-    for _ in 0..=1440 {
-        match tz.from_local_datetime(&probe) {
-            LocalResult::Single(t) | LocalResult::Ambiguous(t, _) => return t.with_timezone(&Utc),
-            LocalResult::None => probe = probe.with_second(0).unwrap_or(probe) + TimeDelta::minutes(1),
+/// How far apart [`offset_change`] looks at a zone's offset: no zone changes it twice
+/// within an hour.
+const OFFSET_PROBE: TimeDelta = TimeDelta::hours(1);
+
+/// The first instant after `at` and before `before` at which `tz`'s offset from UTC is no
+/// longer the one at `at`, if there is one.
+fn offset_change(tz: &Tz, at: DateTime<Utc>, before: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    let offset = |t: DateTime<Utc>| tz.offset_from_utc_datetime(&t.naive_utc()).fix();
+    let start = offset(at);
+    let mut same = at;
+    while same < before {
+        let probe = same.checked_add_signed(OFFSET_PROBE).unwrap_or(before).min(before);
+        if offset(probe) == start {
+            same = probe;
+            continue;
         }
+        // The change is in (same, probe]: narrow it down to the whole microsecond (zones
+        // change on whole seconds).
+        let (mut same, mut changed) = (same.timestamp_micros(), probe.timestamp_micros());
+        while changed - same > 1 {
+            let mid = same + (changed - same) / 2;
+            match DateTime::from_timestamp_micros(mid) {
+                Some(t) if offset(t) == start => same = mid,
+                _ => changed = mid,
+            }
+        }
+        return DateTime::from_timestamp_micros(changed).filter(|t| *t < before);
     }
-    // No real zone has a gap this long; fall back to reading the wall time as UTC.
-    wall.and_utc()
+    None
 }
 
-/// The first instant of the local day after the one `at` falls on.
-fn start_of_next_day(tz: &Tz, at: DateTime<Utc>) -> DateTime<Utc> {
+/// When wall-clock time in `tz`, running on from `at`, reaches `wall` (ahead of `at`'s own
+/// wall time), or, sooner, when `tz`'s offset changes (the wall time then jumps, forward
+/// or back, and must be read afresh). Up to the instant returned the wall time runs evenly
+/// from `at`'s, below `wall`: a span read on the wall clock surely lasts that long.
+fn wall_reached(tz: &Tz, at: DateTime<Utc>, wall: NaiveDateTime) -> DateTime<Utc> {
+    let offset = TimeDelta::seconds(i64::from(tz.offset_from_utc_datetime(&at.naive_utc()).fix().local_minus_utc()));
+    let reached = wall.checked_sub_signed(offset).map_or(DateTime::<Utc>::MAX_UTC, |utc| utc.and_utc());
+    let reached = reached.max(at.checked_add_signed(TimeDelta::microseconds(1)).unwrap_or(at));
+    offset_change(tz, at, reached).unwrap_or(reached)
+}
+
+/// When the local day `at` falls on ends (or the zone's offset changes first).
+fn end_of_day(tz: &Tz, at: DateTime<Utc>) -> DateTime<Utc> {
     let date = at.with_timezone(tz).date_naive();
     match date.succ_opt() {
-        Some(next) => first_instant_at_wall(tz, next.and_time(NaiveTime::MIN)),
+        Some(next) => wall_reached(tz, at, next.and_time(NaiveTime::MIN)),
         None => DateTime::<Utc>::MAX_UTC,
     }
 }
@@ -99,7 +126,7 @@ impl JobCalendar for HolidayCalendar {
     }
 
     fn excluded_until(&self, at: DateTime<Utc>) -> DateTime<Utc> {
-        start_of_next_day(&self.tz, at)
+        end_of_day(&self.tz, at)
     }
 }
 
@@ -133,7 +160,7 @@ impl JobCalendar for WeeklyCalendar {
     }
 
     fn excluded_until(&self, at: DateTime<Utc>) -> DateTime<Utc> {
-        start_of_next_day(&self.tz, at)
+        end_of_day(&self.tz, at)
     }
 }
 
@@ -188,7 +215,7 @@ impl JobCalendar for DailyCalendar {
                 None => return DateTime::<Utc>::MAX_UTC,
             }
         };
-        first_instant_at_wall(&self.tz, end)
+        wall_reached(&self.tz, at, end)
     }
 }
 
@@ -221,13 +248,7 @@ impl JobCalendar for CronCalendar {
             WholeUnit::Hour => second.date().and_hms_opt(second.hour(), 0, 0).unwrap_or(second) + TimeDelta::hours(1),
             WholeUnit::Day => second.date().and_time(NaiveTime::MIN) + TimeDelta::days(1),
         };
-        let until = first_instant_at_wall(&self.tz, end);
-        // In a DST fold the wall time ahead can map behind `at`; step a second instead.
-        if until > at {
-            until
-        } else {
-            at.with_nanosecond(0).unwrap_or(at) + TimeDelta::seconds(1)
-        }
+        wall_reached(&self.tz, at, end)
     }
 }
 
@@ -337,6 +358,25 @@ mod tests {
         assert!(lunch.is_excluded(utc("2026-02-07T12:30:00Z")));
         assert!(!lunch.is_excluded(utc("2026-02-07T13:00:00Z")));
         assert!(DailyCalendar::new(t(1, 0), t(1, 0), Tz::UTC).is_err());
+    }
+
+    #[test]
+    fn daily_spans_stop_where_a_dst_fold_turns_the_clock_back() {
+        // Berlin, 2026-10-25: 03:00 CEST (01:00Z) becomes 02:00 CET, so 02:00-02:59 runs twice.
+        let t = |h, m| NaiveTime::from_hms_opt(h, m, 0).unwrap();
+        let early = DailyCalendar::new(t(2, 0), t(2, 30), Tz::Europe__Berlin).unwrap();
+        // In the second 02:10 (CET) the span ends at the second 02:30, not the first one
+        // (behind it): before, the search crept on by a microsecond and gave up (no next fire).
+        assert_eq!(early.excluded_until(utc("2026-10-25T01:10:00Z")), utc("2026-10-25T01:30:00Z"));
+        assert_eq!(first_included(&early, utc("2026-10-25T01:10:00Z")), Some(utc("2026-10-25T01:30:00Z")));
+        // A span across 03:00 is left when the clock turns back to 02:00 CET, not at 03:10 CET
+        // (before, 02:00-02:49 CET were skipped as if excluded).
+        let across = DailyCalendar::new(t(2, 50), t(3, 10), Tz::Europe__Berlin).unwrap();
+        assert_eq!(across.excluded_until(utc("2026-10-25T00:55:00Z")), utc("2026-10-25T01:00:00Z"));
+        assert_eq!(first_included(&across, utc("2026-10-25T00:55:00Z")), Some(utc("2026-10-25T01:00:00Z")));
+        // A span whose end a DST gap skips ends where the gap does (03:00 CEST, 01:00Z).
+        let gap = DailyCalendar::new(t(1, 0), t(2, 30), Tz::Europe__Berlin).unwrap();
+        assert_eq!(first_included(&gap, utc("2026-03-29T00:30:00Z")), Some(utc("2026-03-29T01:00:00Z")));
     }
 
     #[test]
