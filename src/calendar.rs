@@ -18,6 +18,7 @@ use chrono_tz::Tz;
 
 use crate::cron::{CronExpression, WholeUnit};
 use crate::name::CalendarName;
+use crate::timezone::ZoneTable;
 
 /// How many excluded spans [`first_included`] jumps over before giving up.
 pub const EXCLUDED_SPANS_MAX: usize = 10_000;
@@ -50,13 +51,18 @@ pub fn first_included(calendar: &dyn JobCalendar, at: DateTime<Utc>) -> Option<D
     None
 }
 
-/// How far apart [`offset_change`] looks at a zone's offset: no zone changes it twice
-/// within an hour.
+/// How far apart [`offset_change`] probes a zone's offset where its [`ZoneTable`] does not
+/// reach: no zone changes it twice within an hour.
 const OFFSET_PROBE: TimeDelta = TimeDelta::hours(1);
 
 /// The first instant after `at` and before `before` at which `tz`'s offset from UTC is no
 /// longer the one at `at`, if there is one.
 fn offset_change(tz: &Tz, at: DateTime<Utc>, before: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    if let Some(change) = ZoneTable::of(tz).and_then(|table| table.change_after(at.timestamp())) {
+        return change.and_then(|s| DateTime::from_timestamp(s, 0)).filter(|t| *t < before);
+    }
+    // Beyond the table (or a zone without one): probe, then narrow the change down to
+    // the whole microsecond.
     let offset = |t: DateTime<Utc>| tz.offset_from_utc_datetime(&t.naive_utc()).fix();
     let start = offset(at);
     let mut same = at;
@@ -66,8 +72,6 @@ fn offset_change(tz: &Tz, at: DateTime<Utc>, before: DateTime<Utc>) -> Option<Da
             same = probe;
             continue;
         }
-        // The change is in (same, probe]: narrow it down to the whole microsecond (zones
-        // change on whole seconds).
         let (mut same, mut changed) = (same.timestamp_micros(), probe.timestamp_micros());
         while changed - same > 1 {
             let mid = same + (changed - same) / 2;

@@ -133,6 +133,15 @@ impl ZoneTable {
         Some(self.offsets[self.transitions.partition_point(|&t| t <= utc)])
     }
 
+    /// The first offset change after the UTC instant `utc` (seconds), `Some(None)` when
+    /// there is none before the table's end, `None` when the table does not cover `utc`.
+    pub(crate) fn change_after(&self, utc: i64) -> Option<Option<i64>> {
+        if !(TABLE_FROM..TABLE_UNTIL).contains(&utc) {
+            return None;
+        }
+        Some(self.transitions.get(self.transitions.partition_point(|&t| t <= utc)).copied())
+    }
+
     /// The UTC instants at which the wall time `wall` (seconds on the zone's clock since
     /// 1970-01-01T00:00:00) occurs: none in a DST gap, two in a fold (earlier first), if
     /// the table covers it.

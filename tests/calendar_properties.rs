@@ -4,8 +4,9 @@
 //!
 //! Method: proptest over every kind of calendar (and composites of them) in zones with
 //! DST changes of an hour and of half an hour, at midnight and at night, or none, at
-//! instants near those changes and anywhere in 2018–2027. What a calendar claims is
-//! checked against `is_excluded` minute by minute and at random instants in between.
+//! instants near those changes, anywhere in 2018–2027, and before 1969 and after 2110.
+//! What a calendar claims is checked against `is_excluded` minute by minute and at random
+//! instants in between.
 
 use std::sync::Arc;
 
@@ -35,8 +36,9 @@ fn utc(text: &str) -> DateTime<Utc> {
     text.parse().unwrap()
 }
 
-/// An instant within hours (mostly) or two days of one of `changes`, or anywhere in
-/// 2018–2027.
+/// An instant within hours (mostly) or two days of one of `changes`, anywhere in
+/// 2018–2027, or before 1969 or after 2110 (beyond the zone tables, where offsets are
+/// probed; the 1940s had double summer time).
 fn instant(changes: [&'static str; 2]) -> impl Strategy<Value = DateTime<Utc>> {
     let near = (
         prop::sample::select(changes.to_vec()),
@@ -45,7 +47,9 @@ fn instant(changes: [&'static str; 2]) -> impl Strategy<Value = DateTime<Utc>> {
     )
         .prop_map(|(change, s, us)| utc(change) + TimeDelta::seconds(s) + TimeDelta::microseconds(us));
     let anywhere = (1_514_764_800i64..1_830_297_600).prop_map(|s| DateTime::from_timestamp(s, 0).unwrap());
-    prop_oneof![4 => near, 1 => anywhere]
+    let beyond = prop_oneof![-2_208_988_800i64..-31_536_000, 4_417_977_600i64..7_258_118_400]
+        .prop_map(|s| DateTime::from_timestamp(s, 0).unwrap());
+    prop_oneof![8 => near, 2 => anywhere, 1 => beyond]
 }
 
 /// A wall-clock time on a quarter hour, mostly in the hours DST changes happen, or any
