@@ -306,6 +306,26 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs(seconds))
 }
 
+/// The longest safety phase a simulation runs: 30 days. The checkers keep every run's
+/// history, about 220 MB per simulated day of the default workload, so longer runs outgrow
+/// most machines' memory (and take over five minutes); run more seeds instead.
+pub const DURATION_MAX: Duration = Duration::from_secs(30 * 86_400);
+
+/// [`parse_duration`], at most [`DURATION_MAX`].
+///
+/// # Errors
+/// As [`parse_duration`], or a longer duration.
+pub fn parse_safety_duration(text: &str) -> Result<Duration, String> {
+    let duration = parse_duration(text)?;
+    if duration > DURATION_MAX {
+        return Err(format!(
+            "duration '{text}' is longer than 30 days: the checkers keep all history (about 220 MB per \
+             simulated day), so run more seeds instead"
+        ));
+    }
+    Ok(duration)
+}
+
 /// Parses `a..b` (b exclusive) into the seeds it names.
 ///
 /// # Errors
@@ -348,6 +368,9 @@ mod tests {
         assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
         assert!(parse_duration("6x").is_err());
         assert!(parse_duration("0s").is_err());
+        assert_eq!(parse_safety_duration("30d").unwrap(), DURATION_MAX);
+        assert!(parse_safety_duration("31d").unwrap_err().contains("longer than 30 days"));
+        assert!(parse_safety_duration("1000000d").is_err());
         assert_eq!(parse_seed_range("3..7").unwrap(), 3..7);
         assert!(parse_seed_range("7..3").is_err());
     }

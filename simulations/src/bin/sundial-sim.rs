@@ -17,7 +17,7 @@ use std::process::ExitCode;
 static ALLOCATOR: sundial_actors::allocator::Allocator = sundial_actors::allocator::Allocator {};
 
 use clap::Parser;
-use sundial_simulations::options::{parse_duration, parse_seed_range, BrokenStore};
+use sundial_simulations::options::{parse_duration, parse_safety_duration, parse_seed_range, BrokenStore};
 use sundial_simulations::{faults, json_line, simulate, workload, Faults, Overrides, SimOptions};
 
 /// Deterministic cluster simulation of sundial.
@@ -33,8 +33,8 @@ struct Args {
     /// Number of nodes.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
     nodes: Option<u16>,
-    /// Length of the safety phase (`90s`, `30m`, `6h`, `2d`).
-    #[arg(long, value_parser = parse_duration)]
+    /// Length of the safety phase (`90s`, `30m`, `6h`, `2d`; at most `30d`).
+    #[arg(long, value_parser = parse_safety_duration)]
     duration: Option<std::time::Duration>,
     /// Number of jobs in the workload.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
@@ -92,38 +92,55 @@ fn main() -> ExitCode {
     let threads = args.threads.map_or_else(default_threads, usize::from).min(seeds.len()).max(1);
     let mut failed = Vec::new();
     let mut violations = 0usize;
-    // Each seed is its own world on its own runtime: seeds run on `threads` threads at
-    // once, and their reports are printed whole and in seed order.
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let (sender, receiver) = std::sync::mpsc::channel::<(usize, Report)>();
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            let (next, sender, seeds, overrides) = (&next, sender.clone(), &seeds, &overrides);
-            scope.spawn(move || loop {
-                let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(seed) = seeds.get(index) else { break };
-                let report = std::panic::catch_unwind(|| run_seed(*seed, overrides, args.trace))
-                    .unwrap_or_else(|panic| panicked(*seed, overrides, panic.as_ref()));
-                if sender.send((index, report)).is_err() {
-                    break;
-                }
+    let mut tally = |seed: u64, report: &Report| {
+        if report.violations > 0 {
+            failed.push(seed);
+            violations += report.violations;
+        }
+    };
+    if threads == 1 {
+        // One at a time: each seed's options are printed before it runs, so a long
+        // simulation shows what it is doing from the start.
+        for &seed in &seeds {
+            let report = run_seed(seed, &overrides, args.trace, |header| {
+                print!("{header}");
+                let _ = std::io::Write::flush(&mut std::io::stdout());
             });
+            print!("{}", report.text);
+            tally(seed, &report);
         }
-        drop(sender);
-        let mut done = std::collections::BTreeMap::new();
-        let mut printed = 0;
-        for (index, report) in receiver {
-            done.insert(index, report);
-            while let Some(report) = done.remove(&printed) {
-                print!("{}", report.text);
-                if report.violations > 0 {
-                    failed.push(seeds[printed]);
-                    violations += report.violations;
-                }
-                printed += 1;
+    } else {
+        // Each seed is its own world on its own runtime: seeds run on `threads` threads
+        // at once, and their reports are printed whole and in seed order.
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let (sender, receiver) = std::sync::mpsc::channel::<(usize, Report)>();
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                let (next, sender, seeds, overrides) = (&next, sender.clone(), &seeds, &overrides);
+                scope.spawn(move || loop {
+                    let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(&seed) = seeds.get(index) else { break };
+                    let mut header = String::new();
+                    let mut report = run_seed(seed, overrides, args.trace, |h| header = h);
+                    report.text.insert_str(0, &header);
+                    if sender.send((index, report)).is_err() {
+                        break;
+                    }
+                });
             }
-        }
-    });
+            drop(sender);
+            let mut done = std::collections::BTreeMap::new();
+            let mut printed = 0;
+            for (index, report) in receiver {
+                done.insert(index, report);
+                while let Some(report) = done.remove(&printed) {
+                    print!("{}", report.text);
+                    tally(seeds[printed], &report);
+                    printed += 1;
+                }
+            }
+        });
+    }
     if args.seeds.is_some() {
         println!("{}", serde_json::json!({ "seeds": seeds.len(), "failed_seeds": failed, "violations": violations }));
     }
@@ -140,14 +157,23 @@ struct Report {
     violations: usize,
 }
 
-/// Runs `seed` and writes its report: options, summary, violations, the JSON line.
-fn run_seed(seed: u64, overrides: &Overrides, trace: bool) -> Report {
-    use std::fmt::Write as _;
+/// Runs `seed`: `header` gets its options before the simulation starts; the report is
+/// the rest (summary, violations, the JSON line). A simulation that panics (a bug in the
+/// simulator or a node) is reported as a violation, so the seed fails and the other seeds
+/// still run.
+fn run_seed(seed: u64, overrides: &Overrides, trace: bool, header: impl FnOnce(String)) -> Report {
     let mut options = SimOptions::derive(seed, overrides);
     options.keep_trace = trace;
-    let mut text = describe_options(&options);
+    header(describe_options(&options));
+    std::panic::catch_unwind(|| report(&options, trace)).unwrap_or_else(|panic| panicked(panic.as_ref()))
+}
+
+/// Simulates `options` and writes what happened.
+fn report(options: &SimOptions, trace: bool) -> Report {
+    use std::fmt::Write as _;
+    let mut text = String::new();
     let started = wall_now();
-    let outcome = simulate(&options);
+    let outcome = simulate(options);
     let wall_ms = started.elapsed().as_millis();
     // Writing to a String cannot fail.
     let mut line = |l: std::fmt::Arguments<'_>| {
@@ -205,17 +231,14 @@ fn run_seed(seed: u64, overrides: &Overrides, trace: bool) -> Report {
     Report { text, violations: outcome.checked.violations.len() }
 }
 
-/// The report of a seed whose simulation panicked (a bug in the simulator or a node):
-/// counted as a violation, so the seed fails and the other seeds still run.
-fn panicked(seed: u64, overrides: &Overrides, panic: &(dyn std::any::Any + Send)) -> Report {
+/// The report of a seed whose simulation panicked.
+fn panicked(panic: &(dyn std::any::Any + Send)) -> Report {
     let message = panic
         .downcast_ref::<String>()
         .map(String::as_str)
         .or_else(|| panic.downcast_ref::<&str>().copied())
         .unwrap_or("(no message)");
-    let options = SimOptions::derive(seed, overrides);
-    let text = format!("{}violations: 1\n  VIOLATION the simulation panicked: {message}\n", describe_options(&options));
-    Report { text, violations: 1 }
+    Report { text: format!("violations: 1\n  VIOLATION the simulation panicked: {message}\n"), violations: 1 }
 }
 
 /// Seeds run at once by default: one per core (each simulation is single-threaded).

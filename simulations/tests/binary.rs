@@ -1,0 +1,109 @@
+//! Goal: `sundial-sim` keeps the interface people script against: the seed and its derived
+//! options first, then a summary, and as the last line one JSON object per run (`seed`,
+//! `nodes`, `simulated_seconds`, `fires`, `runs`, `violations`, `trace_hash`, `wall_ms`);
+//! with `--seeds`, one such line per seed in seed order and a final summary line (`seeds`,
+//! `failed_seeds`, `violations`). Exit status 0 when nothing was violated, 1 after each
+//! violation is described, 2 with a reason for a bad flag.
+//!
+//! Method: the built binary, on short simulations.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Runs the binary: (exit status, stdout, stderr).
+fn sim(args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_sundial-sim")).args(args).output().expect("the binary runs");
+    let text = |bytes: Vec<u8>| String::from_utf8(bytes).expect("output is UTF-8");
+    (output.status.code().unwrap_or(-1), text(output.stdout), text(output.stderr))
+}
+
+fn json(line: &str) -> Value {
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"))
+}
+
+/// The JSON lines of a run's output, in order.
+fn json_lines(out: &str) -> Vec<Value> {
+    out.lines().filter(|l| l.starts_with('{')).map(json).collect()
+}
+
+#[test]
+fn one_seed_prints_its_options_first_and_its_result_last() {
+    let args = ["--seed", "3", "--duration", "10m", "--faults", "none"];
+    let (status, out, err) = sim(&args);
+    assert_eq!(status, 0, "{out}{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "seed 3");
+    assert!(lines[1].starts_with("options: nodes=") && lines[1].contains("duration=600s"), "{}", lines[1]);
+    assert!(lines.iter().any(|l| l.starts_with("summary: ")), "{out}");
+    let last = json(lines.last().expect("output"));
+    for field in ["seed", "nodes", "simulated_seconds", "fires", "runs", "violations", "trace_hash", "wall_ms"] {
+        assert!(last.get(field).is_some(), "no '{field}' in {last}");
+    }
+    assert_eq!((last["seed"].as_u64(), last["violations"].as_u64()), (Some(3), Some(0)));
+    assert!(last["runs"].as_u64() > Some(0), "{last}");
+    let hash = last["trace_hash"].as_str().expect("a string");
+    assert!(hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()), "{hash}");
+    // Another process, the same trace.
+    let (_, again, _) = sim(&args);
+    assert_eq!(json(again.lines().last().expect("output"))["trace_hash"], last["trace_hash"]);
+}
+
+#[test]
+fn a_seed_range_reports_each_seed_in_order_then_a_summary() {
+    let (status, out, err) = sim(&["--seeds", "5..8", "--duration", "10m", "--threads", "2"]);
+    assert_eq!(status, 0, "{out}{err}");
+    let lines = json_lines(&out);
+    let seeds: Vec<Option<u64>> = lines[..3].iter().map(|l| l["seed"].as_u64()).collect();
+    assert_eq!(seeds, [Some(5), Some(6), Some(7)]);
+    let summary = lines.last().expect("a summary");
+    assert_eq!(lines.len(), 4, "{out}");
+    assert_eq!(summary["seeds"].as_u64(), Some(3));
+    assert_eq!(summary["failed_seeds"], serde_json::json!([]));
+    assert_eq!(summary["violations"].as_u64(), Some(0));
+    assert_eq!(out.lines().last().map(json).as_ref(), Some(summary), "the summary is the last line");
+}
+
+#[test]
+fn violations_are_described_and_fail_the_run() {
+    // A store that skips fires as misfires a tenth of the threshold late: caught within a
+    // handful of seeds.
+    let (status, out, err) =
+        sim(&["--seeds", "1..7", "--duration", "30m", "--broken-store", "early-misfire", "--threads", "2"]);
+    assert_eq!(status, 1, "{out}{err}");
+    let lines = json_lines(&out);
+    let summary = lines.last().expect("a summary");
+    let failed: Vec<u64> =
+        summary["failed_seeds"].as_array().expect("a list").iter().filter_map(Value::as_u64).collect();
+    assert!(!failed.is_empty(), "{summary}");
+    for line in &lines[..lines.len() - 1] {
+        let seed = line["seed"].as_u64().expect("a seed");
+        let violations = line["violations"].as_u64().expect("a count");
+        assert_eq!(failed.contains(&seed), violations > 0, "{line}");
+    }
+    let total: u64 = lines[..lines.len() - 1].iter().filter_map(|l| l["violations"].as_u64()).sum();
+    assert_eq!(summary["violations"].as_u64(), Some(total));
+    assert_eq!(
+        out.lines().filter(|l| l.trim_start().starts_with("VIOLATION ")).count() as u64,
+        total,
+        "each described"
+    );
+}
+
+#[test]
+fn bad_flags_are_refused_with_a_reason() {
+    let cases: [(&[&str], &str); 6] = [
+        (&["--seed", "1", "--nodes", "0"], "0 is not in 1..=64"),
+        (&["--seed", "one"], "invalid digit"),
+        (&["--seeds", "9..3"], "is empty"),
+        (&["--seed", "1", "--duration", "31d"], "longer than 30 days"),
+        (&["--seed", "1", "--faults", "bogus"], "unknown fault 'bogus'"),
+        (&["--nodes", "3"], "--seed"),
+    ];
+    for (args, reason) in cases {
+        let (status, out, err) = sim(args);
+        assert_eq!(status, 2, "{args:?}: {out}{err}");
+        assert!(err.contains(reason), "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+    }
+}
