@@ -524,4 +524,11 @@ fn offline_helpers_print_one_utc_instant_per_line() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("FUNDAY"));
     let out = Command::new(BIN).args(["schedule", "next", "daily"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
+    // A count of none, or too many to print, is refused rather than printing nothing or
+    // running on for minutes.
+    for count in ["0", "10001"] {
+        let out = Command::new(BIN).args(["cron", "next", "* * * * * *", "-n", count]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "-n {count}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("1..=10000"), "-n {count}");
+    }
 }

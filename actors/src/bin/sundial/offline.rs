@@ -39,8 +39,8 @@ pub(crate) struct Window {
     /// Fires after this instant (RFC 3339; default now).
     #[arg(long)]
     after: Option<String>,
-    /// How many fires.
-    #[arg(short = 'n', long = "count", default_value_t = 5)]
+    /// How many fires (1-10000).
+    #[arg(short = 'n', long = "count", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     count: u32,
 }
 
