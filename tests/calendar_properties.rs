@@ -1,6 +1,7 @@
 //! Goal: calendars skip exactly what they exclude, across daylight-saving changes
 //! (SPEC §5). `excluded_until` may only claim instants the calendar excludes, and
-//! `first_included` finds the first instant it does not exclude, whenever there is one.
+//! `first_included` finds the first instant it does not exclude, whenever there is one; a
+//! cron schedule with a calendar fires at its first match the calendar does not exclude.
 //!
 //! Method: proptest over every kind of calendar (and composites of them) in zones with
 //! DST changes of an hour and of half an hour, at midnight and at night, or none, at
@@ -15,8 +16,10 @@ use chrono_tz::Tz;
 use proptest::prelude::*;
 use sundial::calendar::{
     first_included, CompositeCalendar, CronCalendar, DailyCalendar, HolidayCalendar, JobCalendar, WeeklyCalendar,
+    EXCLUDED_SPANS_MAX,
 };
 use sundial::cron::CronExpression;
+use sundial::schedule::{JobSchedule, PreviousFire};
 
 /// Zones with DST at 02:00/03:00 (Berlin, New York), by half an hour (Lord Howe), at
 /// midnight (Beirut, Santiago; São Paulo until 2019), and none (Shanghai, UTC), each with
@@ -140,6 +143,42 @@ fn included_between(
     }
     probes.push(to - TimeDelta::microseconds(1));
     probes.into_iter().filter(|p| *p >= from && *p < to && !calendar.is_excluded(*p)).min()
+}
+
+/// Cron schedules in some zone, firing every minute to every hour.
+fn cron_schedule() -> impl Strategy<Value = JobSchedule> {
+    let text =
+        prop::sample::select(&["0 * * * * *", "*/15 * * * * *", "0 30 2 * * *", "0 0 * * * *", "0 */20 * * * *"][..]);
+    (text, prop::sample::select(ZONES)).prop_map(|(text, (tz, _))| JobSchedule::cron(text, Some(tz.name())).unwrap())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_cron_schedule_fires_at_its_first_match_the_calendar_leaves(
+        (calendar, after) in calendar_and_instant(),
+        schedule in cron_schedule(),
+    ) {
+        let previous = |at| PreviousFire { scheduled_at: at, completed_at: at, fire_count: 1 };
+        let fire = schedule.next_fire(&previous(after), Some(calendar.as_ref()));
+        // Match by match, without the calendar, up to the fire. After EXCLUDED_SPANS_MAX
+        // excluded matches in a row there may be no fire (SPEC §5).
+        let mut at = after;
+        for _ in 0..EXCLUDED_SPANS_MAX {
+            let Some(next) = schedule.next_fire(&previous(at), None) else { break };
+            if fire.is_some_and(|fire| next > fire) {
+                break;
+            }
+            if !calendar.is_excluded(next) {
+                prop_assert_eq!(fire, Some(next), "{:?} after {}", calendar, after);
+                return Ok(());
+            }
+            at = next;
+        }
+        prop_assert!(fire.is_none_or(|fire| !calendar.is_excluded(fire)), "{calendar:?} after {after}: {fire:?}");
+    }
+
 }
 
 proptest! {
