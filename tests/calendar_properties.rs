@@ -193,7 +193,11 @@ proptest! {
         let until = calendar.excluded_until(at);
         prop_assert!(until > at, "{calendar:?}: excluded_until({at}) = {until}");
         let included = included_between(calendar.as_ref(), at, until, &extra);
-        prop_assert!(included.is_none(), "{calendar:?}: excluded_until({at}) = {until}, but {} is included", included.unwrap());
+        prop_assert!(
+            included.is_none(),
+            "{calendar:?}: excluded_until({at}) = {until}, but {} is included",
+            included.unwrap()
+        );
     }
 
     #[test]
@@ -205,7 +209,11 @@ proptest! {
             Some(first) => {
                 prop_assert!(first >= at && !calendar.is_excluded(first), "{calendar:?}: from {at}: {first}");
                 let earlier = included_between(calendar.as_ref(), at, first, &extra);
-                prop_assert!(earlier.is_none(), "{calendar:?}: from {at}: {first}, but {} is included", earlier.unwrap());
+                prop_assert!(
+                    earlier.is_none(),
+                    "{calendar:?}: from {at}: {first}, but {} is included",
+                    earlier.unwrap()
+                );
             }
             None => {
                 // Only a calendar that excludes a whole week from here has none.

@@ -138,6 +138,7 @@ fn data() -> impl Strategy<Value = Value> {
     prop::collection::btree_map(key, value, 0..4).prop_map(|m| Value::Object(m.into_iter().collect()))
 }
 
+/// A retry policy: mostly in range, now and then too many retries or an unknown backoff.
 fn retry() -> impl Strategy<Value = Value> {
     (
         prop_oneof![9 => 0u64..=120, 1 => any::<u64>()],
@@ -154,11 +155,14 @@ fn retry() -> impl Strategy<Value = Value> {
         })
 }
 
+/// A trigger: mostly sound, now and then a priority out of range or an unknown misfire
+/// policy.
 fn trigger() -> impl Strategy<Value = Value> {
-    (names(), schedules(), data(), prop_oneof![29 => -10i64..20, 1 => any::<i64>()], prop_oneof![29 => one_of(&["run_once", "skip", "run_all"]), 1 => text_or(&[""])])
-        .prop_map(|(name, schedule, data, priority, misfire)| {
-            json!({"name": name, "schedule": schedule, "data": data, "priority": priority, "misfire": misfire})
-        })
+    let priority = prop_oneof![29 => -10i64..20, 1 => any::<i64>()];
+    let misfire = prop_oneof![29 => one_of(&["run_once", "skip", "run_all"]), 1 => text_or(&[""])];
+    (names(), schedules(), data(), priority, misfire).prop_map(|(name, schedule, data, priority, misfire)| {
+        json!({"name": name, "schedule": schedule, "data": data, "priority": priority, "misfire": misfire})
+    })
 }
 
 /// A job spec's JSON with `types` as its type, then mutated: a key dropped, an unknown
@@ -330,7 +334,8 @@ proptest! {
         let Ok(spec) = serde_json::from_value::<JobSpec>(value) else { return Ok(()) };
         let Ok(text) = toml::to_string(&spec) else { return Ok(()) };
         let back: JobSpec = toml::from_str(&text).map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
-        prop_assert_eq!(back.to_definition("j").map_err(|e| e.to_string()), spec.to_definition("j").map_err(|e| e.to_string()));
+        let definition = |spec: &JobSpec| spec.to_definition("j").map_err(|e| e.to_string());
+        prop_assert_eq!(definition(&back), definition(&spec));
     }
 }
 
@@ -502,7 +507,8 @@ proptest! {
         }).map_err(|e| TestCaseError::fail(format!("{path}: {e}")))?;
         prop_assert!(!status.is_server_error(), "{} {}: {}", status, path, text);
         if status.is_client_error() {
-            let error: Value = serde_json::from_str(&text).map_err(|e| TestCaseError::fail(format!("{path}: {e}: {text}")))?;
+            let error: Value =
+                serde_json::from_str(&text).map_err(|e| TestCaseError::fail(format!("{path}: {e}: {text}")))?;
             prop_assert!(error["code"].as_str().is_some_and(|c| !c.is_empty()), "{}: {}", path, text);
             prop_assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()), "{}: {}", path, text);
         }
