@@ -33,6 +33,13 @@ use crate::timezone::{parse_time_zone, UnknownTimeZone};
 /// it never overflows.
 pub const INTERVAL_MAX: Duration = Duration::from_secs(36_500 * 86_400);
 
+/// The shortest `Every` interval: a millisecond. Due times are stored to the microsecond,
+/// so a shorter delay could not even be kept exactly, and a run's start and end each take
+/// a store transaction: a delay below a millisecond would only make the runs follow one
+/// another back to back, which is surely not what was meant (`00:00:00.001` for
+/// `00:00:01`, say).
+pub const INTERVAL_MIN: Duration = Duration::from_millis(1);
+
 /// What kind of schedule, with its parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ScheduleKind {
@@ -41,7 +48,7 @@ pub enum ScheduleKind {
     /// Fixed delay: each fire is `interval` after the previous run *completed*;
     /// `repeat_count` is the total number of fires, `None` = unlimited.
     Every {
-        /// The delay, > 0 and ≤ [`INTERVAL_MAX`].
+        /// The delay, from [`INTERVAL_MIN`] to [`INTERVAL_MAX`].
         interval: Duration,
         /// Total fires, ≥ 1, or unlimited.
         repeat_count: Option<u32>,
@@ -115,7 +122,7 @@ impl JobSchedule {
     /// Every `interval`, without limit.
     ///
     /// # Errors
-    /// [`ScheduleError::Invalid`] unless 0 < `interval` ≤ [`INTERVAL_MAX`].
+    /// [`ScheduleError::Invalid`] unless [`INTERVAL_MIN`] ≤ `interval` ≤ [`INTERVAL_MAX`].
     pub fn every(interval: Duration) -> Result<Self, ScheduleError> {
         Self::every_times(interval, None)
     }
@@ -188,6 +195,12 @@ impl JobSchedule {
             ScheduleKind::Every { interval, repeat_count } => {
                 if interval.is_zero() {
                     return Err(invalid("interval must be greater than zero"));
+                }
+                if *interval < INTERVAL_MIN {
+                    return Err(invalid(format!(
+                        "interval {} is shorter than a millisecond (runs would follow one another back to back)",
+                        format_interval(*interval)
+                    )));
                 }
                 if *interval > INTERVAL_MAX {
                     return Err(invalid(format!("interval {} is longer than 36500 days", format_interval(*interval))));
@@ -576,6 +589,7 @@ mod tests {
             ("every", "needs an interval"),
             ("every 10m", "interval '10m'"),
             ("every 00:00:00", "greater than zero"),
+            ("every 00:00:00.0009999", "shorter than a millisecond"),
             ("every 00:61:00", "bad minutes"),
             ("every 00:10:00 x0", "at least 1"),
             ("every 00:10:00 xx", "repeat count"),
