@@ -524,6 +524,20 @@ fn offline_helpers_print_one_utc_instant_per_line() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("FUNDAY"));
     let out = Command::new(BIN).args(["schedule", "next", "daily"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
+    // A reader that goes away (`sundial … | head`) ends the command quietly, not in a
+    // panic: read one line, close the pipe, and the next write fails.
+    let mut child = Command::new(BIN)
+        .args(["cron", "next", "* * * * * *", "-n", "10000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    assert!(first.ends_with("Z\n"), "{first}");
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
     // A count of none, or too many to print, is refused rather than printing nothing or
     // running on for minutes.
     for count in ["0", "10001"] {

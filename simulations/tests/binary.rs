@@ -7,7 +7,7 @@
 //!
 //! Method: the built binary, on short simulations.
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
@@ -88,6 +88,21 @@ fn violations_are_described_and_fail_the_run() {
         total,
         "each described"
     );
+}
+
+#[test]
+fn a_reader_that_goes_away_ends_the_run_quietly() {
+    // `sundial-sim … | head`: the pipe closes before the report is written.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sundial-sim"))
+        .args(["--seed", "1", "--duration", "90s", "--faults", "none"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    drop(child.stdout.take());
+    let output = child.wait_with_output().expect("it ends");
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(output.stderr.is_empty(), "{}", String::from_utf8_lossy(&output.stderr));
 }
 
 #[test]

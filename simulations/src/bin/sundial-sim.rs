@@ -102,11 +102,8 @@ fn main() -> ExitCode {
         // One at a time: each seed's options are printed before it runs, so a long
         // simulation shows what it is doing from the start.
         for &seed in &seeds {
-            let report = run_seed(seed, &overrides, args.trace, |header| {
-                print!("{header}");
-                let _ = std::io::Write::flush(&mut std::io::stdout());
-            });
-            print!("{}", report.text);
+            let report = run_seed(seed, &overrides, args.trace, |header| emit(&header));
+            emit(&report.text);
             tally(seed, &report);
         }
     } else {
@@ -134,7 +131,7 @@ fn main() -> ExitCode {
             for (index, report) in receiver {
                 done.insert(index, report);
                 while let Some(report) = done.remove(&printed) {
-                    print!("{}", report.text);
+                    emit(&report.text);
                     tally(seeds[printed], &report);
                     printed += 1;
                 }
@@ -142,12 +139,28 @@ fn main() -> ExitCode {
         });
     }
     if args.seeds.is_some() {
-        println!("{}", serde_json::json!({ "seeds": seeds.len(), "failed_seeds": failed, "violations": violations }));
+        let summary = serde_json::json!({ "seeds": seeds.len(), "failed_seeds": failed, "violations": violations });
+        emit(&format!("{summary}\n"));
     }
     if failed.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// Writes `text` to stdout at once. When the reader has gone (`sundial-sim … | head`) the
+/// run ends quietly; any other failure to write ends it with status 1.
+fn emit(text: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(error) => {
+            eprintln!("sundial-sim: cannot write the report: {error}");
+            std::process::exit(1);
+        }
     }
 }
 
@@ -162,10 +175,14 @@ struct Report {
 /// simulator or a node) is reported as a violation, so the seed fails and the other seeds
 /// still run.
 fn run_seed(seed: u64, overrides: &Overrides, trace: bool, header: impl FnOnce(String)) -> Report {
-    let mut options = SimOptions::derive(seed, overrides);
-    options.keep_trace = trace;
-    header(describe_options(&options));
-    std::panic::catch_unwind(|| report(&options, trace)).unwrap_or_else(|panic| panicked(panic.as_ref()))
+    // Nothing a panic interrupts is looked at again: the report says it panicked.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut options = SimOptions::derive(seed, overrides);
+        options.keep_trace = trace;
+        header(describe_options(&options));
+        report(&options, trace)
+    }))
+    .unwrap_or_else(|panic| panicked(seed, panic.as_ref()))
 }
 
 /// Simulates `options` and writes what happened.
@@ -232,13 +249,16 @@ fn report(options: &SimOptions, trace: bool) -> Report {
 }
 
 /// The report of a seed whose simulation panicked.
-fn panicked(panic: &(dyn std::any::Any + Send)) -> Report {
+fn panicked(seed: u64, panic: &(dyn std::any::Any + Send)) -> Report {
     let message = panic
         .downcast_ref::<String>()
         .map(String::as_str)
         .or_else(|| panic.downcast_ref::<&str>().copied())
         .unwrap_or("(no message)");
-    Report { text: format!("violations: 1\n  VIOLATION the simulation panicked: {message}\n"), violations: 1 }
+    Report {
+        text: format!("violations: 1\n  VIOLATION the simulation of seed {seed} panicked: {message}\n"),
+        violations: 1,
+    }
 }
 
 /// Seeds run at once by default: one per core (each simulation is single-threaded).

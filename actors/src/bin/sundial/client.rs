@@ -268,7 +268,7 @@ fn finish(result: CliResult<u8>) -> u8 {
 }
 
 fn print_json(value: &impl serde::Serialize) {
-    println!("{}", serde_json::to_string_pretty(value).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}")));
+    outln!("{}", serde_json::to_string_pretty(value).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}")));
 }
 
 fn segment(text: &str) -> String {
@@ -288,13 +288,13 @@ pub(crate) fn node_info(remote: &Remote) -> u8 {
         if remote.json {
             print_json(&info);
         } else {
-            println!("node      {}", info.node_id);
-            println!("state     {}", info.state);
-            println!("leader    {}", if info.leader { "yes" } else { "no" });
-            println!("running   {}", info.running);
-            println!("store     {}", info.store);
-            println!("version   {}", info.version);
-            println!("job types {}", info.job_types.join(", "));
+            outln!("node      {}", info.node_id);
+            outln!("state     {}", info.state);
+            outln!("leader    {}", if info.leader { "yes" } else { "no" });
+            outln!("running   {}", info.running);
+            outln!("store     {}", info.store);
+            outln!("version   {}", info.version);
+            outln!("job types {}", info.job_types.join(", "));
         }
         Ok(0)
     })())
@@ -366,7 +366,7 @@ fn jobs_inner(action: JobsAction, remote: &Remote) -> CliResult<u8> {
                     (None, Some(message)) => format!(": {message}"),
                     _ => String::new(),
                 };
-                println!("{name}: {:?}{detail}", outcome.state);
+                outln!("{name}: {:?}{detail}", outcome.state);
             }
             Ok(if outcome.state == sundial::job::RunState::Succeeded { 0 } else { exit::FAILED })
         }
@@ -377,7 +377,7 @@ fn jobs_inner(action: JobsAction, remote: &Remote) -> CliResult<u8> {
             if remote.json {
                 print_json(&enqueued);
             } else {
-                println!("{}", enqueued["trigger"].as_str().unwrap_or_default());
+                outln!("{}", enqueued["trigger"].as_str().unwrap_or_default());
             }
             Ok(0)
         }
@@ -412,7 +412,7 @@ fn print_items(results: &[ItemResult], json: bool, done: &str) -> u8 {
     } else {
         for r in results {
             match &r.error {
-                None => println!("{}: {done}", r.item),
+                None => outln!("{}: {done}", r.item),
                 Some(e) => eprintln!("{}: {}: {}", r.item, e.code, e.message),
             }
         }
@@ -479,7 +479,7 @@ pub(crate) fn triggers(action: TriggersAction, remote: &Remote) -> u8 {
         if remote.json {
             print_json(&serde_json::json!({ "job": job, "trigger": trigger, "ok": true }));
         } else {
-            println!("{job}/{trigger}: {done}");
+            outln!("{job}/{trigger}: {done}");
         }
         Ok(0)
     })())
@@ -510,7 +510,7 @@ pub(crate) fn runs(action: RunsAction, remote: &Remote) -> u8 {
                 if remote.json {
                     print_json(&count);
                 } else {
-                    println!("{}", count["count"]);
+                    outln!("{}", count["count"]);
                 }
                 Ok(0)
             }
@@ -542,7 +542,7 @@ fn table(header: &[&str], rows: &[Vec<String>]) {
             .enumerate()
             .map(|(i, c)| if i == last { c } else { format!("{c:<w$}", w = widths[i]) })
             .collect();
-        println!("{}", text.join("  ").trim_end());
+        outln!("{}", text.join("  ").trim_end());
     };
     line(header.iter().map(|h| (*h).to_owned()).collect());
     for row in rows {
@@ -571,22 +571,22 @@ fn print_jobs(jobs: &[JobView]) {
 }
 
 fn print_job(job: &JobView) {
-    println!("name      {}", job.spec.name);
-    println!("type      {}", job.spec.job_type);
-    println!("origin    {:?}", job.origin);
-    println!("paused    {}", if job.paused { "yes" } else { "no" });
-    println!("running   {}", job.running);
+    outln!("name      {}", job.spec.name);
+    outln!("type      {}", job.spec.job_type);
+    outln!("origin    {:?}", job.origin);
+    outln!("paused    {}", if job.paused { "yes" } else { "no" });
+    outln!("running   {}", job.running);
     if let Some(description) = &job.spec.description {
-        println!("about     {description}");
+        outln!("about     {description}");
     }
     if !job.spec.data.is_empty() {
-        println!("data      {}", Value::Object(job.spec.data.clone()));
+        outln!("data      {}", Value::Object(job.spec.data.clone()));
     }
     if let Some(last) = &job.last_finished {
         let error = last.error_message.as_deref().map(|m| format!(" ({m})")).unwrap_or_default();
-        println!("last run  {} {:?} at {}{error}", last.id, last.state, time(Some(last.scheduled_at)));
+        outln!("last run  {} {:?} at {}{error}", last.id, last.state, time(Some(last.scheduled_at)));
     }
-    println!();
+    outln!();
     let schedules: std::collections::BTreeMap<&str, &str> =
         job.spec.triggers.iter().map(|t| (t.name.as_str(), t.schedule.as_str())).collect();
     let rows: Vec<Vec<String>> = job

@@ -10,6 +10,18 @@
 //! sundial schedule next "<schedule text>" [--after T] [-n N]       offline
 //! ```
 
+/// `println!` for what a command prints: when the reader has gone (`sundial runs list |
+/// head`) the command ends quietly, and any other failure to write ends it with status 1,
+/// rather than a panic.
+macro_rules! outln {
+    () => {
+        $crate::write_line(format_args!(""))
+    };
+    ($($arg:tt)*) => {
+        $crate::write_line(format_args!($($arg)*))
+    };
+}
+
 mod client;
 mod node;
 mod offline;
@@ -138,6 +150,20 @@ pub(crate) struct RunNode {
     /// Log format (overrides the config's `[log] format`).
     #[arg(long, value_name = "FORMAT", value_parser = ["text", "json"])]
     pub(crate) log_format: Option<String>,
+}
+
+/// Writes one line of a command's output (see `outln!`).
+fn write_line(line: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_fmt(line).and_then(|()| out.write_all(b"\n")) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(error) => {
+            eprintln!("sundial: cannot write the output: {error}");
+            std::process::exit(1);
+        }
+    }
 }
 
 fn main() -> ExitCode {

@@ -78,7 +78,7 @@ fn print_fires(schedule: &JobSchedule, window: &Window) -> u8 {
         },
     };
     for at in fires(schedule, after, window.count) {
-        println!("{}", at.to_rfc3339_opts(SecondsFormat::AutoSi, true));
+        outln!("{}", at.to_rfc3339_opts(SecondsFormat::AutoSi, true));
     }
     0
 }
