@@ -33,11 +33,10 @@ use crate::timezone::{parse_time_zone, UnknownTimeZone};
 /// it never overflows.
 pub const INTERVAL_MAX: Duration = Duration::from_secs(36_500 * 86_400);
 
-/// The shortest `Every` interval: a millisecond. Due times are stored to the microsecond,
-/// so a shorter delay could not even be kept exactly, and a run's start and end each take
-/// a store transaction: a delay below a millisecond would only make the runs follow one
-/// another back to back, which is surely not what was meant (`00:00:00.001` for
-/// `00:00:01`, say).
+/// The shortest `Every` interval: a millisecond. Due times are stored to the microsecond
+/// (a sub-microsecond delay could not even be kept), and a run's start and end each take
+/// a store transaction of about that long: a shorter delay would only make the runs
+/// follow one another back to back.
 pub const INTERVAL_MIN: Duration = Duration::from_millis(1);
 
 /// What kind of schedule, with its parameters.
