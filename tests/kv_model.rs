@@ -178,9 +178,8 @@ fn read(map: &Map, op: &Op) -> Option<Seen> {
             if begin >= end {
                 return Some(Seen::Pairs(Vec::new(), false));
             }
-            let all: Vec<(Key, Value)> =
+            let mut ordered: Vec<(Key, Value)> =
                 map.range(begin.clone()..end.clone()).map(|(k, v)| (k.clone(), v.clone())).collect();
-            let mut ordered = all;
             if *reverse {
                 ordered.reverse();
             }
@@ -193,13 +192,15 @@ fn read(map: &Map, op: &Op) -> Option<Seen> {
     }
 }
 
-/// The keys a write touches, as ranges `[begin, end)`.
+/// The range of one key, `[key, key\0)`.
+fn point(key: &Key) -> (Key, Key) {
+    let mut end = key.clone();
+    end.push(0);
+    (key.clone(), end)
+}
+
+/// The keys a write touches, as a range `[begin, end)`.
 fn written(op: &Op) -> Option<(Key, Key)> {
-    let point = |k: &Key| {
-        let mut end = k.clone();
-        end.push(0);
-        (k.clone(), end)
-    };
     match op {
         Op::Set { key, .. } | Op::Clear { key } | Op::Add { key, .. } => Some(point(key)),
         Op::ClearRange { begin, end } => Some((begin.clone(), end.clone())),
@@ -210,11 +211,6 @@ fn written(op: &Op) -> Option<(Key, Key)> {
 /// The ranges a serializable read depends on: a read cut short by its limit only up to
 /// its last key.
 fn read_ranges(op: &Op, seen: &Seen) -> Vec<(Key, Key)> {
-    let point = |key: &Key| {
-        let mut end = key.clone();
-        end.push(0);
-        (key.clone(), end)
-    };
     match (op, seen) {
         (Op::Get { key, snapshot: false }, _) => vec![point(key)],
         (Op::GetMany { keys, snapshot: false }, _) => keys.iter().map(point).collect(),
