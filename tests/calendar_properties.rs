@@ -1,7 +1,8 @@
 //! Goal: calendars skip exactly what they exclude, across daylight-saving changes
 //! (SPEC §5). `excluded_until` may only claim instants the calendar excludes, and
 //! `first_included` finds the first instant it does not exclude, whenever there is one; a
-//! cron schedule with a calendar fires at its first match the calendar does not exclude.
+//! cron schedule with a calendar fires at its first match the calendar does not exclude,
+//! an interval at the first instant it does not exclude once the delay is over.
 //!
 //! Method: proptest over every kind of calendar (and composites of them) in zones with
 //! DST changes of an hour and of half an hour, at midnight and at night, or none, at
@@ -177,6 +178,29 @@ proptest! {
             at = next;
         }
         prop_assert!(fire.is_none_or(|fire| !calendar.is_excluded(fire)), "{calendar:?} after {after}: {fire:?}");
+    }
+
+    #[test]
+    fn an_interval_fires_at_the_first_instant_the_calendar_leaves_after_its_delay(
+        (calendar, completed) in calendar_and_instant(),
+        minutes in prop::sample::select(&[1i64, 10, 90, 1440][..]),
+        extra in prop::collection::vec(0.0f64..1.0, 32),
+    ) {
+        let interval = TimeDelta::minutes(minutes);
+        let schedule = JobSchedule::every(interval.to_std().unwrap()).unwrap();
+        let previous = PreviousFire { scheduled_at: completed, completed_at: completed, fire_count: 1 };
+        let due = completed + interval;
+        match schedule.next_fire(&previous, Some(calendar.as_ref())) {
+            Some(fire) => {
+                prop_assert!(fire >= due && !calendar.is_excluded(fire), "{calendar:?}: due {due}, fires {fire}");
+                let earlier = included_between(calendar.as_ref(), due, fire, &extra);
+                prop_assert!(earlier.is_none(), "{calendar:?}: due {due}, fires {fire}, but {earlier:?} is included");
+            }
+            None => {
+                let week = included_between(calendar.as_ref(), due, due + TimeDelta::weeks(1), &extra);
+                prop_assert!(week.is_none(), "{calendar:?}: due {due}, no fire, but {week:?} is included");
+            }
+        }
     }
 
 }
