@@ -228,9 +228,11 @@ fn report(options: &SimOptions, trace: bool) -> Report {
         line(format_args!("  checked {what}: {count}"));
     }
     if let Some(late) = outcome.checked.liveness_worst {
+        // Below zero when every clock was ahead: fires started early in true time.
+        let ms = late.num_milliseconds();
+        let when = if ms < 0 { format!("{} ms before", -ms) } else { format!("{ms} ms after") };
         line(format_args!(
-            "  liveness: the latest judged fire started {} ms after its time (beyond the slowest clock)",
-            late.num_milliseconds()
+            "  liveness: the latest judged fire started {when} its time (in true time, less the most any clock was behind)"
         ));
     }
     line(format_args!(
