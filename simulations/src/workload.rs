@@ -24,11 +24,14 @@ pub fn epoch() -> DateTime<Utc> {
 /// The name of the calendar some triggers use.
 pub const QUIET_CALENDAR: &str = "quiet";
 
-/// The calendar behind [`QUIET_CALENDAR`]: no fires 05:40–05:50 UTC.
+/// The calendar behind [`QUIET_CALENDAR`]: no fires 00:40–00:50 in New York. That is
+/// 05:40–05:50 UTC on the epoch's day, and an hour earlier in UTC from the next day on
+/// (the clocks go forward at 07:00 UTC): runs longer than a day see the calendar follow
+/// its zone across a DST change.
 pub fn quiet_calendar() -> Arc<dyn JobCalendar> {
-    let from = NaiveTime::from_hms_opt(5, 40, 0).unwrap_or_default();
-    let to = NaiveTime::from_hms_opt(5, 50, 0).unwrap_or_default();
-    match DailyCalendar::new(from, to, chrono_tz::UTC) {
+    let from = NaiveTime::from_hms_opt(0, 40, 0).unwrap_or_default();
+    let to = NaiveTime::from_hms_opt(0, 50, 0).unwrap_or_default();
+    match DailyCalendar::new(from, to, chrono_tz::America::New_York) {
         Ok(calendar) => Arc::new(calendar),
         Err(_) => unreachable!("a non-empty span"),
     }
