@@ -47,11 +47,12 @@ pub(super) fn at_most_once(inputs: &Inputs<'_>, checked: &mut Checked) {
 }
 
 /// Every fire of a stable trigger is accounted for: `RunAll` cron triggers run every fire
-/// exactly at its time, in order (no gap before the latest fire run); `once` triggers fire once (at most once with `Skip`); `every … xN`
-/// triggers at most N times; and in the liveness phase every fire of a concurrent job's
-/// cron trigger, and each interval fire after its trigger's run ended, starts within
-/// [`LIVENESS_BOUND`] of its time (plus the most any node's clock is behind): on every node
-/// alive then for a local job, by its final definition for a job operations changed.
+/// exactly at its time, in order (no gap before the latest fire run); `once` triggers
+/// fire once (at most once with `Skip`); `every … xN` triggers at most N times; and in
+/// the liveness phase every fire of a concurrent job's cron trigger, and each interval
+/// fire after its trigger's run ended, starts within [`LIVENESS_BOUND`] of its time (plus
+/// the most any node's clock is behind): on every node alive then for a local job, by its
+/// final definition for a job operations changed.
 pub(super) fn fires_accounted(
     inputs: &Inputs<'_>,
     definitions: &BTreeMap<&JobName, &JobDefinition>,

@@ -26,10 +26,10 @@ impl Span {
     }
 }
 
-/// Whether another run of a non-concurrent job (its runs' `spans`) may have
-/// held back its fire at `at`, run as `own` (if it was): one that ran at some time from
-/// [`BUSY_MARGIN`] and the most any node's clock is ahead before `at` until `own` started, or, if it never did, until the most
-/// any node's clock is behind (and a second) after `at`.
+/// Whether another run of a non-concurrent job (its runs' `spans`) may have held back its
+/// fire at `at`, run as `own` (if it was): one that ran at some time from [`BUSY_MARGIN`]
+/// and the most any node's clock is ahead before `at` until `own` started, or, if it never
+/// did, until the most any node's clock is behind (and a second) after `at`.
 pub(super) fn blocked(spans: &[Span], at: DateTime<Utc>, own: Option<&Uuid>, liveness: &Liveness<'_, '_>) -> bool {
     // A node whose clock is ahead saw the fire due (and the job busy) that much earlier.
     let from = at - TimeDelta::from_std(BUSY_MARGIN).unwrap_or_default() - liveness.ahead;
