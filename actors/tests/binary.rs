@@ -3,7 +3,8 @@
 //! API and the CLI (history, statuses, retries, timeouts, cancellation, restore, pause,
 //! auth); a node leads through a Kubernetes Lease (a fake API server) and gives it up when
 //! it stops; bad configs, bad requests and bad CLI input are refused with clear messages and
-//! stable codes; the offline helpers print instants.
+//! stable codes; the offline helpers print instants; the CLI with no node to talk to says
+//! why and where to look.
 //!
 //! Method: runs the real binary as child processes on free ports (real time, a few
 //! seconds per test), talking HTTP with a minimal client so the tests see raw statuses.
@@ -545,4 +546,19 @@ fn offline_helpers_print_one_utc_instant_per_line() {
         assert_eq!(out.status.code(), Some(2), "-n {count}");
         assert!(String::from_utf8_lossy(&out.stderr).contains("1..=10000"), "-n {count}");
     }
+}
+
+#[test]
+fn the_cli_without_a_node_says_why_and_where_to_look() {
+    // A port nothing listens on: bound, then let go.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let server = format!("http://127.0.0.1:{port}");
+    let out =
+        Command::new(BIN).args(["jobs", "list", "--server", &server]).env_remove("SUNDIAL_SERVER").output().unwrap();
+    assert_eq!(out.status.code(), Some(6), "node or store unavailable");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("cannot reach the node at {server}")), "{stderr}");
+    // The cause itself, not only "error sending request", and where to look.
+    assert!(!stderr.contains("error sending request"), "{stderr}");
+    assert!(stderr.contains("is a node running there?"), "{stderr}");
 }

@@ -158,6 +158,18 @@ fn usage(message: impl Into<String>) -> Failure {
     Failure { message: message.into(), code: exit::USAGE, api: None }
 }
 
+/// Why the node at `base` could not be reached: the innermost cause (reqwest's own text
+/// only says a request failed), and, when nothing answered, where to look.
+fn unreachable_message(base: &str, error: &reqwest::Error) -> String {
+    let mut cause: &dyn std::error::Error = error;
+    while let Some(inner) = cause.source() {
+        cause = inner;
+    }
+    let hint =
+        if error.is_connect() { " (is a node running there? `--server` or SUNDIAL_SERVER names another)" } else { "" };
+    format!("cannot reach the node at {base}: {cause}{hint}")
+}
+
 /// The admin API's base from `--server`: an `http(s)://host[:port]` address. Anything
 /// else is a usage error (exit 2), not an unreachable node.
 fn server_base(server: &str) -> CliResult<String> {
@@ -223,7 +235,7 @@ impl Client {
         }
         self.runtime.block_on(async {
             let response = request.send().await.map_err(|e| Failure {
-                message: format!("cannot reach the node at {}: {e}", self.base),
+                message: unreachable_message(&self.base, &e),
                 code: exit::UNAVAILABLE,
                 api: None,
             })?;
