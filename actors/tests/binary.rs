@@ -562,3 +562,23 @@ fn the_cli_without_a_node_says_why_and_where_to_look() {
     assert!(!stderr.contains("error sending request"), "{stderr}");
     assert!(stderr.contains("is a node running there?"), "{stderr}");
 }
+
+#[test]
+fn a_node_whose_admin_port_is_taken_stops_at_once_naming_it() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let out = Command::new(BIN)
+        .args(["node", "--demo"])
+        .env("SUNDIAL_ADMIN_LISTEN", &address)
+        .env_remove("SUNDIAL_ADMIN_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(6), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("cannot listen on {address} for the admin API")), "{stderr}");
+    assert!(stderr.contains("SUNDIAL_ADMIN_LISTEN picks another address"), "{stderr}");
+    // Bound before anything started: the node never served.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("node serving"), "{stdout}");
+    drop(taken);
+}

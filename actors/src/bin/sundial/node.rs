@@ -310,7 +310,12 @@ async fn serve<K: Kv>(setup: Setup<K>) -> u8 {
         match tokio::net::TcpListener::bind(config.admin.listen).await {
             Ok(listener) => Some(listener),
             Err(error) => {
-                eprintln!("sundial: cannot listen on {} for the admin API: {error}", config.admin.listen);
+                let hint = if error.kind() == std::io::ErrorKind::AddrInUse {
+                    " (another node? `admin.listen` in the config or SUNDIAL_ADMIN_LISTEN picks another address)"
+                } else {
+                    ""
+                };
+                eprintln!("sundial: cannot listen on {} for the admin API: {error}{hint}", config.admin.listen);
                 return exit::UNAVAILABLE;
             }
         }
