@@ -212,6 +212,15 @@ fn the_demo_node_runs_its_jobs_and_stops_on_sigterm() {
     node.wait_for("demo job ran", Duration::from_secs(15));
     let (status, body) = http(node.port(), "GET", "/health", None, None);
     assert_eq!((status, body.as_str()), (200, "{\"status\":\"serving\"}"));
+    // The CLI asks for the messages in the user's language (SPEC §14: English and
+    // Simplified Chinese).
+    let mut command = Command::new(BIN);
+    command.args(["jobs", "show", "nope"]).env("SUNDIAL_SERVER", &node.base).env_remove("LC_ALL");
+    let out = command.env("LANG", "zh_CN.UTF-8").env_remove("LC_MESSAGES").output().unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("SCHEDULING_NOTFOUND_001: 作业未登记"), "{out:?}");
+    let out = command.env("LANG", "en_US.UTF-8").output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("SCHEDULING_NOTFOUND_001: job not registered"), "{out:?}");
     let status = node.terminate();
     assert!(status.success(), "clean exit on SIGTERM: {status:?}\n{}", node.seen.join("\n"));
     assert!(node.seen.iter().any(|l| l.contains("stopped")), "{}", node.seen.join("\n"));

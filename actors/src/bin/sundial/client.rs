@@ -158,6 +158,14 @@ fn usage(message: impl Into<String>) -> Failure {
     Failure { message: message.into(), code: exit::USAGE, api: None }
 }
 
+/// The `Accept-Language` for the user's locale (the first of `LC_ALL`, `LC_MESSAGES` and
+/// `LANG` that is set, as POSIX orders them): Simplified Chinese for a `zh…` locale, none
+/// for any other (the API's messages are in English and Simplified Chinese).
+fn accept_language(var: impl Fn(&str) -> Option<String>) -> Option<&'static str> {
+    let locale = ["LC_ALL", "LC_MESSAGES", "LANG"].into_iter().find_map(|name| var(name).filter(|v| !v.is_empty()))?;
+    locale.starts_with("zh").then_some("zh-CN")
+}
+
 /// Why the node at `base` could not be reached: the innermost cause (reqwest's own text
 /// only says a request failed), and, when nothing answered, where to look.
 fn unreachable_message(base: &str, error: &reqwest::Error) -> String {
@@ -202,6 +210,9 @@ fn exit_code_of(code: &str) -> u8 {
 struct Client {
     base: String,
     token: Option<String>,
+    /// The `Accept-Language` to send: the user's locale when it is Chinese, so the API's
+    /// messages come in it (none otherwise: the API answers in English).
+    language: Option<&'static str>,
     http: reqwest::Client,
     runtime: tokio::runtime::Runtime,
 }
@@ -215,7 +226,8 @@ impl Client {
         })?;
         let http = sundial_actors::kinds::http::client().as_ref().clone();
         let base = server_base(&remote.server)?;
-        Ok(Self { base, token: remote.token.clone(), http, runtime })
+        let language = accept_language(|name| std::env::var(name).ok());
+        Ok(Self { base, token: remote.token.clone(), language, http, runtime })
     }
 
     fn call<T: DeserializeOwned>(
@@ -229,6 +241,9 @@ impl Client {
         let mut request = self.http.request(method, &url).query(query);
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
+        }
+        if let Some(language) = self.language {
+            request = request.header(reqwest::header::ACCEPT_LANGUAGE, language);
         }
         if let Some(body) = body {
             request = request.json(body);
@@ -660,6 +675,21 @@ mod tests {
         assert_eq!(exit_code_of("SCHEDULING_UNAVAILABLE_001"), exit::UNAVAILABLE);
         assert_eq!(exit_code_of("ADMIN_AUTH_001"), exit::UNAUTHORIZED);
         assert_eq!(exit_code_of("SCHEDULING_UNEXPECTED_001"), exit::FAILED);
+    }
+
+    #[test]
+    fn a_chinese_locale_asks_for_chinese_messages() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| (*v).to_owned())
+        };
+        assert_eq!(accept_language(env(&[("LANG", "zh_CN.UTF-8")])), Some("zh-CN"));
+        assert_eq!(accept_language(env(&[("LANG", "zh_TW.UTF-8")])), Some("zh-CN"));
+        assert_eq!(accept_language(env(&[("LANG", "en_US.UTF-8")])), None);
+        assert_eq!(accept_language(env(&[])), None);
+        // POSIX order: LC_ALL over LC_MESSAGES over LANG; an empty one does not count.
+        assert_eq!(accept_language(env(&[("LC_ALL", "C"), ("LANG", "zh_CN.UTF-8")])), None);
+        assert_eq!(accept_language(env(&[("LC_MESSAGES", "zh_CN"), ("LANG", "en_US")])), Some("zh-CN"));
+        assert_eq!(accept_language(env(&[("LC_ALL", ""), ("LANG", "zh_CN.UTF-8")])), Some("zh-CN"));
     }
 
     #[test]
