@@ -41,7 +41,8 @@ impl NodeProcess {
         command
             .arg("node")
             .args(args)
-            .env("RUST_LOG", "info")
+            // The default log filter, as a user gets it.
+            .env_remove("RUST_LOG")
             .env("NO_COLOR", "1")
             .env("SUNDIAL_ADMIN_LISTEN", "127.0.0.1:0")
             .env_remove("SUNDIAL_ADMIN_TOKEN")
@@ -224,6 +225,9 @@ fn the_demo_node_runs_its_jobs_and_stops_on_sigterm() {
     let status = node.terminate();
     assert!(status.success(), "clean exit on SIGTERM: {status:?}\n{}", node.seen.join("\n"));
     assert!(node.seen.iter().any(|l| l.contains("stopped")), "{}", node.seen.join("\n"));
+    // Lines carry the run's own span, not ractor's (actor ids and names) by default.
+    assert!(node.seen.iter().any(|l| l.contains("run{run_id=")), "{}", node.seen.join("\n"));
+    assert!(!node.seen.iter().any(|l| l.contains("Actor{")), "{}", node.seen.join("\n"));
 }
 
 const CONFIG: &str = r#"

@@ -75,7 +75,9 @@ pub(crate) fn run(args: RunNode) -> u8 {
 }
 
 fn init_logs(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    // ractor wraps every actor's work in an info span naming its id and name; the run's
+    // own span says which run, so by default it only adds width (RUST_LOG brings it back).
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,ractor=warn".into());
     // Colours only for a person at a terminal: log files and collectors get plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi);
