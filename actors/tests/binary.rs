@@ -3,8 +3,9 @@
 //! API and the CLI (history, statuses, retries, timeouts, cancellation, restore, pause,
 //! auth); a node leads through a Kubernetes Lease (a fake API server) and gives it up when
 //! it stops; bad configs, bad requests and bad CLI input are refused with clear messages and
-//! stable codes; the offline helpers print instants; the CLI with no node to talk to says
-//! why and where to look.
+//! stable codes (in Chinese under a Chinese locale); the offline helpers print instants; a
+//! CLI with no node to talk to, and a node whose admin port is taken, say why and what to
+//! change.
 //!
 //! Method: runs the real binary as child processes on free ports (real time, a few
 //! seconds per test), talking HTTP with a minimal client so the tests see raw statuses.
