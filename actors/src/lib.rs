@@ -11,8 +11,9 @@
 //!   tracing span;
 //! - [`events`]: CloudEvents envelopes and publishers; [`stats`]: engine counters;
 //! - [`clock`]: the tokio clock and sleepers a node runs on;
-//! - behind the default feature `node`: [`config`] (the TOML file), [`spec`] (readable job
-//!   definitions), [`kinds`] (the `shell`, `http` and `log` job kinds), [`admin`] (the REST
+//! - [`spec`]: job definitions as people write them (with feature `spec-files`, read from
+//!   TOML or JSON files);
+//! - behind the default feature `node`: [`config`] (the TOML file), [`kinds`] (the `shell`, `http` and `log` job kinds), [`admin`] (the REST
 //!   API with metrics), [`kubernetes`] (leader election on a Kubernetes Lease), and the
 //!   `sundial` binary;
 //! - `fdb::FdbKv` (feature `fdb`): the core's [`sundial::kv::Kv`] on FoundationDB, so
@@ -50,7 +51,6 @@ mod run;
 #[cfg(feature = "node")]
 pub mod runtime;
 pub mod scheduler;
-#[cfg(feature = "node")]
 pub mod spec;
 mod starts;
 pub mod stats;

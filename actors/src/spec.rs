@@ -292,6 +292,60 @@ impl JobSpec {
     }
 }
 
+/// Job specs read from a file: TOML (`[[jobs]]` tables, as in a node config, whose other
+/// sections are ignored here; or one job's keys at the top level) or JSON (an array of
+/// jobs, or one job), told apart by the extension `.toml` or `.json`, and without one by
+/// whether the text parses as JSON. Every spec is checked with
+/// [`JobSpec::to_definition`], so a mistake names the file and the key.
+///
+/// # Errors
+/// A message naming the file: it cannot be read, does not parse, a job is invalid, or it
+/// holds no jobs.
+#[cfg(feature = "spec-files")]
+pub fn read_file(file: &std::path::Path) -> Result<Vec<JobSpec>, String> {
+    use serde_json::Value;
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: cannot read: {e}", file.display()))?;
+    // A TOML file starting with `[[jobs]]` also starts with `[`: by extension first.
+    let is_json = match file.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
+        Some("json") => true,
+        Some("toml") => false,
+        _ => serde_json::from_str::<Value>(&text).is_ok(),
+    };
+    let at = |e: String| format!("{}: {e}", file.display());
+    let specs = if is_json {
+        match serde_json::from_str::<Value>(&text).map_err(|e| at(e.to_string()))? {
+            Value::Array(items) => items
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| serde_json::from_value(v).map_err(|e| at(format!("[{i}]: {e}"))))
+                .collect::<Result<Vec<JobSpec>, _>>()?,
+            other => vec![serde_json::from_value(other).map_err(|e| at(e.to_string()))?],
+        }
+    } else {
+        let mut table: toml::Table = toml::from_str(&text).map_err(|e| at(e.message().to_owned()))?;
+        match table.remove("jobs") {
+            Some(toml::Value::Array(items)) => items
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| {
+                    item.try_into().map_err(|e: toml::de::Error| at(format!("jobs[{i}]: {}", e.message())))
+                })
+                .collect::<Result<Vec<JobSpec>, _>>()?,
+            Some(_) => return Err(at("`jobs` must be an array of tables ([[jobs]])".into())),
+            None => {
+                vec![toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| at(e.message().to_owned()))?]
+            }
+        }
+    };
+    for (i, spec) in specs.iter().enumerate() {
+        spec.to_definition(&format!("jobs[{i}]")).map_err(|e| at(e.to_string()))?;
+    }
+    if specs.is_empty() {
+        return Err(at("no jobs in the file".into()));
+    }
+    Ok(specs)
+}
+
 /// An error's detail without its code prefix, for messages that add their own context.
 /// What is wrong, for a message that already says where and that the definition is
 /// invalid: an invalid definition's bare reason (without the core's `job '<name>': `
@@ -313,7 +367,7 @@ pub(crate) fn detail(error: &SchedulingError) -> String {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "spec-files"))]
 mod tests {
     use super::*;
 
@@ -379,5 +433,53 @@ mod tests {
             "j (a): timeout 31.00:00:00 must be greater than zero and at most 30 days"
         );
         assert!(toml::from_str::<JobSpec>("name = \"a\"\ntype = \"log\"\ncolour = 1").is_err());
+    }
+
+    /// Writes `text` to a fresh file named `name` and reads it back with [`read_file`].
+    fn read(name: &str, text: &str) -> Result<Vec<JobSpec>, String> {
+        let dir = std::env::temp_dir().join(format!("sundial-spec-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join(name);
+        std::fs::write(&file, text).unwrap();
+        let specs = read_file(&file);
+        std::fs::remove_dir_all(&dir).unwrap();
+        specs
+    }
+
+    fn names(specs: &[JobSpec]) -> Vec<&str> {
+        specs.iter().map(|s| s.name.as_str()).collect()
+    }
+
+    #[test]
+    fn files_hold_toml_or_json_jobs() {
+        // A node config: its own sections are not jobs, and are left alone here.
+        let config = "[scheduler]\npoll_interval = \"1s\"\n[[jobs]]\nname = \"a\"\ntype = \"log\"\n\
+                      [[jobs]]\nname = \"b\"\ntype = \"log\"\n";
+        assert_eq!(names(&read("node.toml", config).unwrap()), ["a", "b"]);
+        assert_eq!(names(&read("one.toml", "name = \"solo\"\ntype = \"log\"").unwrap()), ["solo"]);
+        let array = r#"[{"name": "a", "type": "log"}, {"name": "b", "type": "http"}]"#;
+        assert_eq!(names(&read("jobs.json", array).unwrap()), ["a", "b"]);
+        // Without an extension: JSON when it parses as JSON, else TOML.
+        assert_eq!(names(&read("jobs", r#"{"name": "j", "type": "log"}"#).unwrap()), ["j"]);
+        assert_eq!(names(&read("jobs", "[[jobs]]\nname = \"t\"\ntype = \"log\"").unwrap()), ["t"]);
+    }
+
+    #[test]
+    fn file_errors_name_the_file_and_the_key() {
+        let bad_schedule =
+            "[[jobs]]\nname = \"a\"\ntype = \"log\"\n[[jobs.triggers]]\nname = \"t\"\nschedule = \"cron 61 * * * * *\"";
+        let error = read("bad.toml", bad_schedule).unwrap_err();
+        assert!(error.contains("bad.toml: jobs[0] (a).triggers[0].schedule"), "{error}");
+        let error = read("typo.toml", "[[jobs]]\nname = \"a\"\ntype = \"log\"\ncolour = 1").unwrap_err();
+        assert!(error.contains("typo.toml: jobs[0]") && error.contains("colour"), "{error}");
+        let error = read("flat.toml", "jobs = 3").unwrap_err();
+        assert!(error.ends_with("flat.toml: `jobs` must be an array of tables ([[jobs]])"), "{error}");
+        let error = read("empty.json", "[]").unwrap_err();
+        assert!(error.ends_with("empty.json: no jobs in the file"), "{error}");
+        let error = read("broken.json", "[{").unwrap_err();
+        assert!(error.contains("broken.json: "), "{error}");
+        let missing = std::env::temp_dir().join("sundial-spec-no-such-dir/jobs.toml");
+        let error = read_file(&missing).unwrap_err();
+        assert!(error.contains("jobs.toml: cannot read: "), "{error}");
     }
 }

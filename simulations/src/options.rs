@@ -5,9 +5,11 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sundial::entropy::Entropy;
+use sundial::job::JobDefinition;
 pub use sundial::store::BrokenStore;
 
 /// A kind of fault the plan can inject.
@@ -212,6 +214,8 @@ pub struct Overrides {
     pub broken_store: Option<BrokenStore>,
     /// How long the nodes keep finished runs.
     pub history_retention: Option<Duration>,
+    /// The workload's jobs, instead of generated ones (see [`SimOptions::given_jobs`]).
+    pub given_jobs: Option<Arc<[JobDefinition]>>,
 }
 
 /// Everything a simulation runs with.
@@ -238,6 +242,14 @@ pub struct SimOptions {
     /// Keep the trace's lines in the outcome (`--trace`), not only their hash. Not part of
     /// the world: it changes nothing the simulation does.
     pub keep_trace: bool,
+    /// The workload's jobs as a user wrote them (`--jobs-file`), instead of generated ones:
+    /// their triggers, policies and flags are simulated as they are, their type and data
+    /// are the simulated job's (whose duration and outcome the seed draws). All are
+    /// scheduled at the start, through a handle; the runtime operations drawn from the seed
+    /// pause and resume them and their triggers, trigger, enqueue and cancel runs, but never
+    /// replace or delete a job, so every fire of every job is accounted for. `jobs` is
+    /// their number.
+    pub given_jobs: Option<Arc<[JobDefinition]>>,
 }
 
 /// The nodes' default `history_retention` (7 days): longer than any simulation.
@@ -264,11 +276,12 @@ impl SimOptions {
             nodes: overrides.nodes.unwrap_or(nodes),
             duration: overrides.duration.unwrap_or(Duration::from_secs(2 * 3600)),
             liveness: Duration::from_secs(15 * 60),
-            jobs: overrides.jobs.unwrap_or(jobs),
+            jobs: overrides.given_jobs.as_ref().map_or(overrides.jobs.unwrap_or(jobs), |given| given.len()),
             faults: overrides.faults.clone().unwrap_or_else(Faults::all),
             broken_store: overrides.broken_store,
             history_retention: overrides.history_retention.unwrap_or(history_retention),
             keep_trace: false,
+            given_jobs: overrides.given_jobs.clone(),
         }
     }
 

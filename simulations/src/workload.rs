@@ -183,12 +183,53 @@ fn job(entropy: &mut Entropy, options: &SimOptions, index: usize) -> JobDefiniti
     def
 }
 
+/// A user's job as the simulation runs it: the simulated job's type, no data (the
+/// simulated job reads none).
+fn simulated(def: &JobDefinition) -> JobDefinition {
+    let mut def = def.clone();
+    def.job_type = JobTypeKey::new(SIM_JOB_TYPE).unwrap_or_else(|_| unreachable!("a valid key"));
+    def.data = Default::default();
+    for trigger in &mut def.triggers {
+        trigger.data = Default::default();
+    }
+    def
+}
+
+/// Whether a simulation can run `jobs` as they are: every calendar they name is one the
+/// simulated nodes register ([`crate::world_calendars`]).
+///
+/// # Errors
+/// The first job and trigger naming another calendar, and the calendars there are.
+pub fn check_given(jobs: &[JobDefinition]) -> Result<(), String> {
+    let calendars = crate::world_calendars();
+    for def in jobs {
+        for trigger in &def.triggers {
+            if let Some(calendar) = trigger.schedule.calendar.as_ref().filter(|c| !calendars.contains(c)) {
+                let known: Vec<String> = calendars.names().map(ToString::to_string).collect();
+                return Err(format!(
+                    "job '{}' trigger '{}': calendar '{calendar}' is not one a simulation has (it has: {})",
+                    def.name,
+                    trigger.name,
+                    known.join(", ")
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The workload of `options.seed`.
 pub fn generate(options: &SimOptions) -> Workload {
     let mut entropy = Entropy::from_seed(options.seed ^ 0x776f_726b_6c6f_6164);
-    let mut all: Vec<JobDefinition> = (0..options.jobs).map(|i| job(&mut entropy, options, i)).collect();
-    let runtime_jobs = all.split_off(all.len().min(3));
-    let code_jobs = all;
+    let given = options.given_jobs.as_deref();
+    let (code_jobs, runtime_jobs) = match given {
+        Some(given) => (Vec::new(), given.iter().map(simulated).collect()),
+        None => {
+            let mut all: Vec<JobDefinition> = (0..options.jobs).map(|i| job(&mut entropy, options, i)).collect();
+            let runtime_jobs = all.split_off(all.len().min(3));
+            (all, runtime_jobs)
+        }
+    };
     let names: Vec<JobName> = code_jobs.iter().chain(&runtime_jobs).map(|d| d.name.clone()).collect();
     let mut ops = Vec::new();
     let mut changed = BTreeSet::new();
@@ -219,6 +260,9 @@ pub fn generate(options: &SimOptions) -> Workload {
             3..=4 => ops.push((offset, Op::Trigger(node, job))),
             5..=6 => ops.push((offset, Op::Enqueue(node, job))),
             7..=8 => ops.push((offset, Op::Cancel(node))),
+            // A user's jobs stay as written (so every fire of theirs is accounted for), and
+            // none is a code job.
+            9.. if given.is_some() => {}
             9 => {
                 // A new definition under the same name (same flags, new triggers).
                 let index = names.iter().position(|n| *n == job).unwrap_or(0);

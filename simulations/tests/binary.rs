@@ -106,6 +106,52 @@ fn a_reader_that_goes_away_ends_the_run_quietly() {
 }
 
 #[test]
+fn a_jobs_file_replaces_the_generated_jobs() {
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/jobs.toml");
+    let (status, out, err) = sim(&["--seed", "4", "--duration", "10m", "--faults", "none", "--jobs-file", fixture]);
+    assert_eq!(status, 0, "{out}{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[1].contains(" jobs=7 "), "{}", lines[1]);
+    assert!(lines[2].starts_with("workload: 0 code jobs, 7 runtime jobs (the jobs file's), "), "{}", lines[2]);
+    assert!(json(lines.last().expect("output"))["runs"].as_u64() > Some(0), "{out}");
+}
+
+#[test]
+fn a_jobs_file_it_cannot_simulate_is_refused_with_a_reason() {
+    let dir = std::env::temp_dir().join(format!("sundial-sim-jobs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let write = |name: &str, text: &str| {
+        let file = dir.join(name);
+        std::fs::write(&file, text).expect("a temporary file");
+        file.to_string_lossy().into_owned()
+    };
+    let job = |name: &str, schedule: &str| {
+        format!(
+            "[[jobs]]\nname = \"{name}\"\ntype = \"log\"\n[[jobs.triggers]]\nname = \"t\"\nschedule = \"{schedule}\"\n"
+        )
+    };
+    let holidays = write("holidays.toml", &job("a", "cron 0 * * * * * calendar=holidays"));
+    let twice = write("twice.toml", &format!("{}{}", job("a", "cron 0 * * * * *"), job("a", "cron 0 * * * * *")));
+    let invalid = write("invalid.toml", &job("a", "cron 0 0 25 * * *"));
+    let cases = [
+        (holidays.as_str(), "job 'a' trigger 't': calendar 'holidays' is not one a simulation has (it has: quiet)"),
+        (twice.as_str(), "job 'a' is defined twice"),
+        (invalid.as_str(), "invalid.toml: jobs[0] (a).triggers[0].schedule"),
+        ("/no/such/jobs.toml", "/no/such/jobs.toml: cannot read"),
+    ];
+    for (file, reason) in cases {
+        let (status, out, err) = sim(&["--seed", "1", "--jobs-file", file]);
+        assert_eq!(status, 2, "{file}: {out}{err}");
+        assert!(err.contains(reason), "{file}: {err}");
+        assert!(out.is_empty(), "{file}: {out}");
+    }
+    let (status, _, err) = sim(&["--seed", "1", "--jobs", "3", "--jobs-file", &holidays]);
+    assert_eq!(status, 2);
+    assert!(err.contains("cannot be used with"), "{err}");
+    std::fs::remove_dir_all(&dir).expect("removed");
+}
+
+#[test]
 fn bad_flags_are_refused_with_a_reason() {
     let cases: [(&[&str], &str); 6] = [
         (&["--seed", "1", "--nodes", "0"], "0 is not in 1..=64"),

@@ -242,6 +242,53 @@ fn a_store_that_deletes_history_early_is_caught_within_a_handful_of_seeds() {
     }
 }
 
+/// The jobs of `tests/jobs.toml`, as `sundial-sim --jobs-file` reads them.
+fn users_jobs() -> std::sync::Arc<[sundial::job::JobDefinition]> {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/jobs.toml");
+    let specs = sundial_actors::spec::read_file(&file).expect("the fixture reads");
+    let jobs: Vec<_> = specs.iter().map(|s| s.to_definition("jobs").expect("a valid job")).collect();
+    jobs.into()
+}
+
+#[test]
+fn a_users_jobs_run_as_written_under_every_fault() {
+    // Twenty minutes with the faults, then the liveness phase's fifteen: every trigger
+    // below is due in that time.
+    let given = Overrides { given_jobs: Some(users_jobs()), ..minutes(20) };
+    for seed in [1, 2] {
+        let mut options = SimOptions::derive(seed, &given);
+        options.keep_trace = true;
+        assert_eq!(options.jobs, 7, "the jobs are the file's");
+        let outcome = simulate(&options);
+        assert_clean(&outcome);
+        assert!(outcome.checked.checked["expected fires"] > 0, "seed {seed}: their fires were accounted for");
+        // Each trigger due in the first 35 minutes fired (a run's start is traced as
+        // `start <run> <job> <trigger> sched=… schedule attempt=1`); the Monday-morning
+        // one in Shanghai is not due yet.
+        let fired = |job: &str, trigger: &str| {
+            let marks = format!(" {job} {trigger} sched=");
+            outcome.trace.iter().any(|l| l.contains(" start ") && l.contains(&marks) && l.contains(" attempt=1 "))
+        };
+        for (job, trigger) in [
+            ("orders-sync", "every-minute"),
+            ("report", "during-the-window"),
+            ("cache-warm", "every-40s"),
+            ("cache-warm", "ten-times"),
+            ("per-node-cleanup", "every-2m"),
+            ("quiet-hours", "every-20s-but-quiet"),
+            ("one-offs", "long-past"),
+            ("one-offs", "half-an-hour-in"),
+        ] {
+            assert!(fired(job, trigger), "seed {seed}: {job}/{trigger} never fired");
+        }
+        assert!(!fired("report", "weekday-mornings"), "seed {seed}: a Monday fire on a Sunday");
+        if seed == 1 {
+            let again = simulate(&options);
+            assert_eq!(outcome.trace_hash, again.trace_hash, "the same trace again");
+        }
+    }
+}
+
 /// Regressions: every seed that ever failed, with the options it failed with (the default
 /// ones: two hours, every fault). What each found is in the commit that fixed it.
 mod regressions {

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! sundial-sim --seed <u64> [--nodes <n>] [--duration <6h>] [--faults none|all|<list>] [--seeds <a>..<b>]
+//!             [--jobs <n> | --jobs-file <jobs.toml>] [--retention <30m>] [--broken-store [<bug>]] [--trace] [--threads <n>]
 //! ```
 //!
 //! For each seed it prints the seed and every derived option, then a summary, then each
@@ -39,6 +40,11 @@ struct Args {
     /// Number of jobs in the workload.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     jobs: Option<u32>,
+    /// Simulate these jobs instead of generated ones: a TOML or JSON file as `sundial jobs
+    /// apply -f` reads (a node config's `[[jobs]]` too). Their triggers, policies and flags
+    /// run as written; each run's duration and outcome come from the seed.
+    #[arg(long, value_name = "FILE", conflicts_with = "jobs")]
+    jobs_file: Option<std::path::PathBuf>,
     /// Faults: `none`, `all`, or a comma list of kinds, each optionally `kind=rate`.
     #[arg(long, value_parser = Faults::parse)]
     faults: Option<Faults>,
@@ -76,6 +82,13 @@ fn main() -> ExitCode {
             default_hook(info);
         }
     }));
+    let given_jobs = match args.jobs_file.as_deref().map(read_jobs).transpose() {
+        Ok(given) => given,
+        Err(message) => {
+            eprintln!("sundial-sim: {message}");
+            return ExitCode::from(2);
+        }
+    };
     let overrides = Overrides {
         nodes: args.nodes.map(usize::from),
         duration: args.duration,
@@ -83,6 +96,7 @@ fn main() -> ExitCode {
         faults: args.faults.clone(),
         broken_store: args.broken_store,
         history_retention: args.retention,
+        given_jobs,
     };
     let seeds: Vec<u64> = match (&args.seeds, args.seed) {
         (Some(range), _) => range.clone().collect(),
@@ -287,7 +301,7 @@ fn describe_options(options: &SimOptions) -> String {
     };
     format!(
         "seed {}\noptions: nodes={} duration={}s liveness={}s jobs={} retention={}s faults={}{broken}\n\
-         workload: {} code jobs, {} runtime jobs, {} operations; fault plan: {} timed faults, skew {:?} ms\n",
+         workload: {} code jobs, {} runtime jobs{}, {} operations; fault plan: {} timed faults, skew {:?} ms\n",
         options.seed,
         options.nodes,
         options.duration.as_secs(),
@@ -297,10 +311,28 @@ fn describe_options(options: &SimOptions) -> String {
         options.faults,
         workload.code_jobs.len(),
         workload.runtime_jobs.len(),
+        if options.given_jobs.is_some() { " (the jobs file's)" } else { "" },
         workload.ops.len(),
         plan.timed.len(),
         plan.skew.iter().map(|s| s.num_milliseconds()).collect::<Vec<_>>()
     )
+}
+
+/// The jobs of a `--jobs-file`, checked as `sundial jobs apply -f` checks them and for
+/// calendars a simulation has.
+fn read_jobs(file: &std::path::Path) -> Result<std::sync::Arc<[sundial::job::JobDefinition]>, String> {
+    let specs = sundial_actors::spec::read_file(file)?;
+    let jobs = specs
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| spec.to_definition(&format!("jobs[{i}]")).map_err(|e| format!("{}: {e}", file.display())))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut names = std::collections::BTreeSet::new();
+    if let Some(def) = jobs.iter().find(|def| !names.insert(&def.name)) {
+        return Err(format!("{}: job '{}' is defined twice", file.display(), def.name));
+    }
+    workload::check_given(&jobs).map_err(|e| format!("{}: {e}", file.display()))?;
+    Ok(jobs.into())
 }
 
 /// Wall time, for the speed report only: it never reaches the simulation or its trace.

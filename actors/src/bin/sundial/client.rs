@@ -11,7 +11,6 @@ use serde_json::Value;
 use sundial_actors::admin::error::ErrorBody;
 use sundial_actors::admin::views::{ItemResult, JobView, OutcomeView, RunView};
 use sundial_actors::admin::NodeInfo;
-use sundial_actors::spec::JobSpec;
 
 use crate::{exit, Remote};
 
@@ -364,7 +363,8 @@ fn jobs_inner(action: JobsAction, remote: &Remote) -> CliResult<u8> {
             Ok(0)
         }
         JobsAction::Apply { file } => {
-            let specs = read_specs(&file)?;
+            // Checked here, so a mistake names the file and the key.
+            let specs = sundial_actors::spec::read_file(&file).map_err(usage)?;
             let body = serde_json::to_value(&specs).map_err(|e| usage(e.to_string()))?;
             let results: Vec<ItemResult> = client.call(Method::POST, "/api/jobs", &[], Some(&body))?;
             Ok(print_items(&results, remote.json, "applied"))
@@ -445,53 +445,6 @@ fn print_items(results: &[ItemResult], json: bool, done: &str) -> u8 {
         }
     }
     results.iter().filter_map(|r| r.error.as_ref()).map(|e| exit_code_of(&e.code)).next().unwrap_or(0)
-}
-
-/// Job specs from a TOML or JSON file, checked locally so mistakes name the file.
-fn read_specs(file: &PathBuf) -> CliResult<Vec<JobSpec>> {
-    let text = std::fs::read_to_string(file).map_err(|e| usage(format!("{}: cannot read: {e}", file.display())))?;
-    // By extension; without one, JSON when it parses as JSON (a TOML file starting with
-    // `[[jobs]]` also starts with `[`).
-    let is_json = match file.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
-        Some("json") => true,
-        Some("toml") => false,
-        _ => serde_json::from_str::<Value>(&text).is_ok(),
-    };
-    let at = |e: String| usage(format!("{}: {e}", file.display()));
-    let specs = if is_json {
-        match serde_json::from_str::<Value>(&text).map_err(|e| at(e.to_string()))? {
-            Value::Array(items) => items
-                .into_iter()
-                .enumerate()
-                .map(|(i, v)| serde_json::from_value(v).map_err(|e| at(format!("[{i}]: {e}"))))
-                .collect::<Result<Vec<JobSpec>, _>>()?,
-            other => vec![serde_json::from_value(other).map_err(|e| at(e.to_string()))?],
-        }
-    } else {
-        let mut table: toml::Table = toml::from_str(&text).map_err(|e| at(e.message().to_owned()))?;
-        // A file with `[[jobs]]` (a node config too: its other sections are the node's
-        // own and are ignored here), or one job's keys at the top level.
-        match table.remove("jobs") {
-            Some(toml::Value::Array(items)) => items
-                .into_iter()
-                .enumerate()
-                .map(|(i, item)| {
-                    item.try_into().map_err(|e: toml::de::Error| at(format!("jobs[{i}]: {}", e.message())))
-                })
-                .collect::<Result<Vec<JobSpec>, _>>()?,
-            Some(_) => return Err(at("`jobs` must be an array of tables ([[jobs]])".into())),
-            None => {
-                vec![toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| at(e.message().to_owned()))?]
-            }
-        }
-    };
-    for (i, spec) in specs.iter().enumerate() {
-        spec.to_definition(&format!("jobs[{i}]")).map_err(|e| at(e.to_string()))?;
-    }
-    if specs.is_empty() {
-        return Err(at("no jobs in the file".into()));
-    }
-    Ok(specs)
 }
 
 pub(crate) fn triggers(action: TriggersAction, remote: &Remote) -> u8 {
