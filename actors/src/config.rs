@@ -20,17 +20,13 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use chrono::{NaiveDate, NaiveTime};
 use serde::Deserialize;
-use sundial::calendar::{
-    Calendars, CompositeCalendar, CronCalendar, DailyCalendar, HolidayCalendar, JobCalendar, WeeklyCalendar,
-};
+use sundial::calendar::{Calendars, JobCalendar};
 use sundial::job::JobDefinition;
 use sundial::name::CalendarName;
 use sundial::options::SchedulerOptions;
-use sundial::timezone::parse_time_zone;
 
-use crate::spec::{reason, JobSpec};
+use crate::spec::{reason, CalendarSpec, JobSpec};
 
 /// The admin API's default address.
 pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:7600";
@@ -318,39 +314,6 @@ struct RuntimeSection {
     pin_workers: bool,
 }
 
-/// One calendar in the config.
-#[derive(Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
-enum CalendarSpec {
-    /// Whole days, e.g. public holidays.
-    Holidays {
-        dates: Vec<NaiveDate>, // "2026-12-25" strings
-        #[serde(default)]
-        tz: Option<String>,
-    },
-    /// Whole weekdays, e.g. `["sat", "sun"]`.
-    Weekly {
-        days: Vec<String>,
-        #[serde(default)]
-        tz: Option<String>,
-    },
-    /// A time range every day, e.g. from `"22:00"` to `"06:00"`.
-    Daily {
-        from: NaiveTime,
-        to: NaiveTime,
-        #[serde(default)]
-        tz: Option<String>,
-    },
-    /// The seconds a cron expression matches.
-    Cron {
-        expression: String,
-        #[serde(default)]
-        tz: Option<String>,
-    },
-    /// Excludes what any member excludes.
-    Composite { members: Vec<String> },
-}
-
 impl NodeFileConfig {
     /// No file: the embedded store, default options (with `SUNDIAL_*` applied), the admin
     /// API on loopback, no jobs.
@@ -440,7 +403,7 @@ impl NodeFileConfig {
         let admin = AdminConfig { enabled: file.admin.enabled, listen, token };
         admin_is_safe(&admin)?;
 
-        let calendars = calendars(file.calendars)?;
+        let calendars = crate::spec::calendars(&file.calendars).map_err(|e| ConfigError::at(e.key, e.problem))?;
         let mut known = Calendars::new();
         for (name, calendar) in &calendars {
             known.insert(name.clone(), calendar.clone());
@@ -478,65 +441,6 @@ fn admin_is_safe(admin: &AdminConfig) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
-}
-
-fn calendars(
-    specs: BTreeMap<String, CalendarSpec>,
-) -> Result<BTreeMap<CalendarName, Arc<dyn JobCalendar>>, ConfigError> {
-    let mut done: BTreeMap<CalendarName, Arc<dyn JobCalendar>> = BTreeMap::new();
-    let mut composites = Vec::new();
-    for (name, spec) in specs {
-        let key = format!("calendars.{name}");
-        let calendar_name = CalendarName::new(name.clone()).map_err(|e| ConfigError::at(&key, e))?;
-        let tz = |tz: &Option<String>| match tz {
-            None => Ok(chrono_tz::UTC),
-            Some(id) => parse_time_zone(id).map_err(|e| ConfigError::at(format!("{key}.tz"), e)),
-        };
-        let calendar: Arc<dyn JobCalendar> = match &spec {
-            CalendarSpec::Holidays { dates, tz: zone } => {
-                Arc::new(HolidayCalendar::new(dates.iter().copied(), tz(zone)?))
-            }
-            CalendarSpec::Weekly { days, tz: zone } => {
-                let days = days
-                    .iter()
-                    .map(|d| {
-                        d.parse::<chrono::Weekday>()
-                            .map_err(|_| ConfigError::at(format!("{key}.days"), format!("'{d}' is not a weekday")))
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                Arc::new(WeeklyCalendar::new(&days, tz(zone)?))
-            }
-            CalendarSpec::Daily { from, to, tz: zone } => {
-                Arc::new(DailyCalendar::new(*from, *to, tz(zone)?).map_err(|e| ConfigError::at(&key, e))?)
-            }
-            CalendarSpec::Cron { expression, tz: zone } => {
-                let expression = expression.parse().map_err(|e| ConfigError::at(format!("{key}.expression"), e))?;
-                Arc::new(CronCalendar::new(expression, tz(zone)?))
-            }
-            CalendarSpec::Composite { members } => {
-                composites.push((calendar_name, key, members.clone()));
-                continue;
-            }
-        };
-        done.insert(calendar_name, calendar);
-    }
-    // Composites of plain calendars only: no cycles to detect, and one level is what
-    // schedules need in practice.
-    for (name, key, members) in composites {
-        let mut parts = Vec::with_capacity(members.len());
-        for member in &members {
-            let found =
-                CalendarName::new(member.clone()).ok().and_then(|m| done.get(&m).cloned()).ok_or_else(|| {
-                    ConfigError::at(
-                        format!("{key}.members"),
-                        format!("'{member}' is not a (non-composite) calendar here"),
-                    )
-                })?;
-            parts.push(found);
-        }
-        done.insert(name, Arc::new(CompositeCalendar::new(parts)));
-    }
-    Ok(done)
 }
 
 /// A TOML error as one line with its position.

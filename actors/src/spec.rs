@@ -4,17 +4,24 @@
 //! A [`JobSpec`] is a [`JobDefinition`] with readable fields: schedules in the text form
 //! of SPEC §3, durations as `"90s"`/`"1h 30m"` (or a number of seconds), policies by name.
 //! Converting either way is lossless, so what `jobs show` prints can be applied again.
+//! A [`CalendarSpec`] is a calendar as a node config's `[calendars.<name>]` writes it.
 
+use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{NaiveDate, NaiveTime};
+
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use sundial::calendar::{CompositeCalendar, CronCalendar, DailyCalendar, HolidayCalendar, JobCalendar, WeeklyCalendar};
 use sundial::error::SchedulingError;
 use sundial::job::{
     Backoff, JobDefinition, JobTriggerDefinition, JobTypeKey, JsonObject, MisfirePolicy, RetryPolicy, PRIORITY_DEFAULT,
 };
-use sundial::name::{JobName, TriggerName};
+use sundial::name::{CalendarName, JobName, TriggerName};
 use sundial::schedule::JobSchedule;
+use sundial::timezone::parse_time_zone;
 
 /// A duration written as `"30s"`, `"5m"`, `"1h 30m"`, `"250ms"` or a number of seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -292,17 +299,139 @@ impl JobSpec {
     }
 }
 
-/// Job specs read from a file: TOML (`[[jobs]]` tables, as in a node config, whose other
-/// sections are ignored here; or one job's keys at the top level) or JSON (an array of
-/// jobs, or one job), told apart by the extension `.toml` or `.json`, and without one by
-/// whether the text parses as JSON. Every spec is checked with
-/// [`JobSpec::to_definition`], so a mistake names the file and the key.
+/// A calendar as people write it: a `[calendars.<name>]` table of a node config, whose
+/// `kind` says which of the core's calendars it is. Time zones are IANA names (UTC when
+/// left out).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum CalendarSpec {
+    /// Whole days, e.g. public holidays (`"2026-12-25"`).
+    Holidays {
+        /// The days excluded, in `tz`.
+        dates: Vec<NaiveDate>,
+        /// Their time zone.
+        #[serde(default)]
+        tz: Option<String>,
+    },
+    /// Whole weekdays, e.g. `["sat", "sun"]`.
+    Weekly {
+        /// The weekdays excluded, in `tz`.
+        days: Vec<String>,
+        /// Their time zone.
+        #[serde(default)]
+        tz: Option<String>,
+    },
+    /// A time range every day, e.g. from `"22:00:00"` to `"06:00:00"` (across midnight).
+    Daily {
+        /// Its start, excluded.
+        from: NaiveTime,
+        /// Its end, not excluded.
+        to: NaiveTime,
+        /// Their time zone.
+        #[serde(default)]
+        tz: Option<String>,
+    },
+    /// The seconds a cron expression matches.
+    Cron {
+        /// The expression, in the cron dialect of schedules.
+        expression: String,
+        /// Its time zone.
+        #[serde(default)]
+        tz: Option<String>,
+    },
+    /// Excludes what any member excludes; members are plain (non-composite) calendars of
+    /// the same set.
+    Composite {
+        /// The members' names.
+        members: Vec<String>,
+    },
+}
+
+/// The calendars `specs` describe, by name: plain ones first, then composites of them.
 ///
 /// # Errors
-/// A message naming the file: it cannot be read, does not parse, a job is invalid, or it
-/// holds no jobs.
+/// [`SpecError`] keyed `calendars.<name>` (or one of its fields): an invalid name, time
+/// zone, weekday, range or expression, or a composite member that is not a plain
+/// calendar of `specs`.
+pub fn calendars(
+    specs: &BTreeMap<String, CalendarSpec>,
+) -> Result<BTreeMap<CalendarName, Arc<dyn JobCalendar>>, SpecError> {
+    let mut done: BTreeMap<CalendarName, Arc<dyn JobCalendar>> = BTreeMap::new();
+    let mut composites = Vec::new();
+    for (name, spec) in specs {
+        let key = format!("calendars.{name}");
+        let calendar_name = CalendarName::new(name.clone()).map_err(|e| invalid(&key, e))?;
+        let tz = |tz: &Option<String>| match tz {
+            None => Ok(chrono_tz::UTC),
+            Some(id) => parse_time_zone(id).map_err(|e| invalid(&format!("{key}.tz"), e)),
+        };
+        let calendar: Arc<dyn JobCalendar> = match spec {
+            CalendarSpec::Holidays { dates, tz: zone } => {
+                Arc::new(HolidayCalendar::new(dates.iter().copied(), tz(zone)?))
+            }
+            CalendarSpec::Weekly { days, tz: zone } => {
+                let days = days
+                    .iter()
+                    .map(|d| {
+                        d.parse::<chrono::Weekday>()
+                            .map_err(|_| invalid(&format!("{key}.days"), format!("'{d}' is not a weekday")))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                Arc::new(WeeklyCalendar::new(&days, tz(zone)?))
+            }
+            CalendarSpec::Daily { from, to, tz: zone } => {
+                Arc::new(DailyCalendar::new(*from, *to, tz(zone)?).map_err(|e| invalid(&key, e))?)
+            }
+            CalendarSpec::Cron { expression, tz: zone } => {
+                let expression = expression.parse().map_err(|e| invalid(&format!("{key}.expression"), e))?;
+                Arc::new(CronCalendar::new(expression, tz(zone)?))
+            }
+            CalendarSpec::Composite { members } => {
+                composites.push((calendar_name, key, members));
+                continue;
+            }
+        };
+        done.insert(calendar_name, calendar);
+    }
+    // Composites of plain calendars only: no cycles to detect, and one level is what
+    // schedules need in practice.
+    for (name, key, members) in composites {
+        let mut parts = Vec::with_capacity(members.len());
+        for member in members {
+            let found =
+                CalendarName::new(member.clone()).ok().and_then(|m| done.get(&m).cloned()).ok_or_else(|| {
+                    invalid(&format!("{key}.members"), format!("'{member}' is not a (non-composite) calendar here"))
+                })?;
+            parts.push(found);
+        }
+        done.insert(name, Arc::new(CompositeCalendar::new(parts)));
+    }
+    Ok(done)
+}
+
+/// What a file of job specs holds (see [`read_file`]).
 #[cfg(feature = "spec-files")]
-pub fn read_file(file: &std::path::Path) -> Result<Vec<JobSpec>, String> {
+#[derive(Debug, Clone)]
+pub struct SpecFile {
+    /// Its jobs, each checked with [`JobSpec::to_definition`].
+    pub jobs: Vec<JobSpec>,
+    /// The calendars of its `[calendars.<name>]` tables (a node config's), built and
+    /// checked; none in a JSON file.
+    pub calendars: BTreeMap<CalendarName, Arc<dyn JobCalendar>>,
+}
+
+/// Job specs read from a file: TOML (`[[jobs]]` tables and `[calendars.<name>]` ones, as
+/// in a node config, whose other sections are ignored here; or one job's keys at the top
+/// level) or JSON (an array of jobs, or one job), told apart by the extension `.toml` or
+/// `.json`, and without one by whether the text parses as JSON. Every spec is checked with
+/// [`JobSpec::to_definition`] and every calendar built, so a mistake names the file and
+/// the key.
+///
+/// # Errors
+/// A message naming the file: it cannot be read, does not parse, a job or a calendar is
+/// invalid, or it holds no jobs.
+#[cfg(feature = "spec-files")]
+pub fn read_file(file: &std::path::Path) -> Result<SpecFile, String> {
     use serde_json::Value;
     let text = std::fs::read_to_string(file).map_err(|e| format!("{}: cannot read: {e}", file.display()))?;
     // A TOML file starting with `[[jobs]]` also starts with `[`: by extension first.
@@ -312,6 +441,7 @@ pub fn read_file(file: &std::path::Path) -> Result<Vec<JobSpec>, String> {
         _ => serde_json::from_str::<Value>(&text).is_ok(),
     };
     let at = |e: String| format!("{}: {e}", file.display());
+    let mut calendar_specs = BTreeMap::new();
     let specs = if is_json {
         match serde_json::from_str::<Value>(&text).map_err(|e| at(e.to_string()))? {
             Value::Array(items) => items
@@ -323,6 +453,10 @@ pub fn read_file(file: &std::path::Path) -> Result<Vec<JobSpec>, String> {
         }
     } else {
         let mut table: toml::Table = toml::from_str(&text).map_err(|e| at(e.message().to_owned()))?;
+        if let Some(calendars) = table.remove("calendars") {
+            calendar_specs =
+                calendars.try_into().map_err(|e: toml::de::Error| at(format!("calendars: {}", e.message())))?;
+        }
         match table.remove("jobs") {
             Some(toml::Value::Array(items)) => items
                 .into_iter()
@@ -343,7 +477,8 @@ pub fn read_file(file: &std::path::Path) -> Result<Vec<JobSpec>, String> {
     if specs.is_empty() {
         return Err(at("no jobs in the file".into()));
     }
-    Ok(specs)
+    let calendars = calendars(&calendar_specs).map_err(|e| at(e.to_string()))?;
+    Ok(SpecFile { jobs: specs, calendars })
 }
 
 /// An error's detail without its code prefix, for messages that add their own context.
@@ -436,7 +571,7 @@ mod tests {
     }
 
     /// Writes `text` to a fresh file named `name` and reads it back with [`read_file`].
-    fn read(name: &str, text: &str) -> Result<Vec<JobSpec>, String> {
+    fn read(name: &str, text: &str) -> Result<SpecFile, String> {
         let dir = std::env::temp_dir().join(format!("sundial-spec-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join(name);
@@ -446,16 +581,23 @@ mod tests {
         specs
     }
 
-    fn names(specs: &[JobSpec]) -> Vec<&str> {
-        specs.iter().map(|s| s.name.as_str()).collect()
+    fn names(file: &SpecFile) -> Vec<&str> {
+        file.jobs.iter().map(|s| s.name.as_str()).collect()
     }
 
     #[test]
     fn files_hold_toml_or_json_jobs() {
         // A node config: its own sections are not jobs, and are left alone here.
         let config = "[scheduler]\npoll_interval = \"1s\"\n[[jobs]]\nname = \"a\"\ntype = \"log\"\n\
-                      [[jobs]]\nname = \"b\"\ntype = \"log\"\n";
-        assert_eq!(names(&read("node.toml", config).unwrap()), ["a", "b"]);
+                      [[jobs]]\nname = \"b\"\ntype = \"log\"\n\
+                      [calendars.weekends]\nkind = \"weekly\"\ndays = [\"sat\", \"sun\"]\n\
+                      [calendars.off]\nkind = \"composite\"\nmembers = [\"weekends\"]\n";
+        let file = read("node.toml", config).unwrap();
+        assert_eq!(names(&file), ["a", "b"]);
+        let calendars: Vec<String> = file.calendars.keys().map(ToString::to_string).collect();
+        assert_eq!(calendars, ["off", "weekends"]);
+        let saturday = chrono::DateTime::parse_from_rfc3339("2027-03-13T12:00:00Z").unwrap().to_utc();
+        assert!(file.calendars.values().all(|c| c.is_excluded(saturday)), "both exclude a Saturday");
         assert_eq!(names(&read("one.toml", "name = \"solo\"\ntype = \"log\"").unwrap()), ["solo"]);
         let array = r#"[{"name": "a", "type": "log"}, {"name": "b", "type": "http"}]"#;
         assert_eq!(names(&read("jobs.json", array).unwrap()), ["a", "b"]);
@@ -472,6 +614,9 @@ mod tests {
         assert!(error.contains("bad.toml: jobs[0] (a).triggers[0].schedule"), "{error}");
         let error = read("typo.toml", "[[jobs]]\nname = \"a\"\ntype = \"log\"\ncolour = 1").unwrap_err();
         assert!(error.contains("typo.toml: jobs[0]") && error.contains("colour"), "{error}");
+        let weekday = "[[jobs]]\nname = \"a\"\ntype = \"log\"\n[calendars.w]\nkind = \"weekly\"\ndays = [\"caturday\"]";
+        let error = read("cal.toml", weekday).unwrap_err();
+        assert!(error.ends_with("cal.toml: calendars.w.days: 'caturday' is not a weekday"), "{error}");
         let error = read("flat.toml", "jobs = 3").unwrap_err();
         assert!(error.ends_with("flat.toml: `jobs` must be an array of tables ([[jobs]])"), "{error}");
         let error = read("empty.json", "[]").unwrap_err();

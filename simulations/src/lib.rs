@@ -20,16 +20,31 @@ pub mod trace;
 pub mod workload;
 pub mod world;
 
-pub use options::{Faults, Overrides, SimOptions};
+pub use options::{Faults, GivenJobs, Overrides, SimOptions};
 pub use world::{simulate, Outcome};
 
-/// The calendars every simulated node registers.
-pub fn world_calendars() -> sundial::calendar::Calendars {
-    let mut calendars = sundial::calendar::Calendars::new();
+/// The calendars every simulated node registers, by name: the simulation's `quiet` and
+/// those of a user's jobs file, `given` (which win over `quiet` on its name).
+pub fn world_calendars(
+    given: Option<&GivenJobs>,
+) -> std::collections::BTreeMap<sundial::name::CalendarName, std::sync::Arc<dyn sundial::calendar::JobCalendar>> {
+    let mut calendars = std::collections::BTreeMap::new();
     if let Ok(name) = sundial::name::CalendarName::new(workload::QUIET_CALENDAR) {
         calendars.insert(name, workload::quiet_calendar());
     }
+    if let Some(given) = given {
+        calendars.extend(given.calendars.iter().map(|(name, calendar)| (name.clone(), calendar.clone())));
+    }
     calendars
+}
+
+/// [`world_calendars`] as a store or a checker takes them.
+pub fn world_calendar_set(given: Option<&GivenJobs>) -> sundial::calendar::Calendars {
+    let mut set = sundial::calendar::Calendars::new();
+    for (name, calendar) in world_calendars(given) {
+        set.insert(name, calendar);
+    }
+    set
 }
 
 /// One JSON line describing a simulation (the last line the binary prints for it).

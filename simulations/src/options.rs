@@ -8,8 +8,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sundial::calendar::JobCalendar;
 use sundial::entropy::Entropy;
 use sundial::job::JobDefinition;
+use sundial::name::CalendarName;
 pub use sundial::store::BrokenStore;
 
 /// A kind of fault the plan can inject.
@@ -199,6 +201,22 @@ impl fmt::Display for Faults {
     }
 }
 
+/// A user's jobs and calendars (`--jobs-file`), simulated instead of generated jobs.
+///
+/// Their triggers, policies and flags run as written; their type and data are the
+/// simulated job's (whose duration and outcome the seed draws). All are scheduled at the
+/// start, through a handle; the runtime operations drawn from the seed pause and resume
+/// them and their triggers, trigger, enqueue and cancel runs, but never replace or delete a
+/// job, so every fire of every job is accounted for. Every node registers the calendars
+/// (beside the simulation's own `quiet`, unless one of them has that name).
+#[derive(Debug, Clone, Default)]
+pub struct GivenJobs {
+    /// The jobs, each with distinct name.
+    pub jobs: Vec<JobDefinition>,
+    /// The calendars their triggers may name.
+    pub calendars: BTreeMap<CalendarName, Arc<dyn JobCalendar>>,
+}
+
 /// Overrides from the command line; `None` means "derive from the seed".
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
@@ -214,8 +232,8 @@ pub struct Overrides {
     pub broken_store: Option<BrokenStore>,
     /// How long the nodes keep finished runs.
     pub history_retention: Option<Duration>,
-    /// The workload's jobs, instead of generated ones (see [`SimOptions::given_jobs`]).
-    pub given_jobs: Option<Arc<[JobDefinition]>>,
+    /// The workload's jobs, instead of generated ones (see [`SimOptions::given`]).
+    pub given: Option<Arc<GivenJobs>>,
 }
 
 /// Everything a simulation runs with.
@@ -242,14 +260,9 @@ pub struct SimOptions {
     /// Keep the trace's lines in the outcome (`--trace`), not only their hash. Not part of
     /// the world: it changes nothing the simulation does.
     pub keep_trace: bool,
-    /// The workload's jobs as a user wrote them (`--jobs-file`), instead of generated ones:
-    /// their triggers, policies and flags are simulated as they are, their type and data
-    /// are the simulated job's (whose duration and outcome the seed draws). All are
-    /// scheduled at the start, through a handle; the runtime operations drawn from the seed
-    /// pause and resume them and their triggers, trigger, enqueue and cancel runs, but never
-    /// replace or delete a job, so every fire of every job is accounted for. `jobs` is
-    /// their number.
-    pub given_jobs: Option<Arc<[JobDefinition]>>,
+    /// The workload's jobs as a user wrote them (`--jobs-file`), instead of generated ones;
+    /// `jobs` is their number.
+    pub given: Option<Arc<GivenJobs>>,
 }
 
 /// The nodes' default `history_retention` (7 days): longer than any simulation.
@@ -276,12 +289,12 @@ impl SimOptions {
             nodes: overrides.nodes.unwrap_or(nodes),
             duration: overrides.duration.unwrap_or(Duration::from_secs(2 * 3600)),
             liveness: Duration::from_secs(15 * 60),
-            jobs: overrides.given_jobs.as_ref().map_or(overrides.jobs.unwrap_or(jobs), |given| given.len()),
+            jobs: overrides.given.as_ref().map_or(overrides.jobs.unwrap_or(jobs), |given| given.jobs.len()),
             faults: overrides.faults.clone().unwrap_or_else(Faults::all),
             broken_store: overrides.broken_store,
             history_retention: overrides.history_retention.unwrap_or(history_retention),
             keep_trace: false,
-            given_jobs: overrides.given_jobs.clone(),
+            given: overrides.given.clone(),
         }
     }
 

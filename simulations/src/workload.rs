@@ -12,7 +12,7 @@ use sundial::job::{JobDefinition, JobTriggerDefinition, JobTypeKey, MisfirePolic
 use sundial::name::{JobName, TriggerKey, TriggerName};
 use sundial::schedule::JobSchedule;
 
-use crate::options::SimOptions;
+use crate::options::{GivenJobs, SimOptions};
 use crate::sim_job::SIM_JOB_TYPE;
 
 /// The simulations' epoch: 2027-03-14T05:00:00Z, two hours before the US switch to daylight
@@ -195,19 +195,19 @@ fn simulated(def: &JobDefinition) -> JobDefinition {
     def
 }
 
-/// Whether a simulation can run `jobs` as they are: every calendar they name is one the
-/// simulated nodes register ([`crate::world_calendars`]).
+/// Whether a simulation can run `given` as it is: every calendar its jobs name is one of
+/// its calendars or the simulation's own `quiet`.
 ///
 /// # Errors
 /// The first job and trigger naming another calendar, and the calendars there are.
-pub fn check_given(jobs: &[JobDefinition]) -> Result<(), String> {
-    let calendars = crate::world_calendars();
-    for def in jobs {
+pub fn check_given(given: &GivenJobs) -> Result<(), String> {
+    let calendars = crate::world_calendars(Some(given));
+    for def in &given.jobs {
         for trigger in &def.triggers {
-            if let Some(calendar) = trigger.schedule.calendar.as_ref().filter(|c| !calendars.contains(c)) {
-                let known: Vec<String> = calendars.names().map(ToString::to_string).collect();
+            if let Some(calendar) = trigger.schedule.calendar.as_ref().filter(|c| !calendars.contains_key(*c)) {
+                let known: Vec<String> = calendars.keys().map(ToString::to_string).collect();
                 return Err(format!(
-                    "job '{}' trigger '{}': calendar '{calendar}' is not one a simulation has (it has: {})",
+                    "job '{}' trigger '{}': calendar '{calendar}' is neither in the file nor the simulation's own (there are: {})",
                     def.name,
                     trigger.name,
                     known.join(", ")
@@ -221,9 +221,9 @@ pub fn check_given(jobs: &[JobDefinition]) -> Result<(), String> {
 /// The workload of `options.seed`.
 pub fn generate(options: &SimOptions) -> Workload {
     let mut entropy = Entropy::from_seed(options.seed ^ 0x776f_726b_6c6f_6164);
-    let given = options.given_jobs.as_deref();
+    let given = options.given.as_deref();
     let (code_jobs, runtime_jobs) = match given {
-        Some(given) => (Vec::new(), given.iter().map(simulated).collect()),
+        Some(given) => (Vec::new(), given.jobs.iter().map(simulated).collect()),
         None => {
             let mut all: Vec<JobDefinition> = (0..options.jobs).map(|i| job(&mut entropy, options, i)).collect();
             let runtime_jobs = all.split_off(all.len().min(3));

@@ -31,7 +31,7 @@ use crate::faults::{self, Fault, FaultPlan};
 use crate::options::SimOptions;
 use crate::sim_job::{Incarnation, SimJob, SIM_JOB_TYPE};
 use crate::trace::{event_line, EventKind, EventLog, Trace};
-use crate::workload::{self, epoch, Op, Workload, QUIET_CALENDAR};
+use crate::workload::{self, epoch, Op, Workload};
 
 type Store = KvJobStore<MemoryKv>;
 
@@ -238,7 +238,7 @@ impl World {
         );
         let observer = KvJobStore::new(
             kv.observer(),
-            Arc::new(crate::world_calendars()),
+            Arc::new(crate::world_calendar_set(options.given.as_deref())),
             Entropy::from_seed(options.seed ^ 0x6f62),
             StoreOptions::default(),
         );
@@ -389,15 +389,16 @@ impl World {
     fn registry(&self, incarnation: &Arc<Incarnation>) -> JobRegistry {
         let (seed, hung, truth, log) = (self.options.seed, self.plan.hung, self.truth, self.log.clone());
         let incarnation = incarnation.clone();
-        let mut builder = JobRegistry::builder()
-            .add_job_type_as(SIM_JOB_TYPE, move || SimJob {
-                seed,
-                hung_rate: hung,
-                truth,
-                log: log.clone(),
-                incarnation: incarnation.clone(),
-            })
-            .add_calendar(QUIET_CALENDAR, workload::quiet_calendar());
+        let mut builder = JobRegistry::builder().add_job_type_as(SIM_JOB_TYPE, move || SimJob {
+            seed,
+            hung_rate: hung,
+            truth,
+            log: log.clone(),
+            incarnation: incarnation.clone(),
+        });
+        for (name, calendar) in crate::world_calendars(self.options.given.as_deref()) {
+            builder = builder.add_calendar(name.as_str(), calendar);
+        }
         for def in &self.workload.code_jobs {
             builder = builder.add_job_definition(def.clone());
         }

@@ -111,8 +111,8 @@ fn a_jobs_file_replaces_the_generated_jobs() {
     let (status, out, err) = sim(&["--seed", "4", "--duration", "10m", "--faults", "none", "--jobs-file", fixture]);
     assert_eq!(status, 0, "{out}{err}");
     let lines: Vec<&str> = out.lines().collect();
-    assert!(lines[1].contains(" jobs=7 "), "{}", lines[1]);
-    assert!(lines[2].starts_with("workload: 0 code jobs, 7 runtime jobs (the jobs file's), "), "{}", lines[2]);
+    assert!(lines[1].contains(" jobs=8 "), "{}", lines[1]);
+    assert!(lines[2].starts_with("workload: 0 code jobs, 8 runtime jobs (the jobs file's), "), "{}", lines[2]);
     assert!(json(lines.last().expect("output"))["runs"].as_u64() > Some(0), "{out}");
 }
 
@@ -134,7 +134,7 @@ fn a_jobs_file_it_cannot_simulate_is_refused_with_a_reason() {
     let twice = write("twice.toml", &format!("{}{}", job("a", "cron 0 * * * * *"), job("a", "cron 0 * * * * *")));
     let invalid = write("invalid.toml", &job("a", "cron 0 0 25 * * *"));
     let cases = [
-        (holidays.as_str(), "job 'a' trigger 't': calendar 'holidays' is not one a simulation has (it has: quiet)"),
+        (holidays.as_str(), "job 'a' trigger 't': calendar 'holidays' is neither in the file nor the simulation's own (there are: quiet)"),
         (twice.as_str(), "job 'a' is defined twice"),
         (invalid.as_str(), "invalid.toml: jobs[0] (a).triggers[0].schedule"),
         ("/no/such/jobs.toml", "/no/such/jobs.toml: cannot read"),

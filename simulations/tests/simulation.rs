@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use sundial_simulations::options::{keep_history, BrokenStore, FaultKind, Faults};
-use sundial_simulations::{simulate, Outcome, Overrides, SimOptions};
+use sundial_simulations::{simulate, GivenJobs, Outcome, Overrides, SimOptions};
 
 fn run(seed: u64, overrides: &Overrides) -> Outcome {
     simulate(&SimOptions::derive(seed, overrides))
@@ -242,23 +242,23 @@ fn a_store_that_deletes_history_early_is_caught_within_a_handful_of_seeds() {
     }
 }
 
-/// The jobs of `tests/jobs.toml`, as `sundial-sim --jobs-file` reads them.
-fn users_jobs() -> std::sync::Arc<[sundial::job::JobDefinition]> {
+/// The jobs and calendars of `tests/jobs.toml`, as `sundial-sim --jobs-file` reads them.
+fn users_jobs() -> std::sync::Arc<GivenJobs> {
     let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/jobs.toml");
-    let specs = sundial_actors::spec::read_file(&file).expect("the fixture reads");
-    let jobs: Vec<_> = specs.iter().map(|s| s.to_definition("jobs").expect("a valid job")).collect();
-    jobs.into()
+    let read = sundial_actors::spec::read_file(&file).expect("the fixture reads");
+    let jobs = read.jobs.iter().map(|s| s.to_definition("jobs").expect("a valid job")).collect();
+    std::sync::Arc::new(GivenJobs { jobs, calendars: read.calendars })
 }
 
 #[test]
 fn a_users_jobs_run_as_written_under_every_fault() {
     // Twenty minutes with the faults, then the liveness phase's fifteen: every trigger
     // below is due in that time.
-    let given = Overrides { given_jobs: Some(users_jobs()), ..minutes(20) };
+    let given = Overrides { given: Some(users_jobs()), ..minutes(20) };
     for seed in [1, 2] {
         let mut options = SimOptions::derive(seed, &given);
         options.keep_trace = true;
-        assert_eq!(options.jobs, 7, "the jobs are the file's");
+        assert_eq!(options.jobs, 8, "the jobs are the file's");
         let outcome = simulate(&options);
         assert_clean(&outcome);
         assert!(outcome.checked.checked["expected fires"] > 0, "seed {seed}: their fires were accounted for");
@@ -281,7 +281,20 @@ fn a_users_jobs_run_as_written_under_every_fault() {
         ] {
             assert!(fired(job, trigger), "seed {seed}: {job}/{trigger} never fired");
         }
+        assert!(fired("billing", "outside-maintenance"), "seed {seed}: billing never fired");
         assert!(!fired("report", "weekday-mornings"), "seed {seed}: a Monday fire on a Sunday");
+        // The file's own calendars: Sunday in Tokyo lasts until 15:00 UTC; the daily
+        // maintenance is 05:10-05:25 UTC (µs since the Unix epoch below).
+        assert!(!fired("billing", "not-on-tokyo-sundays"), "seed {seed}: a fire on a Tokyo Sunday");
+        let maintenance = 1_805_001_000_000_000..1_805_001_900_000_000;
+        let scheduled = |line: &String| line.split(" sched=").nth(1)?.split(' ').next()?.parse::<i64>().ok();
+        let during = outcome
+            .trace
+            .iter()
+            .filter(|l| l.contains(" start ") && l.contains(" billing outside-maintenance "))
+            .filter_map(scheduled)
+            .find(|us| maintenance.contains(us));
+        assert_eq!(during, None, "seed {seed}: a fire during maintenance");
         if seed == 1 {
             let again = simulate(&options);
             assert_eq!(outcome.trace_hash, again.trace_hash, "the same trace again");

@@ -19,7 +19,7 @@ static ALLOCATOR: sundial_actors::allocator::Allocator = sundial_actors::allocat
 
 use clap::Parser;
 use sundial_simulations::options::{parse_duration, parse_safety_duration, parse_seed_range, BrokenStore};
-use sundial_simulations::{faults, json_line, simulate, workload, Faults, Overrides, SimOptions};
+use sundial_simulations::{faults, json_line, simulate, workload, Faults, GivenJobs, Overrides, SimOptions};
 
 /// Deterministic cluster simulation of sundial.
 #[derive(Debug, Parser)]
@@ -82,7 +82,7 @@ fn main() -> ExitCode {
             default_hook(info);
         }
     }));
-    let given_jobs = match args.jobs_file.as_deref().map(read_jobs).transpose() {
+    let given = match args.jobs_file.as_deref().map(read_jobs).transpose() {
         Ok(given) => given,
         Err(message) => {
             eprintln!("sundial-sim: {message}");
@@ -96,7 +96,7 @@ fn main() -> ExitCode {
         faults: args.faults.clone(),
         broken_store: args.broken_store,
         history_retention: args.retention,
-        given_jobs,
+        given,
     };
     let seeds: Vec<u64> = match (&args.seeds, args.seed) {
         (Some(range), _) => range.clone().collect(),
@@ -311,18 +311,19 @@ fn describe_options(options: &SimOptions) -> String {
         options.faults,
         workload.code_jobs.len(),
         workload.runtime_jobs.len(),
-        if options.given_jobs.is_some() { " (the jobs file's)" } else { "" },
+        if options.given.is_some() { " (the jobs file's)" } else { "" },
         workload.ops.len(),
         plan.timed.len(),
         plan.skew.iter().map(|s| s.num_milliseconds()).collect::<Vec<_>>()
     )
 }
 
-/// The jobs of a `--jobs-file`, checked as `sundial jobs apply -f` checks them and for
-/// calendars a simulation has.
-fn read_jobs(file: &std::path::Path) -> Result<std::sync::Arc<[sundial::job::JobDefinition]>, String> {
-    let specs = sundial_actors::spec::read_file(file)?;
-    let jobs = specs
+/// The jobs and calendars of a `--jobs-file`, checked as `sundial jobs apply -f` checks
+/// them and for calendars a simulation has.
+fn read_jobs(file: &std::path::Path) -> Result<std::sync::Arc<GivenJobs>, String> {
+    let read = sundial_actors::spec::read_file(file)?;
+    let jobs = read
+        .jobs
         .iter()
         .enumerate()
         .map(|(i, spec)| spec.to_definition(&format!("jobs[{i}]")).map_err(|e| format!("{}: {e}", file.display())))
@@ -331,8 +332,9 @@ fn read_jobs(file: &std::path::Path) -> Result<std::sync::Arc<[sundial::job::Job
     if let Some(def) = jobs.iter().find(|def| !names.insert(&def.name)) {
         return Err(format!("{}: job '{}' is defined twice", file.display(), def.name));
     }
-    workload::check_given(&jobs).map_err(|e| format!("{}: {e}", file.display()))?;
-    Ok(jobs.into())
+    let given = GivenJobs { jobs, calendars: read.calendars };
+    workload::check_given(&given).map_err(|e| format!("{}: {e}", file.display()))?;
+    Ok(std::sync::Arc::new(given))
 }
 
 /// Wall time, for the speed report only: it never reaches the simulation or its trace.

@@ -59,7 +59,7 @@ pub(super) fn fires_accounted(
     executions: &BTreeMap<Uuid, Execution<'_>>,
     checked: &mut Checked,
 ) {
-    let calendars = crate::world_calendars();
+    let calendars = crate::world_calendar_set(inputs.options.given.as_deref());
     let skews = crate::faults::plan(inputs.options).skew;
     let skew = skews.iter().map(|s| s.abs()).max().unwrap_or_default();
     let settled = add_duration(epoch(), SETTLE) + skew;

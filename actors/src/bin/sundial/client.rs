@@ -363,8 +363,9 @@ fn jobs_inner(action: JobsAction, remote: &Remote) -> CliResult<u8> {
             Ok(0)
         }
         JobsAction::Apply { file } => {
-            // Checked here, so a mistake names the file and the key.
-            let specs = sundial_actors::spec::read_file(&file).map_err(usage)?;
+            // Checked here, so a mistake names the file and the key. A node config's
+            // calendars are the node's own: only its jobs are sent.
+            let specs = sundial_actors::spec::read_file(&file).map_err(usage)?.jobs;
             let body = serde_json::to_value(&specs).map_err(|e| usage(e.to_string()))?;
             let results: Vec<ItemResult> = client.call(Method::POST, "/api/jobs", &[], Some(&body))?;
             Ok(print_items(&results, remote.json, "applied"))
