@@ -60,6 +60,12 @@ enum Op {
         reverse: bool,
         snapshot: bool,
     },
+    /// Forward ranges read together (`get_ranges`): mostly ascending and disjoint, as a
+    /// poll cycle reads its shards, sometimes in any order.
+    Ranges {
+        ranges: Vec<(Key, Key, Option<usize>)>,
+        snapshot: bool,
+    },
     Set {
         key: Key,
         value: Value,
@@ -98,6 +104,14 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (range.clone(), prop::option::of(1usize..4), any::<bool>(), any::<bool>()).prop_map(
             |((begin, end), limit, reverse, snapshot)| Op::Range { begin, end, limit, reverse, snapshot }
         ),
+        2 => (prop::collection::vec((0u8..10, prop::option::of(1usize..3)), 2..7), any::<bool>(), any::<bool>())
+            .prop_map(|(mut bounds, ascending, snapshot)| {
+                if ascending {
+                    bounds.sort();
+                }
+                let ranges = bounds.chunks(2).filter(|pair| pair.len() == 2).map(|pair| (bound(pair[0].0), bound(pair[1].0), pair[0].1)).collect();
+                Op::Ranges { ranges, snapshot }
+            }),
         3 => (key.clone(), value.clone()).prop_map(|(key, value)| Op::Set { key, value }),
         1 => key.clone().prop_map(|key| Op::Clear { key }),
         1 => range.prop_map(|(begin, end)| Op::ClearRange { begin, end }),
@@ -121,6 +135,7 @@ enum Seen {
     Value(Option<Value>),
     Values(Vec<Option<Value>>),
     Pairs(Vec<(Key, Value)>, bool),
+    Ranges(Vec<(Vec<(Key, Value)>, bool)>),
 }
 
 /// One transaction's history.
@@ -166,7 +181,7 @@ fn apply(map: &mut Map, op: &Op) {
             let sum = add(map.get(key), param);
             map.insert(key.clone(), sum);
         }
-        Op::Get { .. } | Op::GetMany { .. } | Op::Range { .. } => {}
+        Op::Get { .. } | Op::GetMany { .. } | Op::Range { .. } | Op::Ranges { .. } => {}
     }
 }
 
@@ -188,6 +203,22 @@ fn read(map: &Map, op: &Op) -> Option<Seen> {
             ordered.truncate(limit);
             Some(Seen::Pairs(ordered, more))
         }
+        Op::Ranges { ranges, snapshot } => {
+            let parts = ranges.iter().map(|(begin, end, limit)| {
+                let one = Op::Range {
+                    begin: begin.clone(),
+                    end: end.clone(),
+                    limit: *limit,
+                    reverse: false,
+                    snapshot: *snapshot,
+                };
+                match read(map, &one) {
+                    Some(Seen::Pairs(pairs, more)) => (pairs, more),
+                    _ => unreachable!("a range read"),
+                }
+            });
+            Some(Seen::Ranges(parts.collect()))
+        }
         _ => None,
     }
 }
@@ -204,7 +235,7 @@ fn written(op: &Op) -> Option<(Key, Key)> {
     match op {
         Op::Set { key, .. } | Op::Clear { key } | Op::Add { key, .. } => Some(point(key)),
         Op::ClearRange { begin, end } => Some((begin.clone(), end.clone())),
-        Op::Get { .. } | Op::GetMany { .. } | Op::Range { .. } => None,
+        Op::Get { .. } | Op::GetMany { .. } | Op::Range { .. } | Op::Ranges { .. } => None,
     }
 }
 
@@ -222,6 +253,21 @@ fn read_ranges(op: &Op, seen: &Seen) -> Vec<(Key, Key)> {
             };
             vec![range]
         }
+        (Op::Ranges { ranges, snapshot: false }, Seen::Ranges(parts)) => ranges
+            .iter()
+            .zip(parts)
+            .flat_map(|((begin, end, limit), (pairs, more))| {
+                let one = Op::Range {
+                    begin: begin.clone(),
+                    end: end.clone(),
+                    limit: *limit,
+                    reverse: false,
+                    snapshot: false,
+                };
+                read_ranges(&one, &Seen::Pairs(pairs.clone(), *more))
+            })
+            .filter(|(begin, end)| begin < end)
+            .collect(),
         _ => Vec::new(),
     }
 }
@@ -266,6 +312,20 @@ async fn run_script(script: &[Step]) -> (Map, Vec<Record>) {
                         }
                         let result = txn.get_range(&request, *snapshot).await.unwrap();
                         Some(Seen::Pairs(result.pairs, result.more))
+                    }
+                    Op::Ranges { ranges, snapshot } => {
+                        let requests: Vec<RangeRequest> = ranges
+                            .iter()
+                            .map(|(begin, end, limit)| {
+                                let request = RangeRequest::new(begin.clone(), end.clone());
+                                match limit {
+                                    Some(limit) => request.limit(*limit),
+                                    None => request,
+                                }
+                            })
+                            .collect();
+                        let results = txn.get_ranges(&requests, *snapshot).await.unwrap();
+                        Some(Seen::Ranges(results.into_iter().map(|r| (r.pairs, r.more)).collect()))
                     }
                     Op::Set { key, value } => {
                         txn.set(key, value);
@@ -330,11 +390,23 @@ fn replay(map: &mut Map, record: &Record, agrees: impl Fn(&Op, &Seen, &Seen) -> 
 fn still_holds(op: &Op, seen: &Seen, model: &Seen) -> bool {
     match (op, seen, model) {
         (
-            Op::Get { snapshot: true, .. } | Op::GetMany { snapshot: true, .. } | Op::Range { snapshot: true, .. },
+            Op::Get { snapshot: true, .. }
+            | Op::GetMany { snapshot: true, .. }
+            | Op::Range { snapshot: true, .. }
+            | Op::Ranges { snapshot: true, .. },
             _,
             _,
         ) => true,
         (Op::Range { .. }, Seen::Pairs(pairs, true), Seen::Pairs(now, _)) => pairs == now,
+        (Op::Ranges { .. }, Seen::Ranges(parts), Seen::Ranges(now)) => parts.iter().zip(now).all(
+            |((pairs, more), (now_pairs, now_more))| {
+                if *more {
+                    pairs == now_pairs
+                } else {
+                    (pairs, more) == (now_pairs, now_more)
+                }
+            },
+        ),
         _ => seen == model,
     }
 }

@@ -664,3 +664,45 @@ async fn a_watch_fails_with_its_transaction() {
     assert_eq!(code(t.commit().await), KvError::TRANSACTION_TIMED_OUT);
     assert_eq!(cut.as_mut().now_or_never().unwrap().unwrap_err().code(), KvError::TRANSACTION_TIMED_OUT);
 }
+
+#[tokio::test]
+async fn ranges_read_together_see_what_each_read_alone_sees() {
+    // Ascending, disjoint ranges with few and many keys between them, under a key deleted
+    // after the reader began (a version it must not see) and one written after it.
+    let (kv, clock) = store();
+    let pairs: Vec<(String, String)> = (0..400).map(|i| (format!("k{i:04}"), format!("v{i}"))).collect();
+    let refs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    put(&kv, &refs).await;
+    clock.advance(Duration::from_millis(1));
+    let reader = kv.create_transaction().unwrap();
+    reader.read_version().await.unwrap();
+    let writer = kv.create_transaction().unwrap();
+    writer.clear(b"k0011");
+    writer.set(b"k0012a", b"late");
+    writer.commit().await.unwrap();
+    let range = |begin: &str, end: &str, limit: Option<usize>| {
+        let request = RangeRequest::new(begin.as_bytes().to_vec(), end.as_bytes().to_vec());
+        limit.map_or(request.clone(), |limit| request.limit(limit))
+    };
+    let requests = [
+        range("k0010", "k0013", None),
+        range("k0014", "k0020", Some(2)),
+        range("k0021", "k0022", Some(1)),
+        range("k0100", "k0150", Some(3)),
+        range("k0150", "k0151", None),
+        range("k0390", "k0500", None),
+        range("k0500", "k0600", Some(1)),
+    ];
+    for snapshot in [true, false] {
+        let together = reader.get_ranges(&requests, snapshot).await.unwrap();
+        for (request, result) in requests.iter().zip(&together) {
+            let alone = reader.get_range(request, snapshot).await.unwrap();
+            assert_eq!((&result.pairs, result.more), (&alone.pairs, alone.more), "{request:?}");
+        }
+        assert_eq!(keys(&together[0]), ["k0010", "k0011", "k0012"], "as of the reader's version");
+        assert_eq!((keys(&together[1]), together[1].more), (vec!["k0014".to_owned(), "k0015".to_owned()], true));
+        assert_eq!(keys(&together[3]), ["k0100", "k0101", "k0102"]);
+        assert_eq!(keys(&together[5]).len(), 10);
+        assert!(together[6].pairs.is_empty() && !together[6].more);
+    }
+}
