@@ -234,6 +234,35 @@ fn is_point_range(begin: &[u8], end: &[u8]) -> bool {
     end.len() == begin.len() + 1 && end.starts_with(begin) && end[begin.len()] == 0
 }
 
+/// The stored pairs visible at `read_version` from `cursor` on, up to `end` (exclusive)
+/// and at most `limit` (`more` when the limit cut them short); `cursor` is left at the
+/// first key not taken. The cursor is open at the far end and the range cut by comparison: a
+/// B-tree range with both ends searches for both, and most reads stop after a few keys.
+fn stored_pairs<'a>(
+    cursor: &mut std::iter::Peekable<impl Iterator<Item = (&'a StoredKey, &'a Versions)>>,
+    end: &[u8],
+    limit: Option<usize>,
+    read_version: Version,
+) -> RangeResult {
+    let limit = limit.unwrap_or(usize::MAX);
+    // Room for a short read at once: most reads are a shard's first entry or a few index
+    // keys, and growing from nothing reallocates three times by 16.
+    let mut pairs = Vec::with_capacity(limit.min(16));
+    while let Some((key, versions)) = cursor.peek() {
+        if key.as_slice() >= end {
+            break;
+        }
+        if let Some(value) = value_in(versions, read_version) {
+            if pairs.len() == limit {
+                return RangeResult { pairs, more: true };
+            }
+            pairs.push((key.to_vec(), value.to_vec()));
+        }
+        cursor.next();
+    }
+    RangeResult { pairs, more: false }
+}
+
 /// `[begin, end)` minus the given ranges (which may overlap), as disjoint pieces.
 fn subtract(begin: &[u8], end: &[u8], holes: &[(Vec<u8>, Vec<u8>)]) -> Vec<(Vec<u8>, Vec<u8>)> {
     let mut holes: Vec<&(Vec<u8>, Vec<u8>)> = holes.iter().filter(|h| overlaps(h, begin, end)).collect();
@@ -786,22 +815,7 @@ impl TxnData {
                 cursor.next();
                 steps += 1;
             }
-            let limit = request.limit.unwrap_or(usize::MAX);
-            let mut pairs = Vec::with_capacity(limit.min(16));
-            let mut more = false;
-            while let Some((key, versions)) = cursor.peek() {
-                if key.as_slice() >= end {
-                    break;
-                }
-                if let Some(value) = value_in(versions, read_version) {
-                    if pairs.len() == limit {
-                        more = true;
-                        break;
-                    }
-                    pairs.push((key.to_vec(), value.to_vec()));
-                }
-                cursor.next();
-            }
+            let RangeResult { pairs, more } = stored_pairs(&mut cursor, end, request.limit, read_version);
             results.push(self.conflict_on_range(request, snapshot, pairs, more));
         }
         Ok(results)
@@ -818,31 +832,17 @@ impl TxnData {
             return Err(KvError::new(KvError::ACCESSED_UNREADABLE));
         }
         let read_version = self.read_version.unwrap_or_default();
-        let limit = request.limit.unwrap_or(usize::MAX);
-        let range = (Bound::Included(begin), Bound::Excluded(end));
-        // Room for a short read at once: most reads are a shard's first entry or a few
-        // index keys, and growing from nothing reallocates three times by 16.
-        let mut pairs = Vec::with_capacity(limit.min(16));
-        let mut more = false;
-        // The stored range is open at the far end and cut by comparison: a B-tree range
-        // with both ends searches for both, and most reads here stop after a few keys.
         if self.untouched(begin, end) && !request.reverse {
             // Nothing this transaction wrote is in the range (most reads, e.g. a poll
             // cycle's first due entry of every shard): the stored values as they are.
-            for (key, versions) in state.data.range::<[u8], _>((Bound::Included(begin), Bound::Unbounded)) {
-                if key.as_slice() >= end {
-                    break;
-                }
-                if let Some(value) = value_in(versions, read_version) {
-                    if pairs.len() == limit {
-                        more = true;
-                        break;
-                    }
-                    pairs.push((key.to_vec(), value.to_vec()));
-                }
-            }
+            let mut cursor = state.data.range::<[u8], _>((Bound::Included(begin), Bound::Unbounded)).peekable();
+            let RangeResult { pairs, more } = stored_pairs(&mut cursor, end, request.limit, read_version);
             return Ok(self.conflict_on_range(request, snapshot, pairs, more));
         }
+        let limit = request.limit.unwrap_or(usize::MAX);
+        let range = (Bound::Included(begin), Bound::Excluded(end));
+        let mut pairs = Vec::with_capacity(limit.min(16));
+        let mut more = false;
         // Merge stored keys with this transaction's point writes, in order. A stored
         // key comes with its versions, so it is not looked up again.
         let written = self.points.range::<[u8], _>(range).map(|(k, _)| (k.as_slice(), None));
