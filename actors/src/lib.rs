@@ -13,9 +13,9 @@
 //! - [`clock`]: the tokio clock and sleepers a node runs on;
 //! - [`spec`]: job definitions as people write them (with feature `spec-files`, read from
 //!   TOML or JSON files);
-//! - behind the default feature `node`: [`config`] (the TOML file), [`kinds`] (the `shell`, `http` and `log` job kinds), [`admin`] (the REST
-//!   API with metrics), [`kubernetes`] (leader election on a Kubernetes Lease), and the
-//!   `sundial` binary;
+//! - behind the default feature `node`: [`config`] (the TOML file), [`kinds`] (the
+//!   `shell`, `http` and `log` job kinds), [`admin`] (the REST API with metrics),
+//!   [`kubernetes`] (leader election on a Kubernetes Lease), and the `sundial` binary;
 //! - `fdb::FdbKv` (feature `fdb`): the core's [`sundial::kv::Kv`] on FoundationDB, so
 //!   several nodes can share one cluster.
 //!

@@ -195,12 +195,17 @@ fn simulated(def: &JobDefinition) -> JobDefinition {
     def
 }
 
-/// Whether a simulation can run `given` as it is: every calendar its jobs name is one of
-/// its calendars or the simulation's own `quiet`.
+/// Whether a simulation can run `given` as it is: no two jobs share a name, and every
+/// calendar its jobs name is one of its calendars or the simulation's own `quiet`.
 ///
 /// # Errors
-/// The first job and trigger naming another calendar, and the calendars there are.
+/// The first job defined twice, or the first job and trigger naming another calendar and
+/// the calendars there are.
 pub fn check_given(given: &GivenJobs) -> Result<(), String> {
+    let mut names = BTreeSet::new();
+    if let Some(def) = given.jobs.iter().find(|def| !names.insert(&def.name)) {
+        return Err(format!("job '{}' is defined twice", def.name));
+    }
     let calendars = crate::world_calendars(Some(given));
     for def in &given.jobs {
         for trigger in &def.triggers {

@@ -319,7 +319,7 @@ fn describe_options(options: &SimOptions) -> String {
 }
 
 /// The jobs and calendars of a `--jobs-file`, checked as `sundial jobs apply -f` checks
-/// them and for calendars a simulation has.
+/// them and by [`workload::check_given`].
 fn read_jobs(file: &std::path::Path) -> Result<std::sync::Arc<GivenJobs>, String> {
     let read = sundial_actors::spec::read_file(file)?;
     let jobs = read
@@ -328,10 +328,6 @@ fn read_jobs(file: &std::path::Path) -> Result<std::sync::Arc<GivenJobs>, String
         .enumerate()
         .map(|(i, spec)| spec.to_definition(&format!("jobs[{i}]")).map_err(|e| format!("{}: {e}", file.display())))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut names = std::collections::BTreeSet::new();
-    if let Some(def) = jobs.iter().find(|def| !names.insert(&def.name)) {
-        return Err(format!("{}: job '{}' is defined twice", file.display(), def.name));
-    }
     let given = GivenJobs { jobs, calendars: read.calendars };
     workload::check_given(&given).map_err(|e| format!("{}: {e}", file.display()))?;
     Ok(std::sync::Arc::new(given))
