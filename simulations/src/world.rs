@@ -10,6 +10,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use parking_lot::Mutex;
 use sundial::entropy::Entropy;
+use sundial::job::{RunCause, RunState};
 use sundial::kv::memory::{KvFaults, MemoryKv, MemoryKvOptions};
 use sundial::kv::{run, KvTransaction, RangeRequest, RetryOptions};
 use sundial::leader::KvLeaderElection;
@@ -94,6 +95,43 @@ pub struct Outcome {
     /// The trace the hash is over (every event, then every run in the history),
     /// when [`SimOptions::keep_trace`] asked for it; empty otherwise.
     pub trace: Vec<String>,
+    /// What each job's runs came to, by job name.
+    pub jobs: BTreeMap<String, JobTally>,
+}
+
+/// What one job's runs came to, from the store's history (the runs retention deleted
+/// included): what a user simulating their own jobs wants to see of each.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobTally {
+    /// Runs its schedules caused.
+    pub fires: u64,
+    /// Runs by hand (trigger, enqueue).
+    pub manual: u64,
+    /// Retries of failed runs.
+    pub retries: u64,
+    /// Re-runs of runs lost with their node.
+    pub recoveries: u64,
+    /// Runs by state at the end (`Running` for those still running).
+    pub states: BTreeMap<RunState, u64>,
+    /// The latest a fire started after its scheduled time, on its node's clock (µs).
+    pub latest_start_us: Option<i64>,
+}
+
+impl JobTally {
+    /// Adds one run.
+    fn add(&mut self, run: &RunRecord) {
+        match run.cause {
+            RunCause::Schedule => {
+                self.fires += 1;
+                let late = run.started_us - run.scheduled_us;
+                self.latest_start_us = Some(self.latest_start_us.map_or(late, |l| l.max(late)));
+            }
+            RunCause::Manual => self.manual += 1,
+            RunCause::Retry => self.retries += 1,
+            RunCause::Recovery => self.recoveries += 1,
+        }
+        *self.states.entry(run.state).or_default() += 1;
+    }
 }
 
 /// The most acquisitions one node made in one sampling interval ([`SAMPLE_EVERY`]).
@@ -920,9 +958,11 @@ impl World {
             }
         }
         let (trace_hash, lines) = trace.finish();
-        let fires = history.iter().filter(|r| r.cause == sundial::job::RunCause::Schedule).count() as u64;
+        let fires = history.iter().filter(|r| r.cause == RunCause::Schedule).count() as u64;
+        let mut jobs: BTreeMap<String, JobTally> = BTreeMap::new();
         for run in &history {
             *self.counts.entry(format!("runs {:?}", run.state).to_lowercase()).or_default() += 1;
+            jobs.entry(run.job.clone()).or_default().add(run);
         }
         // Stop the nodes abruptly: the checks are done, and the runtime drops their tasks.
         for slot in 0..self.slots.len() {
@@ -944,6 +984,7 @@ impl World {
             counts: self.counts,
             busiest_poller: self.busiest_poller,
             trace: lines,
+            jobs,
         }
     }
 }

@@ -114,6 +114,21 @@ fn a_jobs_file_replaces_the_generated_jobs() {
     assert!(lines[1].contains(" jobs=8 "), "{}", lines[1]);
     assert!(lines[2].starts_with("workload: 0 code jobs, 8 runtime jobs (the jobs file's), "), "{}", lines[2]);
     assert!(json(lines.last().expect("output"))["runs"].as_u64() > Some(0), "{out}");
+    // A line per job of the file, in its order: what its runs came to.
+    let start = lines.iter().position(|l| l.starts_with("jobs (runs by cause")).expect("the jobs' lines");
+    let names: Vec<&str> = lines[start + 1..start + 9].iter().filter_map(|l| l.trim().split(':').next()).collect();
+    assert_eq!(
+        names,
+        ["orders-sync", "report", "cache-warm", "per-node-cleanup", "quiet-hours", "one-offs", "by-hand", "billing"]
+    );
+    let every_minute = lines[start + 1];
+    let fires: u64 = every_minute
+        .split("fires ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .expect("a count");
+    assert!(fires >= 20, "a fire a minute for 25 minutes: {every_minute}");
 }
 
 #[test]

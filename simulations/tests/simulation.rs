@@ -262,6 +262,11 @@ fn a_users_jobs_run_as_written_under_every_fault() {
         let outcome = simulate(&options);
         assert_clean(&outcome);
         assert!(outcome.checked.checked["expected fires"] > 0, "seed {seed}: their fires were accounted for");
+        // Each job's tally adds up to the whole.
+        assert_eq!(outcome.jobs.values().map(|t| t.fires).sum::<u64>(), outcome.fires);
+        let runs = |t: &sundial_simulations::world::JobTally| t.states.values().sum::<u64>();
+        assert_eq!(outcome.jobs.values().map(runs).sum::<u64>(), outcome.runs);
+        assert!(outcome.jobs["orders-sync"].fires >= 30, "a fire a minute: {:?}", outcome.jobs["orders-sync"]);
         // Each trigger due in the first 35 minutes fired (a run's start is traced as
         // `start <run> <job> <trigger> sched=… schedule attempt=1`); the Monday-morning
         // one in Shanghai is not due yet.
