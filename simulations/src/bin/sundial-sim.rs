@@ -42,8 +42,9 @@ struct Args {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     jobs: Option<u32>,
     /// Simulate these jobs instead of generated ones: a TOML or JSON file as `sundial jobs
-    /// apply -f` reads (a node config's `[[jobs]]` too). Their triggers, policies and flags
-    /// run as written; each run's duration and outcome come from the seed.
+    /// apply -f` reads (a node config too: its `[[jobs]]` and `[calendars.<name>]`). Their
+    /// triggers, policies and flags run as written; each run's duration and outcome come
+    /// from the seed. The report adds a line per job.
     #[arg(long, value_name = "FILE", conflicts_with = "jobs")]
     jobs_file: Option<std::path::PathBuf>,
     /// Faults: `none`, `all`, or a comma list of kinds, each optionally `kind=rate`.
