@@ -413,8 +413,10 @@ pub fn calendars(
 #[cfg(feature = "spec-files")]
 #[derive(Debug, Clone)]
 pub struct SpecFile {
-    /// Its jobs, each checked with [`JobSpec::to_definition`].
+    /// Its jobs as written.
     pub jobs: Vec<JobSpec>,
+    /// The same jobs as definitions ([`JobSpec::to_definition`]), in the same order.
+    pub definitions: Vec<JobDefinition>,
     /// The calendars of its `[calendars.<name>]` tables (a node config's), built and
     /// checked; none in a JSON file.
     pub calendars: BTreeMap<CalendarName, Arc<dyn JobCalendar>>,
@@ -471,14 +473,16 @@ pub fn read_file(file: &std::path::Path) -> Result<SpecFile, String> {
             }
         }
     };
-    for (i, spec) in specs.iter().enumerate() {
-        spec.to_definition(&format!("jobs[{i}]")).map_err(|e| at(e.to_string()))?;
-    }
+    let definitions = specs
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| spec.to_definition(&format!("jobs[{i}]")).map_err(|e| at(e.to_string())))
+        .collect::<Result<Vec<_>, _>>()?;
     if specs.is_empty() {
         return Err(at("no jobs in the file".into()));
     }
     let calendars = calendars(&calendar_specs).map_err(|e| at(e.to_string()))?;
-    Ok(SpecFile { jobs: specs, calendars })
+    Ok(SpecFile { jobs: specs, definitions, calendars })
 }
 
 /// An error's detail without its code prefix, for messages that add their own context.
@@ -594,6 +598,8 @@ mod tests {
                       [calendars.off]\nkind = \"composite\"\nmembers = [\"weekends\"]\n";
         let file = read("node.toml", config).unwrap();
         assert_eq!(names(&file), ["a", "b"]);
+        let defined: Vec<&str> = file.definitions.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(defined, ["a", "b"], "the definitions, in the file's order");
         let calendars: Vec<String> = file.calendars.keys().map(ToString::to_string).collect();
         assert_eq!(calendars, ["off", "weekends"]);
         let saturday = chrono::DateTime::parse_from_rfc3339("2027-03-13T12:00:00Z").unwrap().to_utc();

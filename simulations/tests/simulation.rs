@@ -246,8 +246,7 @@ fn a_store_that_deletes_history_early_is_caught_within_a_handful_of_seeds() {
 fn users_jobs() -> std::sync::Arc<GivenJobs> {
     let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/jobs.toml");
     let read = sundial_actors::spec::read_file(&file).expect("the fixture reads");
-    let jobs = read.jobs.iter().map(|s| s.to_definition("jobs").expect("a valid job")).collect();
-    std::sync::Arc::new(GivenJobs { jobs, calendars: read.calendars })
+    std::sync::Arc::new(GivenJobs { jobs: read.definitions, calendars: read.calendars })
 }
 
 #[test]

@@ -347,13 +347,7 @@ fn describe_options(options: &SimOptions) -> String {
 /// them and by [`workload::check_given`].
 fn read_jobs(file: &std::path::Path) -> Result<std::sync::Arc<GivenJobs>, String> {
     let read = sundial_actors::spec::read_file(file)?;
-    let jobs = read
-        .jobs
-        .iter()
-        .enumerate()
-        .map(|(i, spec)| spec.to_definition(&format!("jobs[{i}]")).map_err(|e| format!("{}: {e}", file.display())))
-        .collect::<Result<Vec<_>, _>>()?;
-    let given = GivenJobs { jobs, calendars: read.calendars };
+    let given = GivenJobs { jobs: read.definitions, calendars: read.calendars };
     workload::check_given(&given).map_err(|e| format!("{}: {e}", file.display()))?;
     Ok(std::sync::Arc::new(given))
 }
