@@ -9,6 +9,7 @@
 
 mod conformance;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -143,7 +144,7 @@ async fn a_batch_reads_its_fires_and_its_runs_together_under_latency() {
         .collect();
     assert!(store.schedule(&defs, conformance::t0()).await.iter().all(Result::is_ok));
     let now = conformance::secs(1);
-    let known = std::collections::BTreeSet::new();
+    let known = BTreeSet::new();
     let began = tokio::time::Instant::now();
     let runs = store.acquire_due(&conformance::request("node-0", now, 100, &known)).await.unwrap();
     let acquiring = began.elapsed();
@@ -183,7 +184,7 @@ async fn runs_an_acquisition_took_before_it_failed_are_adopted_not_lost() {
     assert!(store.schedule(&defs, conformance::t0()).await.iter().all(Result::is_ok));
     kv.set_faults(KvFaults { unknown_result_committed: 1.0, ..KvFaults::default() });
     let now = conformance::secs(1);
-    let none = std::collections::BTreeSet::new();
+    let none = BTreeSet::new();
     let error = store.acquire_due(&conformance::request("node-0", now, 10, &none)).await.unwrap_err();
     assert_eq!(error.as_kv_error().map(KvError::code), Some(KvError::COMMIT_UNKNOWN_RESULT));
     kv.set_faults(KvFaults::default());
@@ -196,7 +197,7 @@ async fn runs_an_acquisition_took_before_it_failed_are_adopted_not_lost() {
     for run in &adopted {
         assert_eq!((run.run.scheduled_at, run.run.attempt, run.job_type.as_str()), (now, 1, "test::Job"));
     }
-    let known: std::collections::BTreeSet<_> = adopted.iter().map(|r| r.run.id).collect();
+    let known: BTreeSet<_> = adopted.iter().map(|r| r.run.id).collect();
     // Adopted, not taken again, and not reclaimed as lost.
     assert!(store.adopt_committed_runs("node-0", &known, &[now]).await.unwrap().is_empty());
     assert!(store.acquire_due(&conformance::request("node-0", now, 10, &known)).await.unwrap().is_empty());
@@ -265,6 +266,66 @@ async fn new_due_work_bumps_the_wake_key_of_its_home_node_only() {
     let taken = conformance::acquire(&store, "b", t0, 64).await;
     assert!(!taken.is_empty(), "b takes the fires of its shards");
     assert!(wake_b.as_mut().now_or_never().is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fire_stolen_from_a_shard_wakes_its_home_node_for_the_next_one() {
+    use futures_util::FutureExt;
+    let store = store();
+    let t0 = conformance::t0();
+    store.heartbeat("a", t0, None).await.unwrap();
+    store.heartbeat("b", t0, None).await.unwrap();
+    let triggers: Vec<(String, &str)> = (0..16).map(|i| (format!("t{i}"), "cron * * * * * *")).collect();
+    let triggers: Vec<(&str, &str)> = triggers.iter().map(|(name, cron)| (name.as_str(), *cron)).collect();
+    let mut ticking = conformance::job("ticking", &triggers);
+    ticking.allow_concurrent = true;
+    store.schedule(&[ticking], t0).await;
+    let mut wake_a = store.watch_wake("a").await.unwrap();
+    // On time, b takes the fires of its own shards only: a hears nothing.
+    let known = BTreeSet::new();
+    let mut request = conformance::request("b", conformance::secs(1), 64, &known);
+    let on_time = store.acquire_with_outlook(&request, Duration::from_secs(1), 100).await.unwrap();
+    assert!(!on_time.runs.is_empty() && on_time.stolen == 0, "{on_time:?}");
+    assert!(wake_a.as_mut().now_or_never().is_none(), "b's own fires moved on");
+    // Seconds later a's fires are late enough to steal; the next fire of each trigger b
+    // took is in a's shard again, and a must hear of it (it may skip reading its shards).
+    request.now = conformance::secs(5);
+    let late = store.acquire_with_outlook(&request, Duration::from_secs(1), 100).await.unwrap();
+    assert!(late.stolen > 0, "{late:?}");
+    assert!(matches!(wake_a.now_or_never(), Some(Ok(()))), "a's shards have new due entries");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_leaving_the_shard_owners_wakes_the_nodes_that_inherit_its_shards() {
+    use futures_util::FutureExt;
+    let store = store();
+    let t0 = conformance::t0();
+    let mut seqs = BTreeMap::new();
+    for node in ["a", "b", "c", "d"] {
+        seqs.insert(node, store.heartbeat(node, t0, None).await.unwrap().seq);
+    }
+    // Declared lost: every live node's shards may grow.
+    let wake_a = store.watch_wake("a").await.unwrap();
+    let wake_b = store.watch_wake("b").await.unwrap();
+    assert!(store.reap_node("d", seqs["d"], conformance::secs(60), 64, None).await.unwrap().declared);
+    assert!(matches!(wake_a.now_or_never(), Some(Ok(()))));
+    assert!(matches!(wake_b.now_or_never(), Some(Ok(()))));
+    // Draining: the others share out its shards at once.
+    let wake_a = store.watch_wake("a").await.unwrap();
+    let wake_c = store.watch_wake("c").await.unwrap();
+    store.mark_draining("b").await.unwrap();
+    assert!(matches!(wake_a.now_or_never(), Some(Ok(()))));
+    assert!(matches!(wake_c.now_or_never(), Some(Ok(()))));
+    // Stopping after draining changes nothing more; stopping while serving does.
+    let mut wake_a = store.watch_wake("a").await.unwrap();
+    store.deregister_node("b").await.unwrap();
+    assert!(wake_a.as_mut().now_or_never().is_none(), "b had left the owners already");
+    store.deregister_node("c").await.unwrap();
+    assert!(matches!(wake_a.now_or_never(), Some(Ok(()))));
+    // A node joining takes shards from the others: none of them has more to read.
+    let mut wake_a = store.watch_wake("a").await.unwrap();
+    store.heartbeat("e", t0, None).await.unwrap();
+    assert!(wake_a.as_mut().now_or_never().is_none());
 }
 
 #[tokio::test(start_paused = true)]

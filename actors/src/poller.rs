@@ -130,6 +130,28 @@ pub(crate) struct PollerState<S: JobStore> {
     /// The registered job types (fixed once the node is built): acquisition takes only
     /// fires of types this node can run.
     known_types: BTreeSet<String>,
+    /// What the last acquisition saw of this node's home shards, while it still holds:
+    /// cycles that find nothing due by it skip the acquisition (see [`KnownDue`]).
+    known_due: Option<KnownDue>,
+    /// The running runs of local jobs (their ends write nothing to the due index).
+    local_runs: BTreeSet<Uuid>,
+}
+
+/// What an acquisition saw of the due index, kept while nothing can have changed it for
+/// this node: no other node wrote its home shards or changed which shards are its home
+/// (the wake key's watch, armed before that acquisition read, has not fired), and nothing
+/// happened here that writes them without the watch (a run's end, a change through the
+/// handle, leadership, local runs, code-job sync, reclaiming). An idle node then reads the
+/// due index only every `STEAL_CHECK`, when it looks at the other nodes' shards, instead
+/// of every cycle: an FDB cluster is not read by every idle node every second, and a
+/// simulated day of mostly idle cycles runs faster.
+#[derive(Debug)]
+struct KnownDue {
+    /// The outlook after the acquisition (its own writes included).
+    outlook: DueOutlook,
+    /// The acquisition's [`DueFilter`]: the outlook left out the entries it leaves waiting.
+    scheduled: bool,
+    busy_jobs: BTreeSet<String>,
 }
 
 /// Failed acquisitions whose runs the next cycle looks for (see `adopt_committed_runs`).
@@ -182,6 +204,8 @@ impl<S: JobStore> Actor for PollerActor<S> {
             refill_pending: false,
             last_steal_check: None,
             wake_watch: None,
+            known_due: None,
+            local_runs: BTreeSet::new(),
         })
     }
 
@@ -194,12 +218,15 @@ impl<S: JobStore> Actor for PollerActor<S> {
         match message {
             PollerMsg::Tick(tick) if tick == state.tick => {
                 state.refill_pending = false;
-                let wait = cycle(&myself, state).await;
+                // Armed before the cycle reads the due index: every change after that
+                // read fires it (see `KnownDue`).
                 watch_wake(&myself, state).await;
+                let wait = cycle(&myself, state).await;
                 tick_in(&myself, state, wait);
             }
             PollerMsg::Woken(fired) => {
                 state.wake_watch = None;
+                state.known_due = None;
                 if fired {
                     tick_in(&myself, state, Duration::ZERO);
                 }
@@ -207,9 +234,11 @@ impl<S: JobStore> Actor for PollerActor<S> {
             PollerMsg::Tick(_) => {}
             PollerMsg::Wake => {
                 state.refresh_local = true;
+                state.known_due = None;
                 tick_in(&myself, state, Duration::ZERO);
             }
             PollerMsg::DueAt(due) => {
+                state.known_due = None;
                 // Woken a lookahead early, as the regular sleep is: the fire is acquired
                 // ahead and its run starts on time, not one acquisition late.
                 let wait =
@@ -229,6 +258,7 @@ impl<S: JobStore> Actor for PollerActor<S> {
                 }
             }
             PollerMsg::Trigger(job, data, reply) => {
+                state.known_due = None;
                 let result = trigger(&myself, state, &job, &data).await;
                 let _ = reply.send(result);
             }
@@ -326,6 +356,8 @@ async fn heartbeat<S: JobStore>(state: &mut PollerState<S>, now: chrono::DateTim
                 // Their slots are free in the store now, but a job ignoring its
                 // cancellation runs on: this node starts no run beside it.
                 state.local.note_declared_lost();
+                // Declared lost, it was left out of the node list meanwhile.
+                state.known_due = None;
             }
             state.known_times_declared_lost = Some(beat.times_declared_lost);
             // Cancel requests for runs here (read with the heartbeat); a failed heartbeat
@@ -350,6 +382,7 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
     let shared = state.shared.clone();
     let poll_interval = shared.options.poll_interval;
     if shared.lifecycle() != Lifecycle::Serving {
+        state.known_due = None;
         // Pending local retries are dropped when the node stops (SPEC §8).
         state.local.drop_retries();
         if shared.lifecycle() == Lifecycle::Draining && shared.shared_store && !state.running.is_empty() {
@@ -363,6 +396,7 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
     let now = shared.clock.now();
     if !state.synced {
         state.synced = sync_code_jobs(&shared, now).await;
+        state.known_due = None;
     }
     // Without a heartbeat this cycle, take no new work, local or not: this node may be
     // about to be declared lost, and runs of a node the cluster never heard from (before
@@ -370,6 +404,7 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
     let alive = !shared.shared_store || heartbeat(state, now).await;
     if !state.unadopted.is_empty() {
         adopt_committed_runs(myself, state).await;
+        state.known_due = None;
     }
     // Local fires after adoption: a run a failed acquisition took (of a job local here,
     // say an enqueued one) counts for the job's exclusivity on this node only once it
@@ -381,13 +416,20 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
     if !state.reclaimed && state.unadopted.is_empty() {
         // Runs of an earlier process with this id, or of this poller before it restarted.
         state.reclaimed = reclaim_previous_runs(state, now).await;
+        // Recovery triggers of the runs it marked lost may be in this node's shards.
+        state.known_due = None;
     }
     let slots = if shared.shared_store && !alive {
         0
     } else {
         acquire_slots(state.batch.current(), shared.options.max_concurrent_runs, state.running.len())
     };
-    let taken = if slots > 0 { acquire_and_start(myself, state, now, slots).await } else { Taken::NoSlots };
+    let taken = if slots > 0 {
+        acquire_and_start(myself, state, now, slots).await
+    } else {
+        state.known_due = None;
+        Taken::NoSlots
+    };
     if let Taken::Full = taken {
         return Duration::ZERO;
     }
@@ -420,8 +462,24 @@ async fn acquire_and_start<S: JobStore>(
     if steal {
         state.last_steal_check = Some(now_mono);
     }
-    let known_runs: BTreeSet<Uuid> = state.running.keys().copied().collect();
     let busy_jobs = state.local.busy_jobs();
+    let scheduled = takes_scheduled(&shared);
+    if !steal {
+        // The outlook left out the fires of the jobs then busy here: it holds only while
+        // those are still busy (fires of jobs busy since are in it, waking this node early).
+        let holds = |k: &&KnownDue| k.scheduled == scheduled && k.busy_jobs.is_subset(&busy_jobs);
+        if let Some(known) = state.known_due.as_ref().filter(holds) {
+            let horizon = sundial::time::add_duration(now, state.lookahead);
+            if known.outlook.first.is_none_or(|first| first > horizon) {
+                shared.stats.acquisition_skipped();
+                return Taken::Done(Some(known.outlook));
+            }
+        }
+    }
+    state.known_due = None;
+    // Whether the watch on the wake key was armed before this acquisition reads.
+    let watched = !shared.shared_store || state.wake_watch.is_some();
+    let known_runs: BTreeSet<Uuid> = state.running.keys().copied().collect();
     let request = AcquireRequest {
         node: &shared.node_id,
         now,
@@ -431,7 +489,7 @@ async fn acquire_and_start<S: JobStore>(
         lookahead: state.lookahead,
         known_types: Some(&state.known_types),
         known_runs: &known_runs,
-        scheduled: takes_scheduled(&shared),
+        scheduled,
         busy_jobs: &busy_jobs,
         steal,
     };
@@ -465,6 +523,9 @@ async fn acquire_and_start<S: JobStore>(
             }
             state.sequence = None;
             state.lead.observe(taken, shared.clock.monotonic().saturating_duration_since(began));
+            if let Some(outlook) = outlook.filter(|_| watched) {
+                state.known_due = Some(KnownDue { outlook, scheduled, busy_jobs });
+            }
             Taken::Done(outlook)
         }
         Err(error) => {
@@ -727,6 +788,11 @@ async fn sync_code_jobs<S: JobStore>(shared: &NodeShared<S>, now: chrono::DateTi
 fn run_ended<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<S>, id: Uuid) {
     let was_full = state.running.len() >= state.shared.options.max_concurrent_runs as usize;
     state.running.remove(&id);
+    if !state.local_runs.remove(&id) {
+        // Its end was recorded: the next fire of its trigger, a retry or an unblocked
+        // trigger, written to the due index by this node (no wake key tells it).
+        state.known_due = None;
+    }
     // A local job's fire, or a fire in the store of a job this run kept busy here after
     // this node was declared lost, may have waited for this run.
     let given_back = state.local.is_given_back(id);
@@ -775,6 +841,9 @@ async fn start_run<S: JobStore>(
         Ok((run, _)) => {
             state.run_of_actor.insert(run.get_id(), id);
             state.running.insert(id, run);
+            if local {
+                state.local_runs.insert(id);
+            }
         }
         Err(error) => {
             tracing::error!(run_id = %id, %error, "could not start a run actor");

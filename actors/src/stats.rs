@@ -79,6 +79,7 @@ impl EngineWork {
 #[derive(Debug, Default)]
 pub(crate) struct EngineStats {
     acquisitions: AtomicU64,
+    skipped: AtomicU64,
     acquired: AtomicU64,
     store_errors: [AtomicU64; StoreOp::ALL.len()],
     /// Microseconds on the node's monotonic clock, per [`EngineWork`].
@@ -89,6 +90,11 @@ impl EngineStats {
     pub(crate) fn acquisition(&self, acquired: usize) {
         self.acquisitions.fetch_add(1, Ordering::Relaxed);
         self.acquired.fetch_add(acquired as u64, Ordering::Relaxed);
+    }
+
+    /// A cycle left the due index unread: what it knew said nothing was due.
+    pub(crate) fn acquisition_skipped(&self) {
+        self.skipped.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn store_error(&self, op: StoreOp) {
@@ -106,6 +112,7 @@ impl EngineStats {
     pub(crate) fn snapshot(&self, running: usize, leader: bool) -> EngineCounters {
         EngineCounters {
             acquisitions: self.acquisitions.load(Ordering::Relaxed),
+            acquisitions_skipped: self.skipped.load(Ordering::Relaxed),
             acquired_triggers: self.acquired.load(Ordering::Relaxed),
             store_errors: StoreOp::ALL
                 .iter()
@@ -128,6 +135,10 @@ impl EngineStats {
 pub struct EngineCounters {
     /// Acquisition transactions that committed.
     pub acquisitions: u64,
+    /// Cycles that did not read the due index: the node's last acquisition saw nothing due
+    /// before the cycle's lookahead, and nothing that could change that had happened since
+    /// (its wake key's watch had not fired, nothing changed on the node itself).
+    pub acquisitions_skipped: u64,
     /// Triggers they acquired.
     pub acquired_triggers: u64,
     /// Failed store operations (after the store's own retries), by operation.

@@ -635,3 +635,79 @@ async fn work_enqueued_on_one_node_wakes_the_node_whose_shard_it_is() {
         assert!(waited < chrono::TimeDelta::milliseconds(200), "started {waited} after the enqueue on {}", run.node);
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn idle_nodes_leave_the_due_index_unread_yet_take_new_work_on_time() {
+    // Polling every 200 ms with nothing due for an hour, a node reads the due index only
+    // when it looks at the other nodes' shards (every 5 s); its wake key tells it of work
+    // the other node writes into its shards meanwhile, and of shards it inherits.
+    let clock = Arc::new(TokioClock::new(t0()));
+    let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
+    let (first, store) = node(&kv, &clock, "idle-1", 81).await;
+    let (second, _) = node(&kv, &clock, "idle-2", 82).await;
+    let hourly = JobDefinition::new(JobName::new("hourly").unwrap(), JobTypeKey::new("noop").unwrap()).with_trigger(
+        sundial::job::JobTriggerDefinition::new(
+            sundial::name::TriggerName::new("t").unwrap(),
+            "cron 0 0 * * * *".parse().unwrap(),
+        ),
+    );
+    first.schedule_one(hourly).await.unwrap();
+    // Once both wrote their code jobs: only the local job runs (every second, on each).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    first.unschedule(&[JobName::new("every-second").unwrap()]).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let before = [first.counters(), second.counters()];
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    for (node, before) in [&first, &second].into_iter().zip(before) {
+        let now = node.counters();
+        let (read, skipped) =
+            (now.acquisitions - before.acquisitions, now.acquisitions_skipped - before.acquisitions_skipped);
+        // 100 cycles in 20 s: one in 25 reads the index (the shards of the other node),
+        // plus the odd cycle after the lease or housekeeping woke the poller.
+        assert!(read <= 12, "{read} acquisitions read the due index in 20 s");
+        assert!(skipped >= 80, "{skipped} cycles skipped it");
+    }
+    // Every-second work scheduled through the first node: it runs on time on the node
+    // whose shard it is in, also when that is not the node that wrote it.
+    let tick = |i: usize| {
+        JobDefinition::new(JobName::new(format!("tick-{i}")).unwrap(), JobTypeKey::new("noop").unwrap()).with_trigger(
+            sundial::job::JobTriggerDefinition::new(
+                sundial::name::TriggerName::new("t").unwrap(),
+                "cron * * * * * *".parse().unwrap(),
+            ),
+        )
+    };
+    for i in 0..8 {
+        first.schedule_one(tick(i)).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let query = JobRunQuery { limit: 1000, ..JobRunQuery::default() };
+    let ticks = |runs: Vec<sundial::job::JobRunInfo>| -> Vec<sundial::job::JobRunInfo> {
+        runs.into_iter().filter(|r| r.run.job.as_str().starts_with("tick-")).collect()
+    };
+    let so_far = ticks(store.runs(&query).await.unwrap());
+    assert!(so_far.len() >= 8 * 2, "{}", so_far.len());
+    // Keep only the jobs of the second node's shards: the first has nothing to do.
+    let first_runs: std::collections::BTreeSet<JobName> =
+        so_far.iter().filter(|r| r.node == "idle-1").map(|r| r.run.job.clone()).collect();
+    assert!(first_runs.len() < 8, "some ticks are in the second node's shards");
+    first.unschedule(&first_runs.into_iter().collect::<Vec<_>>()).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The second node stops: the first inherits its shards and is told so at once, not
+    // at its next read of the index.
+    let skipped = first.counters().acquisitions_skipped;
+    let stopped_at = sundial::time::Clock::now(clock.as_ref());
+    second.stop(Duration::from_secs(1)).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(first.counters().acquisitions_skipped > skipped, "the first node was idle");
+    let all = ticks(store.runs(&query).await.unwrap());
+    let after: Vec<_> = all.iter().filter(|r| r.run.scheduled_at > stopped_at).collect();
+    assert!(after.len() >= 3, "the second node's ticks went on: {}", after.len());
+    assert!(after.iter().all(|r| r.node == "idle-1"), "{after:#?}");
+    assert!(all.iter().any(|r| r.node == "idle-2"));
+    for run in &all {
+        let late = run.started_at - run.run.scheduled_at;
+        assert!(late < chrono::TimeDelta::milliseconds(100), "{} started {late} late on {}", run.run.job, run.node);
+    }
+    first.stop(Duration::from_secs(1)).await;
+}

@@ -514,6 +514,24 @@ impl<K: Kv> KvJobStore<K> {
         Ok(Candidates { ordered: candidates, heads, homes, truncated })
     }
 
+    /// Writes the next state of a trigger whose fire this acquisition took. A fire taken
+    /// from another node's shard (stolen) gives that shard a new due entry, which its home
+    /// node hears of through its wake key, as of any other node's write (see
+    /// `put_trigger_and_wake`); a home fire's next entry is this node's own.
+    fn put_taken_trigger(
+        &self,
+        tx: &Tx<'_, K::Transaction>,
+        candidate: &Candidate,
+        old: &TriggerRecord,
+        new: &TriggerRecord,
+    ) {
+        if candidate.home {
+            tx.put_trigger(Some(old), new, false);
+        } else {
+            self.put_trigger_and_wake(tx, Some(old), new, false);
+        }
+    }
+
     /// Takes one candidate fire: `Some(run)` when a run starts.
     async fn take_fire(
         &self,
@@ -567,7 +585,7 @@ impl<K: Kv> KvJobStore<K> {
             #[cfg(feature = "test-hooks")]
             let fire_count = fire_count + u32::from(self.options.broken == Some(super::BrokenStore::SkipCounted));
             let next = self.advance(&trigger, &schedule, decision.next_basis, request.now, fire_count);
-            tx.put_trigger(Some(&trigger), &next, false);
+            self.put_taken_trigger(tx, candidate, &trigger, &next);
             return Ok(None);
         };
         let (cause, attempt, retry_of, data) = match trigger.kind {
@@ -649,7 +667,7 @@ impl<K: Kv> KvJobStore<K> {
             // takes one fire per trigger.
             tally.due_again |=
                 next.state == TriggerState::Waiting && next.next_fire_us.is_some_and(|due| due <= micros(request.now));
-            tx.put_trigger(Some(&trigger), &next, false);
+            self.put_taken_trigger(tx, candidate, &trigger, &next);
         }
         Ok(Some(AcquiredRun {
             run: job_run_of(&record)?,

@@ -233,7 +233,7 @@ impl<K: Kv> KvJobStore<K> {
         let mut nodes = vec![node.to_owned()];
         for (_, value) in &node_records.pairs {
             let record: NodeRecord = codec::decode(value, "node record")?;
-            if record.alive && !record.draining && record.node != node {
+            if record.owns_shards() && record.node != node {
                 nodes.push(record.node);
             }
         }
@@ -268,8 +268,16 @@ impl<K: Kv> KvJobStore<K> {
     }
 
     /// Watches `node`'s wake key: the future resolves when another transaction gives one
-    /// of its home shards new due work (see `put_trigger_and_wake`), or fails when
-    /// watching does (watch again after the next poll).
+    /// of its home shards new due work (a schedule change, a completion or retry written
+    /// elsewhere, a recovery, a fire another node stole from it moved on: see
+    /// `put_trigger_and_wake`) or gives it new home shards (a node declared lost, draining
+    /// or stopped), or fails when watching does (watch again after the next poll).
+    ///
+    /// A watch armed before a transaction reads the due index resolves on every such change
+    /// committed after that read (the watch compares with the value as of its own, earlier,
+    /// read version): while it is pending, what that read saw of the node's home shards
+    /// still holds, except for changes the node made itself and for writers whose view of
+    /// the node list is stale (a poller still reads the index now and then).
     ///
     /// # Errors
     /// Store errors arming the watch.

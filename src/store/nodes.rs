@@ -123,15 +123,37 @@ impl<K: Kv> KvJobStore<K> {
     /// heartbeat or declaration conflicts with it).
     async fn update_node(&self, node: &str, change: impl Fn(&mut NodeRecord) + Copy) -> Result<(), StoreError> {
         run(&self.kv, self.options.retry, |txn, _| async move {
+            let tx = self.tx(txn);
             let key = self.keys.node(node);
-            if let Some(bytes) = txn.get(&key, false).await? {
+            if let Some(bytes) = tx.txn.get(&key, false).await? {
                 let mut record: NodeRecord = codec::decode(&bytes, "node record")?;
+                let owned_shards = record.owns_shards();
                 change(&mut record);
-                txn.set(&key, &codec::encode(&record));
+                tx.txn.set(&key, &codec::encode(&record));
+                if owned_shards && !record.owns_shards() {
+                    self.wake_other_nodes(&tx, node).await?;
+                }
             }
             Ok::<_, StoreError>(())
         })
         .await
+    }
+
+    /// Bumps the wake key of every live node but `node`, which leaves the nodes that share
+    /// out the due shards in this transaction: each now has home shards it did not have,
+    /// and a poller that skips reading the due index while its wake key says nothing
+    /// changed there (the engine's does) must read them at once, not at its next full read. Snapshot read of the node list; a node joining concurrently
+    /// reads the shards on its first cycle anyway.
+    async fn wake_other_nodes(&self, tx: &super::Tx<'_, K::Transaction>, node: &str) -> Result<(), StoreError> {
+        let (begin, end) = self.keys.nodes();
+        let records = tx.txn.get_range(&RangeRequest::new(begin, end), true).await?;
+        for (_, value) in &records.pairs {
+            let record: NodeRecord = codec::decode(value, "node record")?;
+            if record.owns_shards() && record.node != node {
+                tx.txn.atomic_op(&self.keys.wake(&record.node), &1u64.to_le_bytes(), crate::kv::AtomicOp::Add);
+            }
+        }
+        Ok(())
     }
 
     /// Every registered node (snapshot: for the leader's observations).
@@ -185,6 +207,7 @@ impl<K: Kv> KvJobStore<K> {
                 record.alive = false;
                 record.times_declared_lost += 1;
                 tx.txn.set(&key, &codec::encode(&record));
+                self.wake_other_nodes(&tx, node).await?;
             }
             let mut result = ReapResult { declared: true, ..ReapResult::default() };
             let mut unblock = Vec::new();

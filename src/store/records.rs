@@ -230,6 +230,14 @@ pub struct NodeRecord {
     pub draining: bool,
 }
 
+impl NodeRecord {
+    /// Whether the node is one of those the due shards are shared out among (alive and
+    /// not draining).
+    pub fn owns_shards(&self) -> bool {
+        self.alive && !self.draining
+    }
+}
+
 /// `(10, resource)`: a leader lease.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseRecord {

@@ -48,6 +48,7 @@ pub struct Metrics {
     lateness: Histogram,
     duration: Histogram,
     acquisitions: Counter,
+    skipped: Counter,
     acquired: Counter,
     store_errors: Family<OpLabels, Counter>,
     store_retries: Counter,
@@ -74,6 +75,7 @@ impl Metrics {
         let lateness = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
         let duration = Histogram::new(exponential_buckets(0.001, 4.0, 12));
         let acquisitions = Counter::default();
+        let skipped = Counter::default();
         let acquired = Counter::default();
         let store_errors = Family::<OpLabels, Counter>::default();
         let store_retries = Counter::default();
@@ -89,6 +91,11 @@ impl Metrics {
         );
         registry.register("run_duration_seconds", "Run durations on this node", duration.clone());
         registry.register("acquisitions", "Acquisition transactions committed", acquisitions.clone());
+        registry.register(
+            "acquisitions_skipped",
+            "Poll cycles that left the due index unread, knowing nothing was due",
+            skipped.clone(),
+        );
         registry.register("acquired_triggers", "Due triggers acquired to run here", acquired.clone());
         registry.register(
             "store_errors",
@@ -114,6 +121,7 @@ impl Metrics {
             lateness,
             duration,
             acquisitions,
+            skipped,
             acquired,
             store_errors,
             store_retries,
@@ -156,6 +164,7 @@ impl Metrics {
     /// The text exposition, with the engine's counters as of now.
     pub fn render(&self, engine: &EngineCounters) -> String {
         mirror(&self.acquisitions, engine.acquisitions);
+        mirror(&self.skipped, engine.acquisitions_skipped);
         mirror(&self.acquired, engine.acquired_triggers);
         for (op, count) in &engine.store_errors {
             mirror(&self.store_errors.get_or_create(&OpLabels { operation: op.as_str().to_owned() }), *count);
@@ -236,6 +245,7 @@ mod tests {
         metrics.observe(&CloudEvent::for_run(Topic::RunFailed, uuid::Uuid::nil(), at, &run, ended, "n1"));
         let engine = EngineCounters {
             acquisitions: 7,
+            acquisitions_skipped: 5,
             acquired_triggers: 9,
             store_errors: vec![(StoreOp::Heartbeat, 2)],
             time_in: vec![(EngineWork::Acquire, std::time::Duration::from_millis(1500))],
@@ -248,6 +258,7 @@ mod tests {
             "sundial_runs_total{job=\"report\",outcome=\"failed\"} 1",
             "sundial_run_lateness_seconds_count 1",
             "sundial_acquired_triggers_total 9",
+            "sundial_acquisitions_skipped_total 5",
             "sundial_store_errors_total{operation=\"heartbeat\"} 2",
             "sundial_store_retries_total 4",
             "sundial_engine_time_seconds_total{work=\"acquire\"} 1.5",
