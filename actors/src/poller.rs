@@ -133,18 +133,17 @@ pub(crate) struct PollerState<S: JobStore> {
     /// What the last acquisition saw of this node's home shards, while it still holds:
     /// cycles that find nothing due by it skip the acquisition (see [`KnownDue`]).
     known_due: Option<KnownDue>,
-    /// The running runs of local jobs (their ends write nothing to the due index).
-    local_runs: BTreeSet<Uuid>,
 }
 
 /// What an acquisition saw of the due index, kept while nothing can have changed it for
 /// this node: no other node wrote its home shards or changed which shards are its home
 /// (the wake key's watch, armed before that acquisition read, has not fired), and nothing
-/// happened here that writes them without the watch (a run's end, a change through the
-/// handle, leadership, local runs, code-job sync, reclaiming). An idle node then reads the
-/// due index only every `STEAL_CHECK`, when it looks at the other nodes' shards, instead
-/// of every cycle: an FDB cluster is not read by every idle node every second, and a
-/// simulated day of mostly idle cycles runs faster.
+/// happened here that writes them without the watch (a run's end that made a fire due,
+/// which says so with `DueAt`; a change through the handle; a manual trigger; code-job
+/// sync; reclaiming or adopting runs), nor changed what this node takes (leadership, jobs
+/// busy here). An idle node then reads the due index only every `STEAL_CHECK`, when it
+/// looks at the other nodes' shards, instead of every cycle: an FDB cluster is not read
+/// by every idle node every second, and a simulated day of mostly idle cycles runs faster.
 #[derive(Debug)]
 struct KnownDue {
     /// The outlook after the acquisition (its own writes included).
@@ -205,7 +204,6 @@ impl<S: JobStore> Actor for PollerActor<S> {
             last_steal_check: None,
             wake_watch: None,
             known_due: None,
-            local_runs: BTreeSet::new(),
         })
     }
 
@@ -238,6 +236,7 @@ impl<S: JobStore> Actor for PollerActor<S> {
                 tick_in(&myself, state, Duration::ZERO);
             }
             PollerMsg::DueAt(due) => {
+                // The run's end wrote it to the due index: no wake key tells this node.
                 state.known_due = None;
                 // Woken a lookahead early, as the regular sleep is: the fire is acquired
                 // ahead and its run starts on time, not one acquisition late.
@@ -788,11 +787,6 @@ async fn sync_code_jobs<S: JobStore>(shared: &NodeShared<S>, now: chrono::DateTi
 fn run_ended<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<S>, id: Uuid) {
     let was_full = state.running.len() >= state.shared.options.max_concurrent_runs as usize;
     state.running.remove(&id);
-    if !state.local_runs.remove(&id) {
-        // Its end was recorded: the next fire of its trigger, a retry or an unblocked
-        // trigger, written to the due index by this node (no wake key tells it).
-        state.known_due = None;
-    }
     // A local job's fire, or a fire in the store of a job this run kept busy here after
     // this node was declared lost, may have waited for this run.
     let given_back = state.local.is_given_back(id);
@@ -841,9 +835,6 @@ async fn start_run<S: JobStore>(
         Ok((run, _)) => {
             state.run_of_actor.insert(run.get_id(), id);
             state.running.insert(id, run);
-            if local {
-                state.local_runs.insert(id);
-            }
         }
         Err(error) => {
             tracing::error!(run_id = %id, %error, "could not start a run actor");

@@ -78,6 +78,9 @@ pub struct CompletionResult {
     /// The earliest fire this completion made due: a blocked trigger of the job returned
     /// to `Waiting` (usually due already), the job's interval trigger re-armed, or the
     /// retry. The node that ran the run can wake for it rather than at its next poll.
+    /// `None` only when it wrote nothing to the due index: a node relies on that to keep
+    /// what it knows of the index (the completion's own time when an earlier attempt of
+    /// its transaction committed, whose writes are not known).
     pub next_due: Option<DateTime<Utc>>,
 }
 
@@ -213,7 +216,9 @@ impl<K: Kv> KvJobStore<K> {
         if stored.state != RunState::Running || stored.node != completion.node {
             // A replay of our own committed completion, or a late one: keep history.
             let recorded = maybe.0 && stored.state == target && stored.node == completion.node;
-            let result = CompletionResult { state: stored.state, recorded, retry_trigger: None, next_due: None };
+            // What the committed attempt made due is not known: say "now", so the node looks.
+            let next_due = recorded.then_some(completion.finished_at);
+            let result = CompletionResult { state: stored.state, recorded, retry_trigger: None, next_due };
             return Ok((result, false, stored.job.clone()));
         }
         let mut ended = stored.clone();
