@@ -240,13 +240,20 @@ async fn a_node_without_a_triggers_calendar_puts_it_in_error_rather_than_ignore_
     assert!(conformance::acquire(&with, "n1", conformance::secs(7200), 16).await.is_empty(), "nothing left to run");
 }
 
+/// A store where `nodes` have heartbeated (at the scenarios' epoch).
+async fn store_of_nodes(nodes: &[&str]) -> KvJobStore<MemoryKv> {
+    let store = store();
+    for node in nodes {
+        store.heartbeat(node, conformance::t0(), None).await.unwrap();
+    }
+    store
+}
+
 #[tokio::test(start_paused = true)]
 async fn new_due_work_bumps_the_wake_key_of_its_home_node_only() {
     use futures_util::FutureExt;
-    let store = store();
+    let store = store_of_nodes(&["a", "b"]).await;
     let t0 = conformance::t0();
-    store.heartbeat("a", t0, None).await.unwrap();
-    store.heartbeat("b", t0, None).await.unwrap();
     let mut on_demand = conformance::job("on-demand", &[]);
     on_demand.allow_concurrent = true;
     store.schedule(&[on_demand], t0).await;
@@ -271,10 +278,8 @@ async fn new_due_work_bumps_the_wake_key_of_its_home_node_only() {
 #[tokio::test(start_paused = true)]
 async fn a_fire_stolen_from_a_shard_wakes_its_home_node_for_the_next_one() {
     use futures_util::FutureExt;
-    let store = store();
+    let store = store_of_nodes(&["a", "b"]).await;
     let t0 = conformance::t0();
-    store.heartbeat("a", t0, None).await.unwrap();
-    store.heartbeat("b", t0, None).await.unwrap();
     let triggers: Vec<(String, &str)> = (0..16).map(|i| (format!("t{i}"), "cron * * * * * *")).collect();
     let triggers: Vec<(&str, &str)> = triggers.iter().map(|(name, cron)| (name.as_str(), *cron)).collect();
     let mut ticking = conformance::job("ticking", &triggers);

@@ -47,6 +47,13 @@ fn registry() -> JobRegistry {
         .unwrap()
 }
 
+/// A job of type `job_type` named `name` with one trigger `t` on `cron`.
+fn cron_job(name: &str, job_type: &str, cron: &str) -> JobDefinition {
+    JobDefinition::new(JobName::new(name).unwrap(), JobTypeKey::new(job_type).unwrap()).with_trigger(
+        sundial::job::JobTriggerDefinition::new(sundial::name::TriggerName::new("t").unwrap(), cron.parse().unwrap()),
+    )
+}
+
 /// A job that runs ten minutes, or until its run is canceled.
 fn ten_minutes_unless_canceled() -> impl sundial_actors::job::Job {
     FnJob::new(|ctx: RunContext| async move {
@@ -202,11 +209,7 @@ async fn a_local_fire_the_store_cannot_record_does_not_run() {
     let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
     let executions = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = executions.clone();
-    let mut local = JobDefinition::new(JobName::new("local-count").unwrap(), JobTypeKey::new("count").unwrap())
-        .with_trigger(sundial::job::JobTriggerDefinition::new(
-            sundial::name::TriggerName::new("t").unwrap(),
-            "cron * * * * * *".parse().unwrap(),
-        ));
+    let mut local = cron_job("local-count", "count", "cron * * * * * *");
     local.run_on_every_instance = true;
     let registry = JobRegistry::builder()
         .add_job_type_as("count", move || {
@@ -332,12 +335,7 @@ async fn a_live_node_that_falls_behind_has_its_fires_stolen_on_time() {
     let (_late, _) = node(&kv, &behind, "falls-behind", 32).await;
     let jobs: Vec<JobDefinition> = (0..16)
         .map(|i| {
-            let mut def =
-                JobDefinition::new(JobName::new(format!("tick-{i:02}")).unwrap(), JobTypeKey::new("noop").unwrap())
-                    .with_trigger(sundial::job::JobTriggerDefinition::new(
-                        sundial::name::TriggerName::new("t").unwrap(),
-                        "cron * * * * * *".parse().unwrap(),
-                    ));
+            let mut def = cron_job(&format!("tick-{i:02}"), "noop", "cron * * * * * *");
             def.allow_concurrent = true;
             def
         })
@@ -569,15 +567,8 @@ async fn the_others_take_a_draining_nodes_fires_on_time() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (leaves, _) = node(&kv, &clock, "busy-leaves", 62).await;
     // Enough every-second jobs that both nodes have home shards among them.
-    let jobs: Vec<JobDefinition> = (0..32)
-        .map(|i| {
-            JobDefinition::new(JobName::new(format!("tick-{i}")).unwrap(), JobTypeKey::new("noop").unwrap())
-                .with_trigger(sundial::job::JobTriggerDefinition::new(
-                    sundial::name::TriggerName::new("t").unwrap(),
-                    "cron * * * * * *".parse().unwrap(),
-                ))
-        })
-        .collect();
+    let jobs: Vec<JobDefinition> =
+        (0..32).map(|i| cron_job(&format!("tick-{i}"), "noop", "cron * * * * * *")).collect();
     for job in jobs {
         stays.schedule_one(job).await.unwrap();
     }
@@ -645,13 +636,7 @@ async fn idle_nodes_leave_the_due_index_unread_yet_take_new_work_on_time() {
     let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
     let (first, store) = node(&kv, &clock, "idle-1", 81).await;
     let (second, _) = node(&kv, &clock, "idle-2", 82).await;
-    let hourly = JobDefinition::new(JobName::new("hourly").unwrap(), JobTypeKey::new("noop").unwrap()).with_trigger(
-        sundial::job::JobTriggerDefinition::new(
-            sundial::name::TriggerName::new("t").unwrap(),
-            "cron 0 0 * * * *".parse().unwrap(),
-        ),
-    );
-    first.schedule_one(hourly).await.unwrap();
+    first.schedule_one(cron_job("hourly", "noop", "cron 0 0 * * * *")).await.unwrap();
     // Once both wrote their code jobs: only the local job runs (every second, on each).
     tokio::time::sleep(Duration::from_secs(1)).await;
     first.unschedule(&[JobName::new("every-second").unwrap()]).await;
@@ -669,16 +654,8 @@ async fn idle_nodes_leave_the_due_index_unread_yet_take_new_work_on_time() {
     }
     // Every-second work scheduled through the first node: it runs on time on the node
     // whose shard it is in, also when that is not the node that wrote it.
-    let tick = |i: usize| {
-        JobDefinition::new(JobName::new(format!("tick-{i}")).unwrap(), JobTypeKey::new("noop").unwrap()).with_trigger(
-            sundial::job::JobTriggerDefinition::new(
-                sundial::name::TriggerName::new("t").unwrap(),
-                "cron * * * * * *".parse().unwrap(),
-            ),
-        )
-    };
     for i in 0..8 {
-        first.schedule_one(tick(i)).await.unwrap();
+        first.schedule_one(cron_job(&format!("tick-{i}"), "noop", "cron * * * * * *")).await.unwrap();
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
     let query = JobRunQuery { limit: 1000, ..JobRunQuery::default() };
