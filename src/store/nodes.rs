@@ -139,11 +139,11 @@ impl<K: Kv> KvJobStore<K> {
         .await
     }
 
-    /// Bumps the wake key of every live node but `node`, which leaves the nodes that share
-    /// out the due shards in this transaction: each now has home shards it did not have,
-    /// and a poller that skips reading the due index while its wake key says nothing
-    /// changed there (the engine's does) must read them at once, not at its next full read. Snapshot read of the node list; a node joining concurrently
-    /// reads the shards on its first cycle anyway.
+    /// Bumps the wake key of every node owning shards but `node`, which stops owning them
+    /// in this transaction: each may now have home shards it did not have, and a poller
+    /// that skips reading the due index while its wake key says nothing changed there (the
+    /// engine's does) must read them at once, not at its next full read. The node list is
+    /// a snapshot read; a node joining concurrently reads its shards on its first cycle.
     async fn wake_other_nodes(&self, tx: &super::Tx<'_, K::Transaction>, node: &str) -> Result<(), StoreError> {
         let (begin, end) = self.keys.nodes();
         let records = tx.txn.get_range(&RangeRequest::new(begin, end), true).await?;
