@@ -139,8 +139,8 @@ pub(crate) struct PollerState<S: JobStore> {
 /// this node: no other node wrote its home shards or changed which shards are its home
 /// (the wake key's watch, armed before that acquisition read, has not fired), and nothing
 /// happened here that writes them without the watch (a run's end that made a fire due,
-/// which says so with `DueAt`; a change through the handle; a manual trigger; code-job
-/// sync; reclaiming or adopting runs), nor changed what this node takes (leadership, jobs
+/// which says so with `DueAt`; a change through the handle; code-job sync; reclaiming or
+/// adopting runs), nor changed what this node takes (leadership, jobs
 /// busy here). An idle node then reads the due index only every `STEAL_CHECK`, when it
 /// looks at the other nodes' shards, instead of every cycle: an FDB cluster is not read
 /// by every idle node every second, and a simulated day of mostly idle cycles runs faster.
@@ -257,7 +257,6 @@ impl<S: JobStore> Actor for PollerActor<S> {
                 }
             }
             PollerMsg::Trigger(job, data, reply) => {
-                state.known_due = None;
                 let result = trigger(&myself, state, &job, &data).await;
                 let _ = reply.send(result);
             }
