@@ -23,7 +23,8 @@ use sundial::kv::{AsKvError, KvError};
 use sundial::name::JobName;
 use sundial::rules::{acquire_slots, AcquisitionBatch, AcquisitionLead};
 use sundial::store::{
-    AcquireRequest, AcquiredRun, Acquisition, DueFilter, DueOutlook, JobStore, RunOutcome, StoreError, SyncOutcome,
+    steal_read_due, AcquireRequest, AcquiredRun, Acquisition, DueFilter, DueOutlook, JobStore, RunOutcome, StealRota,
+    StoreError, SyncOutcome,
 };
 use sundial::time::{Clock, MonotonicInstant};
 use tokio::sync::oneshot;
@@ -38,8 +39,10 @@ use crate::stats::{EngineWork, StoreOp};
 
 /// How late a fire in another node's shard must be before this node takes it.
 const STEAL_GRACE: Duration = Duration::from_secs(2);
-/// How often at most a node reads the other nodes' shards for late fires to steal (a
-/// dead node's fires wait `STEAL_GRACE` plus up to this until taken elsewhere).
+/// How often at most a node reads the other nodes' shards for late fires to steal. The
+/// nodes take turns half as long (see [`steal_read_due`]): a dead node's fires wait
+/// `STEAL_GRACE` plus up to this until taken elsewhere, and the cluster reads twice per
+/// `STEAL_CHECK` however many nodes it has.
 const STEAL_CHECK: Duration = Duration::from_secs(5);
 /// Fires due this soon are always acquired ahead; their runs wait for their scheduled
 /// instant, so acquisition happens before the due time instead of after it.
@@ -123,6 +126,8 @@ pub(crate) struct PollerState<S: JobStore> {
     refill_pending: bool,
     /// When this node last read the other nodes' shards.
     last_steal_check: Option<sundial::time::MonotonicInstant>,
+    /// Its turn at reading them, by the node list its last acquisition read.
+    steal_rota: Option<StealRota>,
     /// The armed watch on this node's wake key (shared store, while serving): another
     /// node that gives this node's home shards new due work wakes it, instead of leaving
     /// the fire for its next poll. Dropping it cancels the watch.
@@ -202,6 +207,7 @@ impl<S: JobStore> Actor for PollerActor<S> {
             sequence: None,
             refill_pending: false,
             last_steal_check: None,
+            steal_rota: None,
             wake_watch: None,
             known_due: None,
         })
@@ -454,9 +460,10 @@ async fn acquire_and_start<S: JobStore>(
     slots: usize,
 ) -> Taken {
     let shared = state.shared.clone();
-    // Other nodes' shards are read (for late fires to steal) at most every STEAL_CHECK.
+    // Other nodes' shards are read (for late fires to steal) at this node's turns.
     let now_mono = shared.clock.monotonic();
-    let steal = state.last_steal_check.is_none_or(|last| now_mono.saturating_duration_since(last) >= STEAL_CHECK);
+    let since_steal = state.last_steal_check.map(|last| now_mono.saturating_duration_since(last));
+    let steal = steal_read_due(since_steal, now, STEAL_CHECK, state.steal_rota);
     if steal {
         state.last_steal_check = Some(now_mono);
     }
@@ -498,7 +505,8 @@ async fn acquire_and_start<S: JobStore>(
     let starting = shared.clock.monotonic();
     shared.stats.spent(EngineWork::Acquire, acquiring, starting);
     match acquisition {
-        Ok(Acquisition { runs, outlook, more, stolen }) => {
+        Ok(Acquisition { runs, outlook, more, stolen, rota }) => {
+            state.steal_rota = rota.or(state.steal_rota);
             if stolen > 0 {
                 // An acquisition takes one fire per trigger: a node behind (alive, yet
                 // slow or saturated) may have left several due. Look again next cycle,
@@ -507,6 +515,9 @@ async fn acquire_and_start<S: JobStore>(
             }
             state.batch.grow();
             shared.stats.acquisition(runs.len());
+            if steal {
+                shared.stats.steal_read();
+            }
             let full = more || runs.len() == slots;
             let taken = state.sequence.map_or(0, |(_, taken)| taken) + runs.len();
             for run in runs {

@@ -80,6 +80,7 @@ impl EngineWork {
 pub(crate) struct EngineStats {
     acquisitions: AtomicU64,
     skipped: AtomicU64,
+    steal_reads: AtomicU64,
     acquired: AtomicU64,
     store_errors: [AtomicU64; StoreOp::ALL.len()],
     /// Microseconds on the node's monotonic clock, per [`EngineWork`].
@@ -95,6 +96,11 @@ impl EngineStats {
     /// A cycle left the due index unread: what it knew said nothing was due.
     pub(crate) fn acquisition_skipped(&self) {
         self.skipped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An acquisition read the other nodes' shards too (for late fires to steal).
+    pub(crate) fn steal_read(&self) {
+        self.steal_reads.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn store_error(&self, op: StoreOp) {
@@ -113,6 +119,7 @@ impl EngineStats {
         EngineCounters {
             acquisitions: self.acquisitions.load(Ordering::Relaxed),
             acquisitions_skipped: self.skipped.load(Ordering::Relaxed),
+            steal_reads: self.steal_reads.load(Ordering::Relaxed),
             acquired_triggers: self.acquired.load(Ordering::Relaxed),
             store_errors: StoreOp::ALL
                 .iter()
@@ -139,6 +146,9 @@ pub struct EngineCounters {
     /// before the cycle's lookahead, and nothing that could change that had happened since
     /// (its wake key's watch had not fired, nothing changed on the node itself).
     pub acquisitions_skipped: u64,
+    /// Acquisitions that also read the other nodes' shards, for fires late enough to take
+    /// from them (the nodes of a cluster take turns: see [`sundial::store::steal_read_due`]).
+    pub steal_reads: u64,
     /// Triggers they acquired.
     pub acquired_triggers: u64,
     /// Failed store operations (after the store's own retries), by operation.

@@ -54,6 +54,17 @@ fn cron_job(name: &str, job_type: &str, cron: &str) -> JobDefinition {
     )
 }
 
+/// `count` concurrent jobs `tick-00`, `tick-01`… firing every second.
+fn concurrent_ticks(count: usize) -> Vec<JobDefinition> {
+    (0..count)
+        .map(|i| {
+            let mut def = cron_job(&format!("tick-{i:02}"), "noop", "cron * * * * * *");
+            def.allow_concurrent = true;
+            def
+        })
+        .collect()
+}
+
 /// A job that runs ten minutes, or until its run is canceled.
 fn ten_minutes_unless_canceled() -> impl sundial_actors::job::Job {
     FnJob::new(|ctx: RunContext| async move {
@@ -333,13 +344,7 @@ async fn a_live_node_that_falls_behind_has_its_fires_stolen_on_time() {
     let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
     let (on_time, store) = node(&kv, &clock, "on-time", 31).await;
     let (_late, _) = node(&kv, &behind, "falls-behind", 32).await;
-    let jobs: Vec<JobDefinition> = (0..16)
-        .map(|i| {
-            let mut def = cron_job(&format!("tick-{i:02}"), "noop", "cron * * * * * *");
-            def.allow_concurrent = true;
-            def
-        })
-        .collect();
+    let jobs = concurrent_ticks(16);
     assert!(on_time.schedule(jobs).await.iter().all(Result::is_ok));
     tokio::time::sleep(Duration::from_secs(45)).await;
     let (from, to) = (t0() + chrono::TimeDelta::seconds(15), t0() + chrono::TimeDelta::seconds(35));
@@ -371,6 +376,69 @@ async fn a_live_node_that_falls_behind_has_its_fires_stolen_on_time() {
         late.len(),
         &late[..late.len().min(3)]
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn nodes_take_turns_at_looking_for_late_fires_yet_a_cut_off_nodes_fires_wait_little() {
+    // Four nodes read the other nodes' shards in turns of 2.5 s: the cluster looks twice
+    // every 5 s, where each node looking every 5 s made it four times. A node cut off
+    // from the store (not yet declared lost) leaves its fires to the others, which take
+    // them once 2 s late at the next turn, or the one after when the cut-off node's came
+    // first, and keep looking while they find some.
+    let clock = Arc::new(TokioClock::new(t0()));
+    let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
+    let slow_to_reap = SchedulerOptions { node_timeout: Duration::from_secs(600), ..fast_options() };
+    let mut nodes = Vec::new();
+    for i in 0..4u64 {
+        let options = slow_to_reap.clone();
+        nodes.push(node_with_options(&kv, &clock, &format!("turns-{i}"), 90 + i, registry(), options).await);
+    }
+    // Concurrent: a run the cut-off node began keeps its job's slot until it is declared lost.
+    let jobs = concurrent_ticks(16);
+    assert!(nodes[0].0.schedule(jobs).await.iter().all(Result::is_ok));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let before: Vec<u64> = nodes.iter().map(|(node, _)| node.counters().steal_reads).collect();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let reads: Vec<u64> =
+        nodes.iter().zip(&before).map(|((node, _), before)| node.counters().steal_reads - before).collect();
+    // 24 turns in 60 s, a read in each; each node's turn every 10 s.
+    assert!((22..=26).contains(&reads.iter().sum::<u64>()), "steal reads per node in 60 s: {reads:?}");
+    assert!(reads.iter().all(|n| (5..=7).contains(n)), "steal reads per node in 60 s: {reads:?}");
+
+    let cut_at = sundial::time::Clock::now(clock.as_ref());
+    kv.set_partitioned("turns-3", true);
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let store = &nodes[0].1;
+    let (from, to) = (cut_at + chrono::TimeDelta::seconds(1), cut_at + chrono::TimeDelta::seconds(20));
+    let mut ran: BTreeMap<(String, DateTime<Utc>), usize> = BTreeMap::new();
+    let mut stolen = 0;
+    for i in 0..16 {
+        let query = JobRunQuery {
+            job: Some(JobName::new(format!("tick-{i:02}")).unwrap()),
+            limit: 1000,
+            ..JobRunQuery::default()
+        };
+        for run in store.runs(&query).await.unwrap() {
+            let at = run.run.scheduled_at;
+            if at < from || at >= to {
+                continue;
+            }
+            *ran.entry((run.run.job.to_string(), at)).or_default() += 1;
+            let late = run.started_at - at;
+            if late > chrono::TimeDelta::seconds(1) {
+                stolen += 1;
+                // Stealable 2 s late, looked for within two turns (5 s) and on at once.
+                assert!(late <= chrono::TimeDelta::seconds(8), "{} of {at} started {late} late", run.run.job);
+            }
+        }
+    }
+    let seconds = usize::try_from((to - from).num_seconds()).unwrap();
+    assert_eq!(ran.len(), 16 * seconds, "every second's fire of every job ran");
+    assert!(ran.values().all(|n| *n == 1), "each once");
+    assert!(stolen >= seconds, "the cut-off node's shards hold fires: {stolen} were stolen");
+    for (node, _) in nodes.drain(..3) {
+        node.stop(Duration::from_secs(1)).await;
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -26,7 +26,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use futures_util::future::try_join;
 use uuid::Uuid;
 
-use super::due::{DueFilter, DueOutlook, RawOutlook, ShardHead};
+use super::due::{DueFilter, DueOutlook, RawOutlook, ShardHead, StealRota};
 use super::jobs::instant;
 use super::keys::{fnv, DUE_SHARDS};
 use super::records::{JobRecord, NodeRecord, RunRecord, TriggerKind, TriggerRecord};
@@ -157,6 +157,8 @@ struct Candidates {
     heads: Vec<Option<ShardHead>>,
     /// Which shards are this node's home.
     homes: Vec<bool>,
+    /// This node's turn at stealing, by the node list read.
+    rota: StealRota,
     /// Some shard had more due than was read.
     truncated: bool,
 }
@@ -263,6 +265,10 @@ pub struct Acquisition {
     pub more: bool,
     /// How many of `runs` are late fires of other nodes' shards (stolen).
     pub stolen: usize,
+    /// The node's turn at [`steal`](AcquireRequest::steal)ing among the nodes that own
+    /// shards, by the node list this acquisition read (`None`: it read none, having
+    /// nothing to take or no right to take it).
+    pub rota: Option<StealRota>,
 }
 
 impl<K: Kv> KvJobStore<K> {
@@ -302,9 +308,9 @@ impl<K: Kv> KvJobStore<K> {
                 Some((window, limit)) => Some(self.due_outlook(request.node, request.filter(), window, limit).await?),
                 None => None,
             };
-            return Ok(Acquisition { runs: Vec::new(), outlook, more: false, stolen: 0 });
+            return Ok(Acquisition { runs: Vec::new(), outlook, more: false, stolen: 0, rota: None });
         }
-        let (runs, outlook, more, stolen) = run(&self.kv, self.options.retry, |txn, maybe| async move {
+        let (runs, outlook, more, stolen, rota) = run(&self.kv, self.options.retry, |txn, maybe| async move {
             let tx = self.tx(txn);
             let outlook_now = |tx| async move {
                 match wanted {
@@ -318,13 +324,13 @@ impl<K: Kv> KvJobStore<K> {
                 let now = [micros(request.now)];
                 let adopted = self.unknown_runs_started_at(&tx, request.node, request.known_runs, &now).await?;
                 if !adopted.is_empty() {
-                    return Ok((adopted, outlook_now(&tx).await?, false, 0));
+                    return Ok((adopted, outlook_now(&tx).await?, false, 0, None));
                 }
             }
             if !self.node_may_run(&tx, request.node).await? {
-                return Ok((Vec::new(), outlook_now(&tx).await?, false, 0));
+                return Ok((Vec::new(), outlook_now(&tx).await?, false, 0, None));
             }
-            let Candidates { ordered, heads, homes, truncated } = self.candidates(&tx, request).await?;
+            let Candidates { ordered, heads, homes, rota, truncated } = self.candidates(&tx, request).await?;
             let mut acquired = Vec::with_capacity(ordered.len().min(request.max));
             let mut changed = BTreeSet::new();
             let mut cache = ReadCache::default();
@@ -345,14 +351,14 @@ impl<K: Kv> KvJobStore<K> {
             let Some((window, limit)) = wanted.filter(|_| !more) else {
                 // More may be due at once (the caller acquires again before it sleeps), or
                 // no outlook was asked for.
-                return Ok((acquired, None, more, stolen));
+                return Ok((acquired, None, more, stolen, Some(rota)));
             };
             let heads = self.first_due(&tx, heads, &changed, request.filter()).await?;
             let outlook = self.count_due(&tx, &heads, &homes, window, limit).await?;
-            Ok::<_, StoreError>((acquired, Some(outlook), false, stolen))
+            Ok::<_, StoreError>((acquired, Some(outlook), false, stolen, Some(rota)))
         })
         .await?;
-        Ok(Acquisition { runs, outlook: outlook.map(RawOutlook::outlook).transpose()?, more, stolen })
+        Ok(Acquisition { runs, outlook: outlook.map(RawOutlook::outlook).transpose()?, more, stolen, rota })
     }
 
     /// Whether `node` may take fires or start runs: not when it is registered but no
@@ -450,7 +456,7 @@ impl<K: Kv> KvJobStore<K> {
         tx: &Tx<'_, K::Transaction>,
         request: &AcquireRequest<'_>,
     ) -> Result<Candidates, StoreError> {
-        let homes = self.homes_of(tx, request.node).await?;
+        let (homes, rota) = self.homes_of(tx, request.node).await?;
         let now = micros(request.now);
         let grace =
             TimeDelta::from_std(request.steal_grace).map_or(i64::MAX, |g| g.num_microseconds().unwrap_or(i64::MAX));
@@ -511,7 +517,7 @@ impl<K: Kv> KvJobStore<K> {
         // Ties keep the order read (shard by shard, each in key order): deterministic, and
         // sorting by integers only (thousands of fires due together all tie up to here).
         candidates.sort_by_cached_key(|c| (!c.home, std::cmp::Reverse(c.priority), c.spread, c.due));
-        Ok(Candidates { ordered: candidates, heads, homes, truncated })
+        Ok(Candidates { ordered: candidates, heads, homes, rota, truncated })
     }
 
     /// Writes the next state of a trigger whose fire this acquisition took. A fire taken

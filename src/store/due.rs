@@ -45,11 +45,67 @@ impl RawOutlook {
     }
 }
 
-/// The shards whose home is `nodes[0]`, for that node list.
+/// The shards whose home is `nodes[0]`, and its turn at stealing, for that node list.
 #[derive(Debug)]
 pub(super) struct HomeShards {
     nodes: Vec<String>,
     home: Vec<bool>,
+    rota: StealRota,
+}
+
+/// A node's turn at reading the other nodes' shards for late fires (to steal them): the
+/// shard-owning nodes take turns, so a cluster reads them about once per turn, not once
+/// per node. Turns go in an order hashed from the node ids, so nodes named alike (one
+/// zone's) do not all come one after another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StealRota {
+    /// This node's place in the order, from 0.
+    pub place: usize,
+    /// How many nodes take turns (this one included).
+    pub nodes: usize,
+}
+
+impl StealRota {
+    /// The rota of `nodes[0]` among `nodes`.
+    fn of(nodes: &[String]) -> StealRota {
+        let mut order: Vec<(u64, &str)> = nodes.iter().map(|node| (fnv(&[node.as_bytes()]), node.as_str())).collect();
+        order.sort_unstable();
+        let me = nodes.first().map(String::as_str);
+        let place = order.iter().position(|(_, node)| Some(*node) == me).unwrap_or(0);
+        StealRota { place, nodes: nodes.len().max(1) }
+    }
+
+    /// Whether turn number `turn` (counted by all nodes alike, e.g. from a shared clock)
+    /// is this node's.
+    pub fn has_turn(&self, turn: u64) -> bool {
+        turn % self.nodes as u64 == self.place as u64
+    }
+}
+
+/// Whether a node reads the other nodes' shards for late fires at `now` (its wall
+/// clock): `since` is how long ago it last did (`None`: never), `every` the most often it
+/// may, and `rota` its turn (`None`: not known yet, or alone: it reads every `every`).
+///
+/// The wall clock is cut into turns half of `every` long, numbered from the epoch, which
+/// the nodes take in rota order: each reads in its turn (at most once per `every`). So
+/// in a cluster some node looks at every turn, a late fire waits a turn or two for a look
+/// (two when the turn before went to the dead node whose fires these are), as long as it
+/// waited `every` when each node read every `every`; a node of two reads every `every`,
+/// as before, and one of more reads once per round of turns, so the cluster's reads stay
+/// two per `every` however many nodes there are. A node also reads once a round and a
+/// whole `every` have passed since it last did: clock skew or a poll interval longer
+/// than a turn made it miss its turn.
+pub fn steal_read_due(since: Option<Duration>, now: DateTime<Utc>, every: Duration, rota: Option<StealRota>) -> bool {
+    let Some(since) = since else { return true };
+    if since < every {
+        return false;
+    }
+    let Some(rota) = rota else { return true };
+    let turn_length = every / 2;
+    let turn_us = i64::try_from(turn_length.as_micros()).unwrap_or(i64::MAX).max(1);
+    let turn = u64::try_from(now.timestamp_micros().div_euclid(turn_us)).unwrap_or(0);
+    let round = turn_length.saturating_mul(u32::try_from(rota.nodes).unwrap_or(u32::MAX));
+    rota.has_turn(turn) || since >= round.saturating_add(every)
 }
 
 /// The home node of a shard among `nodes`: the highest hash of (shard, node).
@@ -192,7 +248,7 @@ impl<K: Kv> KvJobStore<K> {
         window: Duration,
         limit: usize,
     ) -> Result<RawOutlook, StoreError> {
-        let homes = self.homes_of(tx, node).await?;
+        let (homes, _) = self.homes_of(tx, node).await?;
         let heads = self.first_due(tx, vec![None; usize::from(DUE_SHARDS)], &(0..DUE_SHARDS).collect(), filter).await?;
         self.count_due(tx, &heads, &homes, window, limit).await
     }
@@ -226,8 +282,13 @@ impl<K: Kv> KvJobStore<K> {
         outlook.outlook()
     }
 
-    /// Which shards are home to `node` among the live nodes that are not draining (snapshot).
-    pub(super) async fn homes_of(&self, tx: &Tx<'_, K::Transaction>, node: &str) -> Result<Vec<bool>, StoreError> {
+    /// Which shards are home to `node` among the live nodes that are not draining, and its
+    /// turn at stealing among them (snapshot).
+    pub(super) async fn homes_of(
+        &self,
+        tx: &Tx<'_, K::Transaction>,
+        node: &str,
+    ) -> Result<(Vec<bool>, StealRota), StoreError> {
         let (begin, end) = self.keys.nodes();
         let node_records = tx.txn.get_range(&RangeRequest::new(begin, end), true).await?;
         let mut nodes = vec![node.to_owned()];
@@ -288,22 +349,100 @@ impl<K: Kv> KvJobStore<K> {
         Ok(Box::pin(async move { watch.await.map_err(StoreError::from) }))
     }
 
-    /// Which shards are home to `nodes[0]` among `nodes` (cached for the last list).
-    pub(super) fn home_shards(&self, nodes: Vec<String>) -> Vec<bool> {
+    /// Which shards are home to `nodes[0]` among `nodes`, and its turn at stealing (cached
+    /// for the last list).
+    pub(super) fn home_shards(&self, nodes: Vec<String>) -> (Vec<bool>, StealRota) {
         let mut cache = self.homes.lock();
         if let Some(cached) = cache.as_ref().filter(|c| c.nodes == nodes) {
-            return cached.home.clone();
+            return (cached.home.clone(), cached.rota);
         }
         let me = nodes.first().map(String::as_str);
         let home: Vec<bool> = (0..DUE_SHARDS).map(|shard| home_of(shard, &nodes) == me).collect();
-        *cache = Some(HomeShards { nodes, home: home.clone() });
-        home
+        let rota = StealRota::of(&nodes);
+        *cache = Some(HomeShards { nodes, home: home.clone(), rota });
+        (home, rota)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn nodes(names: &[&str]) -> Vec<String> {
+        names.iter().map(|name| (*name).to_owned()).collect()
+    }
+
+    #[test]
+    fn each_node_has_its_own_place_in_the_rota() {
+        let names = ["zone-a-1", "zone-a-2", "zone-a-3", "zone-b-1", "zone-b-2"];
+        let mut places: Vec<usize> = (0..names.len())
+            .map(|i| {
+                let mut list = nodes(&names);
+                list.swap(0, i);
+                let rota = StealRota::of(&list);
+                assert_eq!(rota.nodes, 5);
+                rota.place
+            })
+            .collect();
+        places.sort_unstable();
+        assert_eq!(places, vec![0, 1, 2, 3, 4]);
+        // The order does not depend on how the list came.
+        let mut reordered = nodes(&names);
+        reordered[1..].reverse();
+        assert_eq!(StealRota::of(&reordered), StealRota::of(&nodes(&names)));
+        assert_eq!(StealRota::of(&[]), StealRota { place: 0, nodes: 1 });
+    }
+
+    /// For `nodes` nodes cycling every second (at different offsets) for 200 s: how many
+    /// reads each turn of 2.5 s saw, and how many each node made.
+    fn steal_reads(nodes: usize) -> (std::collections::BTreeMap<i64, usize>, Vec<usize>) {
+        let every = Duration::from_secs(5);
+        let start = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let mut last: Vec<Option<DateTime<Utc>>> = vec![Some(start - TimeDelta::seconds(5)); nodes];
+        let mut per_turn = std::collections::BTreeMap::<i64, usize>::new();
+        let mut per_node = vec![0; nodes];
+        let step = 1000 / i64::try_from(nodes).unwrap();
+        for ms in (0..200_000i64).step_by(usize::try_from(step).unwrap()) {
+            let node = usize::try_from(ms / step).unwrap() % nodes;
+            let now = start + TimeDelta::milliseconds(ms);
+            let since = last[node].map(|at| (now - at).to_std().unwrap());
+            if steal_read_due(since, now, every, Some(StealRota { place: node, nodes })) {
+                last[node] = Some(now);
+                per_node[node] += 1;
+                *per_turn.entry(now.timestamp_millis().div_euclid(2500)).or_default() += 1;
+            }
+        }
+        (per_turn, per_node)
+    }
+
+    #[test]
+    fn nodes_take_turns_at_stealing_one_turn_each() {
+        let (per_turn, per_node) = steal_reads(4);
+        assert_eq!(per_turn.len(), 80, "some node reads in every turn");
+        assert!(per_turn.values().all(|n| *n == 1), "one node per turn: {per_turn:?}");
+        assert_eq!(per_node, vec![20; 4], "each node once per round");
+        // Two nodes: each reads every 5 s, in turns between the other's.
+        let (per_turn, per_node) = steal_reads(2);
+        assert_eq!((per_turn.len(), per_node), (80, vec![40, 40]));
+        // One node: every 5 s.
+        let (per_turn, per_node) = steal_reads(1);
+        assert_eq!((per_turn.len(), per_node), (40, vec![40]));
+    }
+
+    #[test]
+    fn a_node_reads_without_its_turn_only_after_a_round_it_missed() {
+        let every = Duration::from_secs(5);
+        let rota = Some(StealRota { place: 2, nodes: 5 });
+        let turn = |n: i64| DateTime::from_timestamp_millis(n * 2500).unwrap();
+        let secs = |s| Some(Duration::from_secs(s));
+        assert!(steal_read_due(None, turn(3), every, rota), "a node that never read reads");
+        assert!(steal_read_due(secs(12), turn(7), every, rota), "its turn");
+        assert!(!steal_read_due(secs(4), turn(7), every, rota), "at most every 5 s");
+        assert!(!steal_read_due(secs(15), turn(8), every, rota), "another's turn");
+        assert!(steal_read_due(secs(18), turn(8), every, rota), "a missed round");
+        assert!(steal_read_due(secs(5), turn(8), every, None), "no rota: every 5 s");
+        assert!(!steal_read_due(secs(4), turn(8), every, None));
+    }
 
     #[test]
     fn every_shard_has_one_home() {

@@ -49,6 +49,7 @@ pub struct Metrics {
     duration: Histogram,
     acquisitions: Counter,
     skipped: Counter,
+    steal_reads: Counter,
     acquired: Counter,
     store_errors: Family<OpLabels, Counter>,
     store_retries: Counter,
@@ -76,6 +77,7 @@ impl Metrics {
         let duration = Histogram::new(exponential_buckets(0.001, 4.0, 12));
         let acquisitions = Counter::default();
         let skipped = Counter::default();
+        let steal_reads = Counter::default();
         let acquired = Counter::default();
         let store_errors = Family::<OpLabels, Counter>::default();
         let store_retries = Counter::default();
@@ -95,6 +97,11 @@ impl Metrics {
             "acquisitions_skipped",
             "Poll cycles that left the due index unread, knowing nothing was due",
             skipped.clone(),
+        );
+        registry.register(
+            "steal_reads",
+            "Acquisitions that also read the other nodes' shards for late fires to take",
+            steal_reads.clone(),
         );
         registry.register("acquired_triggers", "Due triggers acquired to run here", acquired.clone());
         registry.register(
@@ -122,6 +129,7 @@ impl Metrics {
             duration,
             acquisitions,
             skipped,
+            steal_reads,
             acquired,
             store_errors,
             store_retries,
@@ -165,6 +173,7 @@ impl Metrics {
     pub fn render(&self, engine: &EngineCounters) -> String {
         mirror(&self.acquisitions, engine.acquisitions);
         mirror(&self.skipped, engine.acquisitions_skipped);
+        mirror(&self.steal_reads, engine.steal_reads);
         mirror(&self.acquired, engine.acquired_triggers);
         for (op, count) in &engine.store_errors {
             mirror(&self.store_errors.get_or_create(&OpLabels { operation: op.as_str().to_owned() }), *count);
@@ -246,6 +255,7 @@ mod tests {
         let engine = EngineCounters {
             acquisitions: 7,
             acquisitions_skipped: 5,
+            steal_reads: 3,
             acquired_triggers: 9,
             store_errors: vec![(StoreOp::Heartbeat, 2)],
             time_in: vec![(EngineWork::Acquire, std::time::Duration::from_millis(1500))],
@@ -259,6 +269,7 @@ mod tests {
             "sundial_run_lateness_seconds_count 1",
             "sundial_acquired_triggers_total 9",
             "sundial_acquisitions_skipped_total 5",
+            "sundial_steal_reads_total 3",
             "sundial_store_errors_total{operation=\"heartbeat\"} 2",
             "sundial_store_retries_total 4",
             "sundial_engine_time_seconds_total{work=\"acquire\"} 1.5",
