@@ -515,7 +515,7 @@ async fn acquire_and_start<S: JobStore>(
             }
             state.batch.grow();
             shared.stats.acquisition(runs.len());
-            if steal {
+            if steal && rota.is_some() {
                 shared.stats.steal_read();
             }
             let full = more || runs.len() == slots;

@@ -266,8 +266,9 @@ pub struct Acquisition {
     /// How many of `runs` are late fires of other nodes' shards (stolen).
     pub stolen: usize,
     /// The node's turn at [`steal`](AcquireRequest::steal)ing among the nodes that own
-    /// shards, by the node list this acquisition read (`None`: it read none, having
-    /// nothing to take or no right to take it).
+    /// shards, by the node list this acquisition read (`None`: it read no due entries,
+    /// being asked for none, finding runs an earlier attempt of its own took, or the node
+    /// no longer being alive).
     pub rota: Option<StealRota>,
 }
 
