@@ -54,6 +54,23 @@ fn cron_job(name: &str, job_type: &str, cron: &str) -> JobDefinition {
     )
 }
 
+/// The runs of the first `count` jobs of [`concurrent_ticks`] scheduled in `[from, to)`.
+async fn tick_runs(
+    store: &Store,
+    count: usize,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Vec<sundial::job::JobRunInfo> {
+    let mut runs = Vec::new();
+    for i in 0..count {
+        let job = Some(JobName::new(format!("tick-{i:02}")).unwrap());
+        let query = JobRunQuery { job, limit: 1000, ..JobRunQuery::default() };
+        let all = store.runs(&query).await.unwrap();
+        runs.extend(all.into_iter().filter(|run| (from..to).contains(&run.run.scheduled_at)));
+    }
+    runs
+}
+
 /// `count` concurrent jobs `tick-00`, `tick-01`… firing every second.
 fn concurrent_ticks(count: usize) -> Vec<JobDefinition> {
     (0..count)
@@ -350,22 +367,12 @@ async fn a_live_node_that_falls_behind_has_its_fires_stolen_on_time() {
     let (from, to) = (t0() + chrono::TimeDelta::seconds(15), t0() + chrono::TimeDelta::seconds(35));
     let mut late = Vec::new();
     let mut ran: BTreeMap<(String, DateTime<Utc>), usize> = BTreeMap::new();
-    for i in 0..16 {
-        let query = JobRunQuery {
-            job: Some(JobName::new(format!("tick-{i:02}")).unwrap()),
-            limit: 1000,
-            ..JobRunQuery::default()
-        };
-        for run in store.runs(&query).await.unwrap() {
-            let at = run.run.scheduled_at;
-            if at < from || at >= to {
-                continue;
-            }
-            *ran.entry((run.run.job.to_string(), at)).or_default() += 1;
-            // Stealable 2 s late, looked for at least every 5 s: at most about 7 s late.
-            if run.node == "on-time" && run.started_at - at > chrono::TimeDelta::seconds(8) {
-                late.push((run.run.job.to_string(), at, run.started_at - at));
-            }
+    for run in tick_runs(&store, 16, from, to).await {
+        let at = run.run.scheduled_at;
+        *ran.entry((run.run.job.to_string(), at)).or_default() += 1;
+        // Stealable 2 s late, looked for at least every 5 s: at most about 7 s late.
+        if run.node == "on-time" && run.started_at - at > chrono::TimeDelta::seconds(8) {
+            late.push((run.run.job.to_string(), at, run.started_at - at));
         }
     }
     assert_eq!(ran.len(), 16 * 20, "every second's fire of every job ran");
@@ -412,24 +419,14 @@ async fn nodes_take_turns_at_looking_for_late_fires_yet_a_cut_off_nodes_fires_wa
     let (from, to) = (cut_at + chrono::TimeDelta::seconds(1), cut_at + chrono::TimeDelta::seconds(20));
     let mut ran: BTreeMap<(String, DateTime<Utc>), usize> = BTreeMap::new();
     let mut stolen = 0;
-    for i in 0..16 {
-        let query = JobRunQuery {
-            job: Some(JobName::new(format!("tick-{i:02}")).unwrap()),
-            limit: 1000,
-            ..JobRunQuery::default()
-        };
-        for run in store.runs(&query).await.unwrap() {
-            let at = run.run.scheduled_at;
-            if at < from || at >= to {
-                continue;
-            }
-            *ran.entry((run.run.job.to_string(), at)).or_default() += 1;
-            let late = run.started_at - at;
-            if late > chrono::TimeDelta::seconds(1) {
-                stolen += 1;
-                // Stealable 2 s late, looked for within two turns (5 s) and on at once.
-                assert!(late <= chrono::TimeDelta::seconds(8), "{} of {at} started {late} late", run.run.job);
-            }
+    for run in tick_runs(store, 16, from, to).await {
+        let at = run.run.scheduled_at;
+        *ran.entry((run.run.job.to_string(), at)).or_default() += 1;
+        let late = run.started_at - at;
+        if late > chrono::TimeDelta::seconds(1) {
+            stolen += 1;
+            // Stealable 2 s late, looked for within two turns (5 s) and on at once.
+            assert!(late <= chrono::TimeDelta::seconds(8), "{} of {at} started {late} late", run.run.job);
         }
     }
     let seconds = usize::try_from((to - from).num_seconds()).unwrap();
