@@ -76,25 +76,24 @@ impl StealRota {
     }
 
     /// Whether turn number `turn` (counted by all nodes alike, e.g. from a shared clock)
-    /// is this node's.
+    /// is this node's. A rota of no nodes counts as one of this node alone.
     pub fn has_turn(&self, turn: u64) -> bool {
-        turn % self.nodes as u64 == self.place as u64
+        turn % self.nodes.max(1) as u64 == self.place as u64
     }
 }
 
 /// Whether a node reads the other nodes' shards for late fires at `now` (its wall
 /// clock): `since` is how long ago it last did (`None`: never), `every` the most often it
-/// may, and `rota` its turn (`None`: not known yet, or alone: it reads every `every`).
+/// may, and `rota` its turn (`None`: not known yet: it reads every `every`).
 ///
 /// The wall clock is cut into turns half of `every` long, numbered from the epoch, which
 /// the nodes take in rota order: each reads in its turn (at most once per `every`). So
-/// in a cluster some node looks at every turn, a late fire waits a turn or two for a look
-/// (two when the turn before went to the dead node whose fires these are), as long as it
-/// waited `every` when each node read every `every`; a node of two reads every `every`,
-/// as before, and one of more reads once per round of turns, so the cluster's reads stay
-/// two per `every` however many nodes there are. A node also reads once a round and a
-/// whole `every` have passed since it last did: clock skew or a poll interval longer
-/// than a turn made it miss its turn.
+/// some node of the cluster looks at every turn, and a late fire waits at most two turns
+/// (`every`) for a look (two when the first went to the dead node whose fires these are);
+/// each node of a cluster of two reads every `every`, and each of a larger one once per
+/// round of turns, so the cluster reads twice per `every` however many nodes it has. A
+/// node also reads once a round and a whole `every` have passed since it last did: clock
+/// skew or a poll interval longer than a turn made it miss its turn.
 pub fn steal_read_due(since: Option<Duration>, now: DateTime<Utc>, every: Duration, rota: Option<StealRota>) -> bool {
     let Some(since) = since else { return true };
     if since < every {
@@ -391,6 +390,7 @@ mod tests {
         reordered[1..].reverse();
         assert_eq!(StealRota::of(&reordered), StealRota::of(&nodes(&names)));
         assert_eq!(StealRota::of(&[]), StealRota { place: 0, nodes: 1 });
+        assert!(StealRota { place: 0, nodes: 0 }.has_turn(7), "no nodes: this one alone");
     }
 
     /// For `nodes` nodes cycling every second (at different offsets) for 200 s: how many
