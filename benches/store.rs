@@ -102,6 +102,7 @@ fn request<'a>(node: &'a str, now: DateTime<Utc>, known: &'a BTreeSet<uuid::Uuid
         scheduled: true,
         busy_jobs: &NO_JOBS,
         steal: true,
+        known_heads: None,
     }
 }
 

@@ -42,7 +42,7 @@ use uuid::Uuid;
 
 pub use acquire::{fire_run_id, AcquireRequest, AcquiredRun, Acquisition};
 pub use complete::{Completion, CompletionResult, RunOutcome};
-pub use due::{steal_read_due, DueFilter, DueOutlook, StealRota};
+pub use due::{steal_read_due, DueFilter, DueHeads, DueOutlook, StealRota};
 pub use history::{RETENTION_BATCH, SCAN_BUDGET};
 pub use nodes::{Heartbeat, ReapResult};
 pub(crate) use prefetch::Prefetched;

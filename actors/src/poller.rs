@@ -23,8 +23,8 @@ use sundial::kv::{AsKvError, KvError};
 use sundial::name::JobName;
 use sundial::rules::{acquire_slots, AcquisitionBatch, AcquisitionLead};
 use sundial::store::{
-    steal_read_due, AcquireRequest, AcquiredRun, Acquisition, DueFilter, DueOutlook, JobStore, RunOutcome, StealRota,
-    StoreError, SyncOutcome,
+    steal_read_due, AcquireRequest, AcquiredRun, Acquisition, DueFilter, DueHeads, DueOutlook, JobStore, RunOutcome,
+    StealRota, StoreError, SyncOutcome,
 };
 use sundial::time::{Clock, MonotonicInstant};
 use tokio::sync::oneshot;
@@ -156,6 +156,9 @@ struct KnownDue {
     /// The acquisition's [`DueFilter`]: the outlook left out the entries it leaves waiting.
     scheduled: bool,
     busy_jobs: BTreeSet<String>,
+    /// The home shards' first entries after the acquisition: the next acquisition reads
+    /// only the shards they show fires due in, not every home shard's first entry.
+    heads: DueHeads,
 }
 
 /// Failed acquisitions whose runs the next cycle looks for (see `adopt_committed_runs`).
@@ -469,19 +472,20 @@ async fn acquire_and_start<S: JobStore>(
     }
     let busy_jobs = state.local.busy_jobs();
     let scheduled = takes_scheduled(&shared);
+    let known = state.known_due.take();
     if !steal {
         // The outlook left out the fires of the jobs then busy here: it holds only while
         // those are still busy (fires of jobs busy since are in it, waking this node early).
         let holds = |k: &&KnownDue| k.scheduled == scheduled && k.busy_jobs.is_subset(&busy_jobs);
-        if let Some(known) = state.known_due.as_ref().filter(holds) {
+        if let Some(outlook) = known.as_ref().filter(holds).map(|k| k.outlook) {
             let horizon = sundial::time::add_duration(now, state.lookahead);
-            if known.outlook.first.is_none_or(|first| first > horizon) {
+            if outlook.first.is_none_or(|first| first > horizon) {
                 shared.stats.acquisition_skipped();
-                return Taken::Done(Some(known.outlook));
+                state.known_due = known;
+                return Taken::Done(Some(outlook));
             }
         }
     }
-    state.known_due = None;
     // Whether the watch on the wake key was armed before this acquisition reads.
     let watched = !shared.shared_store || state.wake_watch.is_some();
     let known_runs: BTreeSet<Uuid> = state.running.keys().copied().collect();
@@ -497,6 +501,8 @@ async fn acquire_and_start<S: JobStore>(
         scheduled,
         busy_jobs: &busy_jobs,
         steal,
+        // The store uses them only with this request's filter and the same home shards.
+        known_heads: known.as_ref().map(|k| &k.heads),
     };
     let began = state.sequence.map_or_else(|| shared.clock.monotonic(), |(began, _)| began);
     let limit = state.lead.saturation().min(OUTLOOK_LIMIT);
@@ -505,7 +511,7 @@ async fn acquire_and_start<S: JobStore>(
     let starting = shared.clock.monotonic();
     shared.stats.spent(EngineWork::Acquire, acquiring, starting);
     match acquisition {
-        Ok(Acquisition { runs, outlook, more, stolen, rota }) => {
+        Ok(Acquisition { runs, outlook, more, stolen, rota, heads }) => {
             state.steal_rota = rota.or(state.steal_rota);
             if stolen > 0 {
                 // An acquisition takes one fire per trigger: a node behind (alive, yet
@@ -532,8 +538,8 @@ async fn acquire_and_start<S: JobStore>(
             }
             state.sequence = None;
             state.lead.observe(taken, shared.clock.monotonic().saturating_duration_since(began));
-            if let Some(outlook) = outlook.filter(|_| watched) {
-                state.known_due = Some(KnownDue { outlook, scheduled, busy_jobs });
+            if let (Some(outlook), Some(heads)) = (outlook.filter(|_| watched), heads) {
+                state.known_due = Some(KnownDue { outlook, scheduled, busy_jobs, heads });
             }
             Taken::Done(outlook)
         }

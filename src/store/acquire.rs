@@ -26,7 +26,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use futures_util::future::try_join;
 use uuid::Uuid;
 
-use super::due::{DueFilter, DueOutlook, RawOutlook, ShardHead, StealRota};
+use super::due::{DueFilter, DueHeads, DueOutlook, RawOutlook, ShardHead, StealRota};
 use super::jobs::instant;
 use super::keys::{fnv, DUE_SHARDS};
 use super::records::{JobRecord, NodeRecord, RunRecord, TriggerKind, TriggerRecord};
@@ -80,6 +80,14 @@ pub struct AcquireRequest<'a> {
     /// Also look at the other nodes' shards, for fires `steal_grace` late. Reading them
     /// costs a read per shard: a poller asks now and then, not at every fire of its own.
     pub steal: bool,
+    /// This node's home shards' first due entries as an earlier acquisition of its own
+    /// returned them ([`Acquisition::heads`]), to use instead of reading each home shard's
+    /// first entry again. The caller passes them only while nothing but that acquisition
+    /// can have written those shards since it read them (the engine: while the node's wake
+    /// key has not fired and nothing it did itself wrote due entries). They are read again
+    /// anyway when `steal` is set, when the node's home shards have changed, or when this
+    /// request's filter differs from theirs.
+    pub known_heads: Option<&'a DueHeads>,
 }
 
 impl AcquireRequest<'_> {
@@ -161,6 +169,9 @@ struct Candidates {
     rota: StealRota,
     /// Some shard had more due than was read.
     truncated: bool,
+    /// Shards whose head, known from an earlier acquisition, was read on from: it may be
+    /// an entry removed since (removals wake no node), so their head is read again.
+    recheck: BTreeSet<u16>,
 }
 
 /// What an acquisition read ahead for the fires it takes (see `prefetch_fires`).
@@ -270,6 +281,9 @@ pub struct Acquisition {
     /// being asked for none, finding runs an earlier attempt of its own took, or the node
     /// no longer being alive).
     pub rota: Option<StealRota>,
+    /// This node's home shards' first due entries after it (with `outlook`; `None` when
+    /// that is): see [`AcquireRequest::known_heads`].
+    pub heads: Option<DueHeads>,
 }
 
 impl<K: Kv> KvJobStore<K> {
@@ -309,9 +323,9 @@ impl<K: Kv> KvJobStore<K> {
                 Some((window, limit)) => Some(self.due_outlook(request.node, request.filter(), window, limit).await?),
                 None => None,
             };
-            return Ok(Acquisition { runs: Vec::new(), outlook, more: false, stolen: 0, rota: None });
+            return Ok(Acquisition { runs: Vec::new(), outlook, more: false, stolen: 0, rota: None, heads: None });
         }
-        let (runs, outlook, more, stolen, rota) = run(&self.kv, self.options.retry, |txn, maybe| async move {
+        let (runs, outlook, more, stolen, rota, heads) = run(&self.kv, self.options.retry, |txn, maybe| async move {
             let tx = self.tx(txn);
             let outlook_now = |tx| async move {
                 match wanted {
@@ -325,15 +339,15 @@ impl<K: Kv> KvJobStore<K> {
                 let now = [micros(request.now)];
                 let adopted = self.unknown_runs_started_at(&tx, request.node, request.known_runs, &now).await?;
                 if !adopted.is_empty() {
-                    return Ok((adopted, outlook_now(&tx).await?, false, 0, None));
+                    return Ok((adopted, outlook_now(&tx).await?, false, 0, None, None));
                 }
             }
             if !self.node_may_run(&tx, request.node).await? {
-                return Ok((Vec::new(), outlook_now(&tx).await?, false, 0, None));
+                return Ok((Vec::new(), outlook_now(&tx).await?, false, 0, None, None));
             }
-            let Candidates { ordered, heads, homes, rota, truncated } = self.candidates(&tx, request).await?;
+            let Candidates { ordered, heads, homes, rota, truncated, recheck } = self.candidates(&tx, request).await?;
             let mut acquired = Vec::with_capacity(ordered.len().min(request.max));
-            let mut changed = BTreeSet::new();
+            let mut changed = recheck;
             let mut cache = ReadCache::default();
             let mut reads = self.prefetch_fires(&tx, request, &ordered, &mut cache).await?;
             let (mut tally, mut stolen) = (BatchTally::default(), 0);
@@ -352,14 +366,15 @@ impl<K: Kv> KvJobStore<K> {
             let Some((window, limit)) = wanted.filter(|_| !more) else {
                 // More may be due at once (the caller acquires again before it sleeps), or
                 // no outlook was asked for.
-                return Ok((acquired, None, more, stolen, Some(rota)));
+                return Ok((acquired, None, more, stolen, Some(rota), None));
             };
             let heads = self.first_due(&tx, heads, &changed, request.filter()).await?;
             let outlook = self.count_due(&tx, &heads, &homes, window, limit).await?;
-            Ok::<_, StoreError>((acquired, Some(outlook), false, stolen, Some(rota)))
+            let heads = DueHeads::of_homes(&homes, &heads, request.filter());
+            Ok::<_, StoreError>((acquired, Some(outlook), false, stolen, Some(rota), Some(heads)))
         })
         .await?;
-        Ok(Acquisition { runs, outlook: outlook.map(RawOutlook::outlook).transpose()?, more, stolen, rota })
+        Ok(Acquisition { runs, outlook: outlook.map(RawOutlook::outlook).transpose()?, more, stolen, rota, heads })
     }
 
     /// Whether `node` may take fires or start runs: not when it is registered but no
@@ -463,9 +478,17 @@ impl<K: Kv> KvJobStore<K> {
             TimeDelta::from_std(request.steal_grace).map_or(i64::MAX, |g| g.num_microseconds().unwrap_or(i64::MAX));
         let lookahead = TimeDelta::from_std(request.lookahead).map_or(0, |l| l.num_microseconds().unwrap_or(0));
         let mut candidates = Vec::new();
-        let read: BTreeSet<u16> = (0..DUE_SHARDS).filter(|&s| request.steal || homes[usize::from(s)]).collect();
         let filter = request.filter();
-        let heads = self.first_due(tx, vec![None; usize::from(DUE_SHARDS)], &read, filter).await?;
+        // The home shards' heads an earlier acquisition of this node left, if they hold;
+        // otherwise each shard's first entry is read.
+        let known = request.known_heads.filter(|_| !request.steal).and_then(|known| known.heads_for(&homes, filter));
+        let heads = match known {
+            Some(known) => known.to_vec(),
+            None => {
+                let read: BTreeSet<u16> = (0..DUE_SHARDS).filter(|&s| request.steal || homes[usize::from(s)]).collect();
+                self.first_due(tx, vec![None; usize::from(DUE_SHARDS)], &read, filter).await?
+            }
+        };
         let until = |shard: u16| {
             if homes[usize::from(shard)] {
                 now.saturating_add(lookahead)
@@ -478,6 +501,7 @@ impl<K: Kv> KvJobStore<K> {
         let active: Vec<(u16, &ShardHead)> = (0..DUE_SHARDS)
             .filter_map(|s| heads[usize::from(s)].as_ref().filter(|head| head.due <= until(s)).map(|head| (s, head)))
             .collect();
+        let recheck = if known.is_some() { active.iter().map(|(shard, _)| *shard).collect() } else { BTreeSet::new() };
         // Each shard's fair share of the batch, twice over: a large batch reads about
         // twice what it takes, not every fire due within the lookahead. A shard cut short
         // says so (`truncated`), and the caller acquires again.
@@ -518,7 +542,7 @@ impl<K: Kv> KvJobStore<K> {
         // Ties keep the order read (shard by shard, each in key order): deterministic, and
         // sorting by integers only (thousands of fires due together all tie up to here).
         candidates.sort_by_cached_key(|c| (!c.home, std::cmp::Reverse(c.priority), c.spread, c.due));
-        Ok(Candidates { ordered: candidates, heads, homes, rota, truncated })
+        Ok(Candidates { ordered: candidates, heads, homes, rota, truncated, recheck })
     }
 
     /// Writes the next state of a trigger whose fire this acquisition took. A fire taken

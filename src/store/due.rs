@@ -147,8 +147,37 @@ impl DueFilter<'_> {
     }
 }
 
+/// A node's home shards' first due entries (each the first its [`DueFilter`] takes), as
+/// an acquisition's transaction saw them after its own writes: see
+/// [`Acquisition::heads`](super::Acquisition::heads) and
+/// [`AcquireRequest::known_heads`](super::AcquireRequest::known_heads).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueHeads {
+    /// The home shards they are of.
+    homes: Vec<bool>,
+    /// Per shard, its first entry (`None` for shards that are not home).
+    heads: Vec<Option<ShardHead>>,
+    /// The filter they were read with.
+    scheduled: bool,
+    busy_jobs: BTreeSet<String>,
+}
+
+impl DueHeads {
+    /// The home shards' heads among `heads` (every shard's), read with `filter`.
+    pub(super) fn of_homes(homes: &[bool], heads: &[Option<ShardHead>], filter: DueFilter<'_>) -> DueHeads {
+        let heads = heads.iter().zip(homes).map(|(head, home)| head.clone().filter(|_| *home)).collect();
+        DueHeads { homes: homes.to_vec(), heads, scheduled: filter.scheduled, busy_jobs: filter.busy_jobs.clone() }
+    }
+
+    /// The heads, if they are of `homes` and were read with `filter`.
+    pub(super) fn heads_for(&self, homes: &[bool], filter: DueFilter<'_>) -> Option<&[Option<ShardHead>]> {
+        let same = self.homes == homes && self.scheduled == filter.scheduled && self.busy_jobs == *filter.busy_jobs;
+        same.then_some(self.heads.as_slice())
+    }
+}
+
 /// A shard's first due entry that a node would take (by its [`DueFilter`]).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct ShardHead {
     /// Its due time (µs).
     pub(super) due: i64,

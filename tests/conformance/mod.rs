@@ -62,6 +62,7 @@ macro_rules! for_each_scenario {
             batched_completions_act_as_each_one_alone,
             the_due_outlook_splits_home_fires_from_the_others,
             fires_the_node_leaves_waiting_neither_wake_it_nor_hide_others,
+            known_shard_heads_spare_reads_and_are_read_again_when_they_may_not_hold,
             a_non_concurrent_job_switches_between_local_and_cluster_only_between_runs,
             oversized_inputs_are_refused_and_never_wedge_the_store,
             data_heavy_batches_are_split_to_fit_a_transaction,
@@ -114,6 +115,7 @@ pub(crate) fn request<'a>(
         scheduled: true,
         busy_jobs: &NO_JOBS,
         steal: true,
+        known_heads: None,
     }
 }
 
@@ -1099,6 +1101,87 @@ pub(crate) async fn the_due_outlook_splits_home_fires_from_the_others<K: Kv>(sto
     let after = taken.outlook.expect("not full, so the outlook was read");
     assert_eq!(after, store.due_outlook("a", DueFilter::EVERY, day, 1_000).await.unwrap());
     assert_eq!(after.count, a.count - taken.runs.len(), "{a:?} {after:?} took {}", taken.runs.len());
+}
+
+/// Home shard heads an acquisition returns spare the next one reading every home shard's
+/// first entry: they are trusted (a fire written since without the caller knowing stays
+/// unseen until the heads are read again), so they are read again whenever they may not
+/// hold for the request (a look at the other shards, new home shards, another filter),
+/// and a known head whose entry was removed since is read on from and replaced.
+pub(crate) async fn known_shard_heads_spare_reads_and_are_read_again_when_they_may_not_hold<K: Kv>(
+    store: &KvJobStore<K>,
+) {
+    let day = Duration::from_secs(86_400);
+    let known = BTreeSet::new();
+    let ahead = |node, now, heads| {
+        let mut request = request(node, now, 100, &known);
+        request.steal = false;
+        request.known_heads = heads;
+        request
+    };
+    store.heartbeat("a", t0(), None).await.unwrap();
+    store.heartbeat("b", t0(), None).await.unwrap();
+    let once = |at: i64| format!("once {}", format_instant(secs(at)));
+    let names: Vec<String> = (0..40).map(|i| format!("t{i}")).collect();
+    let schedules: Vec<String> = (0..40).map(|i| once(10 + i % 7)).collect();
+    let triggers: Vec<(&str, &str)> = names.iter().zip(&schedules).map(|(n, s)| (n.as_str(), s.as_str())).collect();
+    let mut def = job("h", &triggers);
+    def.allow_concurrent = true;
+    store.schedule(&[def], t0()).await;
+    let first = store.acquire_with_outlook(&ahead("a", secs(5), None), day, 1_000).await.unwrap();
+    assert!(first.runs.is_empty());
+    let heads = first.heads.expect("returned with the outlook");
+
+    // Pausing the fires due at 10 s removes their entries (no node is woken for that):
+    // the heads that were theirs are read on from, and the heads returned are fresh.
+    let paused: Vec<TriggerKey> = (0..40)
+        .filter(|i| i % 7 == 0)
+        .map(|i| TriggerKey::new(name("h"), TriggerName::new(format!("t{i}")).unwrap()))
+        .collect();
+    assert!(store.set_triggers_paused(&paused, true).await.iter().all(Result::is_ok));
+    let with_known = store.acquire_with_outlook(&ahead("a", secs(10), Some(&heads)), day, 1_000).await.unwrap();
+    let read_anew = store.acquire_with_outlook(&ahead("a", secs(10), None), day, 1_000).await.unwrap();
+    assert!(with_known.runs.is_empty() && read_anew.runs.is_empty(), "nothing of a's is due at 10 s any more");
+    assert_eq!(with_known.heads, read_anew.heads, "the stale heads were replaced");
+    assert_eq!(with_known.outlook, read_anew.outlook);
+    let heads = with_known.heads.expect("returned with the outlook");
+
+    // Fires written since that the caller does not account for stay unseen with the heads.
+    let extra_names: Vec<String> = (0..40).map(|i| format!("x{i}")).collect();
+    // Due before any head of a's (the fires due at 10 s are paused): no read from a
+    // head reaches them.
+    let extra_once = once(10);
+    let extra: Vec<(&str, &str)> = extra_names.iter().map(|n| (n.as_str(), extra_once.as_str())).collect();
+    let mut def = job("x", &extra);
+    def.allow_concurrent = true;
+    store.schedule(&[def], t0()).await;
+    let hidden = store.acquire_with_outlook(&ahead("a", secs(11), Some(&heads)), day, 1_000).await.unwrap();
+    let hidden_extra = hidden.runs.iter().filter(|r| r.run.job.as_str() == "x").count();
+    assert_eq!(hidden_extra, 0, "the heads were used, not read again");
+    let heads = hidden.heads.expect("returned with the outlook");
+    // Another filter: read again.
+    let busy = BTreeSet::from(["h".to_owned()]);
+    let mut other_filter = ahead("a", secs(11), Some(&heads));
+    other_filter.busy_jobs = &busy;
+    let taken = store.acquire_with_outlook(&other_filter, day, 1_000).await.unwrap();
+    let a_extra = taken.runs.iter().filter(|r| r.run.job.as_str() == "x").count();
+    assert!(a_extra > 0, "a's share of the new fires, once its filter changed");
+    // A look at the other shards: read again (b's share, 3 s late, is taken now).
+    let mut steal = ahead("a", secs(13), Some(&heads));
+    steal.steal = true;
+    let stolen = store.acquire_with_outlook(&steal, day, 1_000).await.unwrap();
+    assert_eq!(stolen.runs.iter().filter(|r| r.run.job.as_str() == "x").count(), 40 - a_extra, "b's share");
+    // New home shards (b stops owning shards): read again.
+    let heads = stolen.heads.expect("returned with the outlook");
+    let late_names: Vec<String> = (0..40).map(|i| format!("y{i}")).collect();
+    let late_once = once(14);
+    let late: Vec<(&str, &str)> = late_names.iter().map(|n| (n.as_str(), late_once.as_str())).collect();
+    let mut def = job("y", &late);
+    def.allow_concurrent = true;
+    store.schedule(&[def], t0()).await;
+    store.deregister_node("b").await.unwrap();
+    let all_home = store.acquire_with_outlook(&ahead("a", secs(14), Some(&heads)), day, 1_000).await.unwrap();
+    assert_eq!(all_home.runs.iter().filter(|r| r.run.job.as_str() == "y").count(), 40, "every shard is a's now");
 }
 
 /// A node leaves some fires waiting (its busy jobs'; scheduled ones when it does not
