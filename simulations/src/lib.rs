@@ -13,6 +13,7 @@
 
 pub mod check;
 pub mod clock;
+pub mod cron_mix;
 pub mod faults;
 pub mod options;
 pub mod sim_job;

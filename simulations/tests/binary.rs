@@ -167,6 +167,38 @@ fn a_jobs_file_it_cannot_simulate_is_refused_with_a_reason() {
 }
 
 #[test]
+fn a_cron_mix_simulates_the_jobs_its_example_file_holds() {
+    let mix = "1m=5,15m=20,1h=40,1d=35";
+    let file = std::env::temp_dir().join(format!("sundial-sim-mix-{}.toml", std::process::id()));
+    let jobs = sundial_simulations::cron_mix::cron_mix(mix).expect("a valid mix");
+    std::fs::write(&file, sundial_simulations::cron_mix::to_toml(&jobs)).expect("a temporary file");
+    let common = ["--seed", "6", "--nodes", "3", "--duration", "20m", "--faults", "none"];
+    let (status, out, err) = sim(&[&common[..], &["--cron-mix", mix]].concat());
+    assert_eq!(status, 0, "{out}{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[2].starts_with(&format!("workload: 0 code jobs, 100 runtime jobs (the cron mix {mix}), ")), "{out}");
+    let summary = lines.iter().find(|l| l.starts_with("jobs: ")).expect("one line for the jobs");
+    assert!(summary.starts_with("jobs: 100 of the cron mix; the latest a fire started after its time: "), "{summary}");
+    let from_file = sim(&[&common[..], &["--jobs-file", &file.to_string_lossy()]].concat());
+    std::fs::remove_file(&file).expect("removed");
+    assert_eq!(from_file.0, 0, "{}{}", from_file.1, from_file.2);
+    let (ours, theirs) = (json(lines.last().expect("output")), json(from_file.1.lines().last().expect("output")));
+    assert!(ours["fires"].as_u64() > Some(100), "{ours}");
+    assert_eq!(ours["trace_hash"], theirs["trace_hash"], "the same jobs, the same day");
+
+    for (args, reason) in [
+        (&["--seed", "1", "--cron-mix", "1h"][..], "--cron-mix: '1h' is not cadence=count"),
+        (&["--seed", "1", "--cron-mix", "2h=3"][..], "--cron-mix: unknown cadence '2h'"),
+        (&["--seed", "1", "--cron-mix", "1h=3", "--jobs", "3"][..], "cannot be used with"),
+    ] {
+        let (status, out, err) = sim(args);
+        assert_eq!(status, 2, "{args:?}: {out}{err}");
+        assert!(err.contains(reason), "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+    }
+}
+
+#[test]
 fn bad_flags_are_refused_with_a_reason() {
     let cases: [(&[&str], &str); 6] = [
         (&["--seed", "1", "--nodes", "0"], "0 is not in 1..=64"),

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! sundial-sim --seed <u64> [--nodes <n>] [--duration <6h>] [--faults none|all|<list>] [--seeds <a>..<b>]
-//!             [--jobs <n> | --jobs-file <jobs.toml>] [--retention <30m>] [--broken-store [<bug>]] [--trace] [--threads <n>]
+//!             [--jobs <n> | --jobs-file <jobs.toml> | --cron-mix <15m=100,1h=500,1d=400>] [--retention <30m>]
+//!             [--broken-store [<bug>]] [--trace] [--threads <n>]
 //! ```
 //!
 //! For each seed it prints the seed and every derived option, then a summary, then each
@@ -20,7 +21,7 @@ static ALLOCATOR: sundial_actors::allocator::Allocator = sundial_actors::allocat
 use clap::Parser;
 use sundial_simulations::options::{parse_duration, parse_safety_duration, parse_seed_range, BrokenStore};
 use sundial_simulations::world::JobTally;
-use sundial_simulations::{faults, json_line, simulate, workload, Faults, GivenJobs, Overrides, SimOptions};
+use sundial_simulations::{cron_mix, faults, json_line, simulate, workload, Faults, GivenJobs, Overrides, SimOptions};
 
 /// Deterministic cluster simulation of sundial.
 #[derive(Debug, Parser)]
@@ -47,6 +48,13 @@ struct Args {
     /// from the seed. The report adds a line per job.
     #[arg(long, value_name = "FILE", conflicts_with = "jobs")]
     jobs_file: Option<std::path::PathBuf>,
+    /// Simulate many cron jobs at everyday cadences instead of generated ones, as the
+    /// example `jobs_mix` writes them to a jobs file (the same jobs for the same
+    /// description, whatever the seed): `cadence=count` pairs, cadences `1m`, `5m`, `15m`,
+    /// `1h`, `1d`, e.g. `15m=100,1h=500,1d=400` (1,000 triggers). The report gives the
+    /// latest start of all of them instead of a line per job.
+    #[arg(long, value_name = "MIX", conflicts_with_all = ["jobs", "jobs_file"])]
+    cron_mix: Option<String>,
     /// Faults: `none`, `all`, or a comma list of kinds, each optionally `kind=rate`.
     #[arg(long, value_parser = Faults::parse)]
     faults: Option<Faults>,
@@ -84,7 +92,12 @@ fn main() -> ExitCode {
             default_hook(info);
         }
     }));
-    let given = match args.jobs_file.as_deref().map(read_jobs).transpose() {
+    let given = match (args.jobs_file.as_deref(), args.cron_mix.as_deref()) {
+        (Some(file), _) => read_jobs(file).map(Some),
+        (None, Some(mix)) => mix_jobs(mix).map(Some),
+        (None, None) => Ok(None),
+    };
+    let given = match given {
         Ok(given) => given,
         Err(message) => {
             eprintln!("sundial-sim: {message}");
@@ -118,7 +131,7 @@ fn main() -> ExitCode {
         // One at a time: each seed's options are printed before it runs, so a long
         // simulation shows what it is doing from the start.
         for &seed in &seeds {
-            let report = run_seed(seed, &overrides, args.trace, |header| emit(&header));
+            let report = run_seed(seed, &overrides, &args, |header| emit(&header));
             emit(&report.text);
             tally(seed, &report);
         }
@@ -129,12 +142,12 @@ fn main() -> ExitCode {
         let (sender, receiver) = std::sync::mpsc::channel::<(usize, Report)>();
         std::thread::scope(|scope| {
             for _ in 0..threads {
-                let (next, sender, seeds, overrides) = (&next, sender.clone(), &seeds, &overrides);
+                let (next, sender, seeds, overrides, args) = (&next, sender.clone(), &seeds, &overrides, &args);
                 scope.spawn(move || loop {
                     let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let Some(&seed) = seeds.get(index) else { break };
                     let mut header = String::new();
-                    let mut report = run_seed(seed, overrides, args.trace, |h| header = h);
+                    let mut report = run_seed(seed, overrides, args, |h| header = h);
                     report.text.insert_str(0, &header);
                     if sender.send((index, report)).is_err() {
                         break;
@@ -190,19 +203,20 @@ struct Report {
 /// the rest (summary, violations, the JSON line). A simulation that panics (a bug in the
 /// simulator or a node) is reported as a violation, so the seed fails and the other seeds
 /// still run.
-fn run_seed(seed: u64, overrides: &Overrides, trace: bool, header: impl FnOnce(String)) -> Report {
+fn run_seed(seed: u64, overrides: &Overrides, args: &Args, header: impl FnOnce(String)) -> Report {
     // Nothing a panic interrupts is looked at again: the report says it panicked.
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut options = SimOptions::derive(seed, overrides);
-        options.keep_trace = trace;
-        header(describe_options(&options));
-        report(&options, trace)
+        options.keep_trace = args.trace;
+        header(describe_options(&options, args.cron_mix.as_deref()));
+        report(&options, args.trace, args.cron_mix.is_none())
     }))
     .unwrap_or_else(|panic| panicked(seed, panic.as_ref()))
 }
 
-/// Simulates `options` and writes what happened.
-fn report(options: &SimOptions, trace: bool) -> Report {
+/// Simulates `options` and writes what happened: given jobs with a line each when
+/// `job_lines`, else in one line.
+fn report(options: &SimOptions, trace: bool, job_lines: bool) -> Report {
     use std::fmt::Write as _;
     let mut text = String::new();
     let started = wall_now();
@@ -251,12 +265,24 @@ fn report(options: &SimOptions, trace: bool) -> Report {
             "  liveness: the latest judged fire started {when} its time (in true time, less the most any clock was behind)"
         ));
     }
-    if let Some(given) = &options.given {
-        line(format_args!("jobs (runs by cause; by end state; the latest a fire started after its time):"));
-        for def in &given.jobs {
-            let name = def.name.as_str();
-            line(format_args!("  {name}: {}", job_line(outcome.jobs.get(name).cloned().unwrap_or_default())));
+    match &options.given {
+        Some(given) if job_lines => {
+            line(format_args!("jobs (runs by cause; by end state; the latest a fire started after its time):"));
+            for def in &given.jobs {
+                let name = def.name.as_str();
+                line(format_args!("  {name}: {}", job_line(outcome.jobs.get(name).cloned().unwrap_or_default())));
+            }
         }
+        Some(given) => {
+            let latest = outcome.jobs.iter().filter_map(|(name, t)| Some((t.latest_start_us?, name.as_str()))).max();
+            let latest =
+                latest.map_or("no fire".to_owned(), |(us, job)| format!("{:+} ms ({job})", us.div_euclid(1000)));
+            line(format_args!(
+                "jobs: {} of the cron mix; the latest a fire started after its time: {latest}",
+                given.jobs.len()
+            ));
+        }
+        None => {}
     }
     line(format_args!(
         "lost-node overlaps (a job ignoring cancellation on a node declared lost, beside a run another node started after the declaration): {}",
@@ -307,7 +333,7 @@ fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
 }
 
-fn describe_options(options: &SimOptions) -> String {
+fn describe_options(options: &SimOptions, cron_mix: Option<&str>) -> String {
     let workload = workload::generate(options);
     let plan = faults::plan(options);
     let broken = match options.broken_store {
@@ -336,7 +362,11 @@ fn describe_options(options: &SimOptions) -> String {
         options.faults,
         workload.code_jobs.len(),
         workload.runtime_jobs.len(),
-        if options.given.is_some() { " (the jobs file's)" } else { "" },
+        match (&options.given, cron_mix) {
+            (Some(_), Some(mix)) => format!(" (the cron mix {mix})"),
+            (Some(_), None) => " (the jobs file's)".to_owned(),
+            (None, _) => String::new(),
+        },
         workload.ops.len(),
         plan.timed.len(),
         plan.skew.iter().map(|s| s.num_milliseconds()).collect::<Vec<_>>()
@@ -349,6 +379,14 @@ fn read_jobs(file: &std::path::Path) -> Result<std::sync::Arc<GivenJobs>, String
     let read = sundial_actors::spec::read_file(file)?;
     let given = GivenJobs { jobs: read.definitions, calendars: read.calendars };
     workload::check_given(&given).map_err(|e| format!("{}: {e}", file.display()))?;
+    Ok(std::sync::Arc::new(given))
+}
+
+/// The jobs of a `--cron-mix` description (see `sundial_simulations::cron_mix`).
+fn mix_jobs(description: &str) -> Result<std::sync::Arc<GivenJobs>, String> {
+    let jobs = cron_mix::cron_mix(description).map_err(|e| format!("--cron-mix: {e}"))?;
+    let given = GivenJobs { jobs: cron_mix::definitions(&jobs)?, calendars: std::collections::BTreeMap::new() };
+    workload::check_given(&given)?;
     Ok(std::sync::Arc::new(given))
 }
 
