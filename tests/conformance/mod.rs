@@ -1119,15 +1119,18 @@ pub(crate) async fn known_shard_heads_spare_reads_and_are_read_again_when_they_m
         request.known_heads = heads;
         request
     };
+    // A concurrent job `name` of 40 one-shot triggers `t0`..`t39`, trigger i due at `at(i)` s.
+    let forty = |name: &str, at: &dyn Fn(i64) -> i64| {
+        let schedules: Vec<(String, String)> =
+            (0..40).map(|i| (format!("t{i}"), format!("once {}", format_instant(secs(at(i)))))).collect();
+        let triggers: Vec<(&str, &str)> = schedules.iter().map(|(n, s)| (n.as_str(), s.as_str())).collect();
+        let mut def = job(name, &triggers);
+        def.allow_concurrent = true;
+        def
+    };
     store.heartbeat("a", t0(), None).await.unwrap();
     store.heartbeat("b", t0(), None).await.unwrap();
-    let once = |at: i64| format!("once {}", format_instant(secs(at)));
-    let names: Vec<String> = (0..40).map(|i| format!("t{i}")).collect();
-    let schedules: Vec<String> = (0..40).map(|i| once(10 + i % 7)).collect();
-    let triggers: Vec<(&str, &str)> = names.iter().zip(&schedules).map(|(n, s)| (n.as_str(), s.as_str())).collect();
-    let mut def = job("h", &triggers);
-    def.allow_concurrent = true;
-    store.schedule(&[def], t0()).await;
+    store.schedule(&[forty("h", &|i| 10 + i % 7)], t0()).await;
     let first = store.acquire_with_outlook(&ahead("a", secs(5), None), day, 1_000).await.unwrap();
     assert!(first.runs.is_empty());
     let heads = first.heads.expect("returned with the outlook");
@@ -1146,15 +1149,10 @@ pub(crate) async fn known_shard_heads_spare_reads_and_are_read_again_when_they_m
     assert_eq!(with_known.outlook, read_anew.outlook);
     let heads = with_known.heads.expect("returned with the outlook");
 
-    // Fires written since that the caller does not account for stay unseen with the heads.
-    let extra_names: Vec<String> = (0..40).map(|i| format!("x{i}")).collect();
-    // Due before any head of a's (the fires due at 10 s are paused): no read from a
-    // head reaches them.
-    let extra_once = once(10);
-    let extra: Vec<(&str, &str)> = extra_names.iter().map(|n| (n.as_str(), extra_once.as_str())).collect();
-    let mut def = job("x", &extra);
-    def.allow_concurrent = true;
-    store.schedule(&[def], t0()).await;
+    // Fires written since that the caller does not account for stay unseen with the heads
+    // (these are due before any head of a's, the fires due at 10 s being paused: no read
+    // from a head reaches them).
+    store.schedule(&[forty("x", &|_| 10)], t0()).await;
     let hidden = store.acquire_with_outlook(&ahead("a", secs(11), Some(&heads)), day, 1_000).await.unwrap();
     let hidden_extra = hidden.runs.iter().filter(|r| r.run.job.as_str() == "x").count();
     assert_eq!(hidden_extra, 0, "the heads were used, not read again");
@@ -1173,12 +1171,7 @@ pub(crate) async fn known_shard_heads_spare_reads_and_are_read_again_when_they_m
     assert_eq!(stolen.runs.iter().filter(|r| r.run.job.as_str() == "x").count(), 40 - a_extra, "b's share");
     // New home shards (b stops owning shards): read again.
     let heads = stolen.heads.expect("returned with the outlook");
-    let late_names: Vec<String> = (0..40).map(|i| format!("y{i}")).collect();
-    let late_once = once(14);
-    let late: Vec<(&str, &str)> = late_names.iter().map(|n| (n.as_str(), late_once.as_str())).collect();
-    let mut def = job("y", &late);
-    def.allow_concurrent = true;
-    store.schedule(&[def], t0()).await;
+    store.schedule(&[forty("y", &|_| 14)], t0()).await;
     store.deregister_node("b").await.unwrap();
     let all_home = store.acquire_with_outlook(&ahead("a", secs(14), Some(&heads)), day, 1_000).await.unwrap();
     assert_eq!(all_home.runs.iter().filter(|r| r.run.job.as_str() == "y").count(), 40, "every shard is a's now");
