@@ -37,8 +37,8 @@ pub struct MixJob {
 /// The jobs `description` asks for.
 ///
 /// # Errors
-/// A message naming the part that is not `cadence=count`, the unknown cadence, or the
-/// count over [`MIX_JOBS_MAX`] in all.
+/// A message naming the part that is not `cadence=count`, the unknown cadence, or a
+/// count of no jobs or over [`MIX_JOBS_MAX`] in all.
 pub fn cron_mix(description: &str) -> Result<Vec<MixJob>, String> {
     let mut entropy = Entropy::from_seed(7);
     let mut jobs = Vec::new();
@@ -60,6 +60,9 @@ pub fn cron_mix(description: &str) -> Result<Vec<MixJob>, String> {
             let name = format!("job-{:05}", jobs.len());
             jobs.push(MixJob { name, cadence: cadence.to_owned(), schedule: format!("cron {expression}{zone}") });
         }
+    }
+    if jobs.is_empty() {
+        return Err(format!("'{description}' asks for no jobs"));
     }
     Ok(jobs)
 }
@@ -131,5 +134,6 @@ mod tests {
         assert_eq!(cron_mix("1h=-1").unwrap_err(), "'1h=-1' is not cadence=count (e.g. 15m=100,1h=500,1d=400)");
         assert_eq!(cron_mix("1h=99999,1d=2").unwrap_err(), "'1h=99999,1d=2' asks for more than 100000 jobs");
         assert_eq!(cron_mix("").unwrap_err(), "'' is not cadence=count (e.g. 15m=100,1h=500,1d=400)");
+        assert_eq!(cron_mix("1m=0,1h=0").unwrap_err(), "'1m=0,1h=0' asks for no jobs");
     }
 }

@@ -189,6 +189,7 @@ fn a_cron_mix_simulates_the_jobs_its_example_file_holds() {
     for (args, reason) in [
         (&["--seed", "1", "--cron-mix", "1h"][..], "--cron-mix: '1h' is not cadence=count"),
         (&["--seed", "1", "--cron-mix", "2h=3"][..], "--cron-mix: unknown cadence '2h'"),
+        (&["--seed", "1", "--cron-mix", "1m=0"][..], "--cron-mix: '1m=0' asks for no jobs"),
         (&["--seed", "1", "--cron-mix", "1h=3", "--jobs", "3"][..], "cannot be used with"),
     ] {
         let (status, out, err) = sim(args);
