@@ -301,7 +301,7 @@ async fn a_fire_stolen_from_a_shard_wakes_its_home_node_for_the_next_one() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_node_leaving_the_shard_owners_wakes_the_nodes_that_inherit_its_shards() {
+async fn a_node_leaving_or_joining_the_shard_owners_wakes_the_others() {
     use futures_util::FutureExt;
     let store = store();
     let t0 = conformance::t0();
@@ -327,10 +327,18 @@ async fn a_node_leaving_the_shard_owners_wakes_the_nodes_that_inherit_its_shards
     assert!(wake_a.as_mut().now_or_never().is_none(), "b had left the owners already");
     store.deregister_node("c").await.unwrap();
     assert!(matches!(wake_a.now_or_never(), Some(Ok(()))));
-    // A node joining takes shards from the others: none of them has more to read.
+    // A node joining takes shards from the others: woken, each learns the new node list
+    // at once (the one it tells the other nodes of new due work by). Its later heartbeats,
+    // and the others', wake no one.
+    let wake_a = store.watch_wake("a").await.unwrap();
+    let e_joined = store.heartbeat("e", t0, None).await.unwrap();
+    assert!(matches!(wake_a.now_or_never(), Some(Ok(()))));
     let mut wake_a = store.watch_wake("a").await.unwrap();
-    store.heartbeat("e", t0, None).await.unwrap();
-    assert!(wake_a.as_mut().now_or_never().is_none());
+    let mut wake_e = store.watch_wake("e").await.unwrap();
+    store.heartbeat("e", conformance::secs(1), Some(e_joined.times_declared_lost)).await.unwrap();
+    store.heartbeat("a", conformance::secs(1), None).await.unwrap();
+    assert!(wake_a.as_mut().now_or_never().is_none(), "an ordinary heartbeat");
+    assert!(wake_e.as_mut().now_or_never().is_none(), "an ordinary heartbeat");
 }
 
 #[tokio::test(start_paused = true)]

@@ -359,8 +359,9 @@ impl<K: Kv> KvJobStore<K> {
     /// Watches `node`'s wake key: the future resolves when another transaction gives one
     /// of its home shards new due work (a schedule change, a completion or retry written
     /// elsewhere, a recovery, a fire another node stole from it moved on: see
-    /// `put_trigger_and_wake`) or gives it new home shards (a node declared lost, draining
-    /// or stopped), or fails when watching does (watch again after the next poll).
+    /// `put_trigger_and_wake`) or changes its home shards (a node declared lost, draining
+    /// or stopped, or one joining), or fails when watching does (watch again after the
+    /// next poll).
     ///
     /// A watch armed before a transaction reads the due index resolves on every such change
     /// committed after that read (the watch compares with the value as of its own, earlier,

@@ -92,8 +92,16 @@ impl<K: Kv> KvJobStore<K> {
                 draining: last_known.is_some() && old.as_ref().is_some_and(|n| n.draining),
             };
             txn.set(&key, &codec::encode(&record));
+            let tx = self.tx(txn);
+            if !old.as_ref().is_some_and(NodeRecord::owns_shards) && record.owns_shards() {
+                // It takes shards from the others (joining, or back after being declared
+                // lost or stopped): woken, each acquires at once and learns the new list,
+                // which is also the list it tells of new due work by (see
+                // `put_trigger_and_wake`): not a stale one until its next acquisition.
+                self.wake_other_nodes(&tx, node).await?;
+            }
             let was_declared_lost = last_known.is_some_and(|known| times_declared_lost > known);
-            let cancel_requests = self.tx(txn).cancel_requests(node, true).await?;
+            let cancel_requests = tx.cancel_requests(node, true).await?;
             Ok::<_, StoreError>(Heartbeat { seq, times_declared_lost, was_declared_lost, cancel_requests })
         })
         .await
@@ -139,11 +147,15 @@ impl<K: Kv> KvJobStore<K> {
         .await
     }
 
-    /// Bumps the wake key of every node owning shards but `node`, which stops owning them
-    /// in this transaction: each may now have home shards it did not have, and a poller
-    /// that skips reading the due index while its wake key says nothing changed there (the
-    /// engine's does) must read them at once, not at its next full read. The node list is
-    /// a snapshot read; a node joining concurrently reads its shards on its first cycle.
+    /// Bumps the wake key of every node owning shards but `node`, which stops or starts
+    /// owning them in this transaction. When it stops, each may now have home shards it did
+    /// not have, and a poller that skips reading the due index while its wake key says
+    /// nothing changed there (the engine's does) must read them at once, not at its next
+    /// full read. When it starts, each loses some: woken, each acquires and so learns the
+    /// new node list, by which its store tells other nodes of due work it writes (see
+    /// `put_trigger_and_wake`); until then it would tell the shards' former home. The node
+    /// list is a snapshot read; a node joining concurrently reads its shards on its first
+    /// cycle.
     async fn wake_other_nodes(&self, tx: &super::Tx<'_, K::Transaction>, node: &str) -> Result<(), StoreError> {
         let (begin, end) = self.keys.nodes();
         let records = tx.txn.get_range(&RangeRequest::new(begin, end), true).await?;
