@@ -693,6 +693,7 @@ async fn ranges_read_together_see_what_each_read_alone_sees() {
         range("k0390", "k0500", None),
         range("k0500", "k0600", Some(1)),
     ];
+    let ranges_before = kv.stats().ranges_read;
     for snapshot in [true, false] {
         let together = reader.get_ranges(&requests, snapshot).await.unwrap();
         for (request, result) in requests.iter().zip(&together) {
@@ -705,4 +706,6 @@ async fn ranges_read_together_see_what_each_read_alone_sees() {
         assert_eq!(keys(&together[5]).len(), 10);
         assert!(together[6].pairs.is_empty() && !together[6].more);
     }
+    reader.get(b"k0001", true).await.unwrap();
+    assert_eq!(kv.stats().ranges_read - ranges_before, 2 * 2 * 7, "each range once, read together or alone");
 }

@@ -753,3 +753,32 @@ async fn idle_nodes_leave_the_due_index_unread_yet_take_new_work_on_time() {
     }
     first.stop(Duration::from_secs(1)).await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_busy_node_reads_only_the_shards_whose_first_fire_is_due() {
+    // Alone, a node's home is all 64 due shards. With a fire every second, its
+    // acquisitions read only the shard whose first entry (as its last acquisition left it)
+    // is due, not the first entry of every shard; every 5 s it reads them all, looking for
+    // late fires.
+    let clock = Arc::new(TokioClock::new(t0()));
+    let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
+    let (node, store) = node(&kv, &clock, "alone", 97).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (before, ranges_before) = (node.counters(), kv.stats().ranges_read);
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let after = node.counters();
+    let (acquisitions, steals) = (after.acquisitions - before.acquisitions, after.steal_reads - before.steal_reads);
+    let ranges = kv.stats().ranges_read - ranges_before;
+    assert!(acquisitions >= 30 && (5..=7).contains(&steals), "{acquisitions} acquisitions, {steals} steal reads");
+    // Each steal read reads every shard's first entry; all else the node read in these
+    // 30 s (the other acquisitions, heartbeats, completions, housekeeping) comes to less
+    // than half a shard count per other acquisition. Reading every home shard's first
+    // entry at each acquisition came to more than a whole one.
+    let shards = u64::from(sundial::store::keys::DUE_SHARDS);
+    let rest = ranges - steals * shards;
+    assert!(rest < (acquisitions - steals) * shards / 2, "{ranges} ranges read in {acquisitions} acquisitions");
+    let query = JobRunQuery { job: Some(JobName::new("every-second").unwrap()), limit: 1000, ..JobRunQuery::default() };
+    let fires = store.runs(&query).await.unwrap();
+    assert!(fires.len() >= 30, "{}", fires.len());
+    node.stop(Duration::from_secs(1)).await;
+}

@@ -108,6 +108,9 @@ pub struct MemoryKvStats {
     pub too_old: u64,
     /// Operations refused while unavailable or partitioned.
     pub unavailable: u64,
+    /// Range reads served, each request once whatever it returned (on FoundationDB, one
+    /// request to a storage server each).
+    pub ranges_read: u64,
 }
 
 /// The in-process FoundationDB emulator. Cheap to clone; clones share the store.
@@ -902,14 +905,15 @@ impl MemoryTransaction {
         &self,
         f: impl FnOnce(&mut TxnData, &State) -> Result<T, KvError>,
     ) -> (Result<T, KvError>, Option<Duration>) {
-        self.with_reads(1, f)
+        self.with_reads(1, false, f)
     }
 
-    /// [`with_read`](Self::with_read) for `reads` reads issued together: they wait as
-    /// long as the slowest of them.
+    /// [`with_read`](Self::with_read) for `reads` reads issued together (of ranges when
+    /// `ranges`): they wait as long as the slowest of them.
     fn with_reads<T>(
         &self,
         reads: usize,
+        ranges: bool,
         f: impl FnOnce(&mut TxnData, &State) -> Result<T, KvError>,
     ) -> (Result<T, KvError>, Option<Duration>) {
         let kv = &self.inner.kv;
@@ -937,6 +941,9 @@ impl MemoryTransaction {
         if now_version - read_version > TRANSACTION_LIFE_VERSIONS_MAX {
             state.stats.too_old += 1;
             return (Err(KvError::new(KvError::TRANSACTION_TOO_OLD)), latency);
+        }
+        if ranges {
+            state.stats.ranges_read += reads as u64;
         }
         (f(&mut data, &state), latency)
     }
@@ -984,7 +991,7 @@ impl KvTransaction for MemoryTransaction {
         let mut values = Vec::with_capacity(keys.len());
         let mut slowest = None;
         for chunk in keys.chunks(GET_MANY_CHUNK) {
-            let (result, latency) = self.with_reads(chunk.len(), |data, state| {
+            let (result, latency) = self.with_reads(chunk.len(), false, |data, state| {
                 chunk.iter().try_for_each(|key| {
                     values.push(data.get(state, key, snapshot)?);
                     Ok(())
@@ -1003,7 +1010,7 @@ impl KvTransaction for MemoryTransaction {
         request: &RangeRequest,
         snapshot: bool,
     ) -> impl Future<Output = Result<RangeResult, KvError>> + Send {
-        let (result, latency) = self.with_read(|data, state| data.get_range(state, request, snapshot));
+        let (result, latency) = self.with_reads(1, true, |data, state| data.get_range(state, request, snapshot));
         self.delayed(result, latency)
     }
 
@@ -1013,7 +1020,7 @@ impl KvTransaction for MemoryTransaction {
         snapshot: bool,
     ) -> impl Future<Output = Result<Vec<RangeResult>, KvError>> + Send {
         let (result, latency) =
-            self.with_reads(requests.len(), |data, state| data.get_ranges(state, requests, snapshot));
+            self.with_reads(requests.len(), true, |data, state| data.get_ranges(state, requests, snapshot));
         self.delayed(result, latency)
     }
 
