@@ -370,7 +370,7 @@ impl<K: Kv> KvJobStore<K> {
             };
             let heads = self.first_due(&tx, heads, &changed, request.filter()).await?;
             let outlook = self.count_due(&tx, &heads, &homes, window, limit).await?;
-            let heads = DueHeads::of_homes(&homes, &heads, request.filter());
+            let heads = DueHeads::of_homes(homes, heads, request.filter());
             Ok::<_, StoreError>((acquired, Some(outlook), false, stolen, Some(rota), Some(heads)))
         })
         .await?;

@@ -164,9 +164,13 @@ pub struct DueHeads {
 
 impl DueHeads {
     /// The home shards' heads among `heads` (every shard's), read with `filter`.
-    pub(super) fn of_homes(homes: &[bool], heads: &[Option<ShardHead>], filter: DueFilter<'_>) -> DueHeads {
-        let heads = heads.iter().zip(homes).map(|(head, home)| head.clone().filter(|_| *home)).collect();
-        DueHeads { homes: homes.to_vec(), heads, scheduled: filter.scheduled, busy_jobs: filter.busy_jobs.clone() }
+    pub(super) fn of_homes(homes: Vec<bool>, mut heads: Vec<Option<ShardHead>>, filter: DueFilter<'_>) -> DueHeads {
+        for (head, home) in heads.iter_mut().zip(&homes) {
+            if !*home {
+                *head = None;
+            }
+        }
+        DueHeads { homes, heads, scheduled: filter.scheduled, busy_jobs: filter.busy_jobs.clone() }
     }
 
     /// The heads, if they are of `homes` and were read with `filter`.
