@@ -22,6 +22,7 @@
 //! closure when an earlier attempt may have committed so it can check for its own marker.
 
 pub mod atomic;
+mod key_map;
 pub mod memory;
 
 use std::borrow::Cow;
@@ -300,6 +301,14 @@ pub trait Kv: Clone + Send + Sync + 'static {
 
     /// Now on the monotonic clock the retry loop measures its timeout with.
     fn monotonic_now(&self) -> MonotonicInstant;
+
+    /// A layout hint: the keys where subspaces of very different size and use begin (a
+    /// few thousand keys every transaction reads beside millions of history records). A
+    /// database may keep the ranges between them apart; nothing a reader sees changes.
+    /// The default ignores it (FoundationDB places its shards by load).
+    fn split_hint(&self, keys: &[Vec<u8>]) {
+        let _ = keys;
+    }
 }
 
 /// How [`run`] retries.

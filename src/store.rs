@@ -221,6 +221,7 @@ impl<K: Kv> KvJobStore<K> {
         entropy: Entropy,
         options: StoreOptions,
     ) -> Self {
+        kv.split_hint(&keys.split_hint());
         Self {
             kv,
             keys,

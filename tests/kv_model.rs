@@ -1,7 +1,8 @@
 //! Goal: `MemoryKv`'s transactions are serializable in commit order and conflict only for
 //! a reason, under any interleaving of reads (point and range, limited, reversed,
-//! snapshot or not), writes, clears, range clears and atomic adds: what FoundationDB
-//! guarantees and what every store algorithm leans on.
+//! snapshot or not), writes, clears, range clears and atomic adds, wherever the store was
+//! told to split its keys: what FoundationDB guarantees and what every store algorithm
+//! leans on.
 //!
 //! Method: proptest draws a script of steps (begin a transaction, do an operation in an
 //! open one, commit one, let time pass) on a small keyspace and records what each
@@ -91,6 +92,9 @@ enum Step {
     Commit(prop::sample::Index),
     /// Microseconds pass.
     Wait(u64),
+    /// The store is told to keep the keys from this bound on apart (`Kv::split_hint`):
+    /// nothing anyone reads may change.
+    Split(u8),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -125,6 +129,7 @@ fn script() -> impl Strategy<Value = Vec<Step>> {
         6 => (any::<prop::sample::Index>(), op()).prop_map(|(i, op)| Step::Do(i, op)),
         2 => any::<prop::sample::Index>().prop_map(Step::Commit),
         1 => (0u64..2_000).prop_map(Step::Wait),
+        1 => (0u8..10).prop_map(Step::Split),
     ];
     prop::collection::vec(step, 1..80)
 }
@@ -354,6 +359,7 @@ async fn run_script(script: &[Step]) -> (Map, Vec<Record>) {
                 records[id].outcome = Some(outcome);
             }
             Step::Wait(micros) => clock.advance(Duration::from_micros(*micros)),
+            Step::Split(at) => kv.split_hint(&[bound(*at)]),
             Step::Do(..) | Step::Commit(_) => {}
         }
     }

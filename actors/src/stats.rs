@@ -205,4 +205,8 @@ impl<K: Kv> Kv for RetryCountingKv<K> {
     fn monotonic_now(&self) -> MonotonicInstant {
         self.inner.monotonic_now()
     }
+
+    fn split_hint(&self, keys: &[Vec<u8>]) {
+        self.inner.split_hint(keys);
+    }
 }

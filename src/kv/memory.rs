@@ -23,6 +23,9 @@
 //!   not commit; timeouts (1031) whose commit lands later, subject to conflicts as any
 //!   commit; unavailability; a partition of one client; latency on every operation.
 //!
+//! Keys live in B-trees split where [`Kv::split_hint`] says (the job store's hot keys apart
+//! from its history; see `key_map`).
+//!
 //! Handles are cheap clones sharing one store. [`MemoryKv::client`] makes a handle whose
 //! operations are attributed to a named client, which is what partitions apply to.
 
@@ -40,6 +43,7 @@ use parking_lot::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::atomic::{self, AtomicOp};
+use super::key_map::KeyMap;
 use super::{
     key_after, CommitInfo, Kv, KvError, KvTransaction, RangeRequest, RangeResult, Version, KEY_SIZE_MAX,
     TRANSACTION_LIFE_VERSIONS_MAX, TRANSACTION_SIZE_MAX, VALUE_SIZE_MAX,
@@ -148,7 +152,7 @@ type Versions = smallvec::SmallVec<[(Version, Option<Box<[u8]>>); 1]>;
 type StoredKey = smallvec::SmallVec<[u8; 48]>;
 
 struct State {
-    data: BTreeMap<StoredKey, Versions>,
+    data: KeyMap<StoredKey, Versions>,
     /// The last commit version.
     version: Version,
     /// The newest read version handed out. It can be ahead of `version` (read versions
@@ -329,9 +333,7 @@ impl State {
 
     /// Whether a write committed after `read_version` meets `[begin, end)`.
     fn conflicts(&self, read_version: Version, begin: &[u8], end: &[u8]) -> bool {
-        self.data
-            .range::<[u8], _>((Bound::Included(begin), Bound::Excluded(end)))
-            .any(|(_, versions)| versions.last().is_some_and(|(v, _)| *v > read_version))
+        self.data.range(begin, end).any(|(_, versions)| versions.last().is_some_and(|(v, _)| *v > read_version))
             || self.range_log.iter().any(|(v, b, e)| *v > read_version && b.as_slice() < end && begin < e.as_slice())
     }
 
@@ -359,7 +361,7 @@ impl State {
         for (begin, end) in &writes.cleared {
             let keys: Vec<StoredKey> = self
                 .data
-                .range::<[u8], _>((Bound::Included(begin.as_slice()), Bound::Excluded(end.as_slice())))
+                .range(begin, end)
                 .filter(|(_, versions)| versions.last().is_some_and(|(_, value)| value.is_some()))
                 .map(|(key, _)| key.clone())
                 .collect();
@@ -481,7 +483,7 @@ impl MemoryKv {
     /// An empty store with a sleeper (for latency and backoff) and options.
     pub fn with_options(clock: Arc<dyn Clock>, sleeper: Arc<dyn Sleeper>, options: MemoryKvOptions) -> Self {
         let state = State {
-            data: BTreeMap::new(),
+            data: KeyMap::new(),
             version: 0,
             newest_read: 0,
             version_offset: 0,
@@ -626,6 +628,11 @@ impl Kv for MemoryKv {
 
     fn monotonic_now(&self) -> MonotonicInstant {
         self.shared.clock.monotonic()
+    }
+
+    /// Keeps the key ranges between `keys` in B-trees of their own.
+    fn split_hint(&self, keys: &[Vec<u8>]) {
+        self.shared.state.lock().data.split_at(keys);
     }
 }
 
@@ -804,7 +811,7 @@ impl TxnData {
             return requests.iter().map(|request| self.get_range(state, request, snapshot)).collect();
         }
         let read_version = self.read_version.unwrap_or_default();
-        let from = |begin: &[u8]| state.data.range::<[u8], _>((Bound::Included(begin), Bound::Unbounded)).peekable();
+        let from = |begin: &[u8]| state.data.from(begin).peekable();
         let mut cursor = from(&requests[0].begin);
         let mut results = Vec::with_capacity(requests.len());
         for request in requests {
@@ -838,7 +845,7 @@ impl TxnData {
         if self.untouched(begin, end) && !request.reverse {
             // Nothing this transaction wrote is in the range (most reads, e.g. a poll
             // cycle's first due entry of every shard): the stored values as they are.
-            let mut cursor = state.data.range::<[u8], _>((Bound::Included(begin), Bound::Unbounded)).peekable();
+            let mut cursor = state.data.from(begin).peekable();
             let RangeResult { pairs, more } = stored_pairs(&mut cursor, end, request.limit, read_version);
             return Ok(self.conflict_on_range(request, snapshot, pairs, more));
         }
@@ -850,11 +857,11 @@ impl TxnData {
         // key comes with its versions, so it is not looked up again.
         let written = self.points.range::<[u8], _>(range).map(|(k, _)| (k.as_slice(), None));
         let keys: Box<dyn Iterator<Item = (&[u8], Option<&Versions>)>> = if request.reverse {
-            let stored = state.data.range::<[u8], _>((Bound::Unbounded, Bound::Excluded(end))).rev();
+            let stored = state.data.before(end);
             let stored = stored.map(|(k, v)| (k.as_slice(), Some(v))).take_while(|(k, _)| *k >= begin);
             Box::new(merge(stored, written.rev(), true))
         } else {
-            let stored = state.data.range::<[u8], _>((Bound::Included(begin), Bound::Unbounded));
+            let stored = state.data.from(begin);
             let stored = stored.map(|(k, v)| (k.as_slice(), Some(v))).take_while(|(k, _)| *k < end);
             Box::new(merge(stored, written, false))
         };

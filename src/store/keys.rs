@@ -158,6 +158,13 @@ impl Keyspace {
         self.root.unpack(key).map_err(|e| StoreError::Corrupt(format!("bad key {key:?}: {e}")))
     }
 
+    /// Where the subspaces of run records `(6)` and history `(7)`, millions of keys each
+    /// in a busy store, begin and end: the rest are a few keys per job, trigger, node and
+    /// running run, which every transaction reads (see [`Kv::split_hint`](crate::kv::Kv::split_hint)).
+    pub fn split_hint(&self) -> Vec<Vec<u8>> {
+        [RUN, HISTORY, RUNNING].iter().map(|subspace| self.pack(&(*subspace,))).collect()
+    }
+
     /// `(0)`: the layout version.
     pub fn layout(&self) -> Vec<u8> {
         self.pack(&(LAYOUT,))
