@@ -812,7 +812,7 @@ impl World {
                 }
             }
         }
-        let keys = Keyspace::default_root();
+        let keys = self.observer.keys().clone();
         let before = self.samples.running().clone();
         let read = run(self.observer.kv(), RetryOptions { retry_limit: 3, ..RetryOptions::default() }, |txn, _| {
             let (keys, before) = (keys.clone(), &before);
@@ -850,7 +850,7 @@ impl World {
     }
 
     async fn history(&self) -> Vec<RunRecord> {
-        let keys = Keyspace::default_root();
+        let keys = self.observer.keys().clone();
         let read = run(self.observer.kv(), RetryOptions::default(), |txn, _| {
             let keys = keys.clone();
             async move {
