@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
+use super::acquire::mix64;
 use super::jobs::instant;
 use super::keys::{fnv, shard_of, DUE_SHARDS};
 use super::records::{NodeRecord, TriggerRecord};
@@ -49,6 +50,8 @@ impl RawOutlook {
 #[derive(Debug)]
 pub(super) struct HomeShards {
     nodes: Vec<String>,
+    /// Each shard's home, an index into `nodes` (see [`shard_homes`]).
+    homes: Vec<usize>,
     home: Vec<bool>,
     rota: StealRota,
 }
@@ -107,9 +110,49 @@ pub fn steal_read_due(since: Option<Duration>, now: DateTime<Utc>, every: Durati
     rota.has_turn(turn) || since >= round.saturating_add(every)
 }
 
-/// The home node of a shard among `nodes`: the highest hash of (shard, node).
-pub(super) fn home_of(shard: u16, nodes: &[String]) -> Option<&str> {
-    nodes.iter().max_by_key(|node| fnv(&[&shard.to_le_bytes(), node.as_bytes()])).map(String::as_str)
+/// Each shard's home among `nodes` (an index into `nodes`; empty without nodes): shards
+/// go to the nodes that rank them highest, each node taking its fair share (64 / nodes,
+/// the remainder one more each). A pair's rank is a hash of (shard, node), so every node computes
+/// the same homes from the same set of nodes, in any order.
+///
+/// Plain rendezvous hashing (each shard to the node ranking it highest) spreads 64 shards
+/// unevenly (five nodes: 16, 16, 14, 12 and 6), and the node with the most does the most
+/// work. The shares even that out, and a node joining still moves few shards besides
+/// those it takes (five nodes to six: 14 move, 11 of them to the new node); a few more
+/// cost little anyway: homes are a preference (any node takes a fire late enough) and a
+/// change of owners wakes every node. FNV alone is no rank: names that
+/// differ in their last bytes (`node-0`..`node-4`) differ only in its low bits, and
+/// ranked by it one node out-ranked the others for half the shards; each rank goes
+/// through a finalizer whose every bit depends on every input bit.
+pub(super) fn shard_homes(nodes: &[String]) -> Vec<usize> {
+    if nodes.is_empty() {
+        return Vec::new();
+    }
+    // Each node takes `share` shards, and the first `extra` to want one more, one more.
+    let (share, extra) = (usize::from(DUE_SHARDS) / nodes.len(), usize::from(DUE_SHARDS) % nodes.len());
+    let mut ranked: Vec<(u64, &str, u16, usize)> = (0..DUE_SHARDS)
+        .flat_map(|shard| {
+            nodes.iter().enumerate().map(move |(index, node)| {
+                (mix64(fnv(&[&shard.to_le_bytes(), node.as_bytes()])), node.as_str(), shard, index)
+            })
+        })
+        .collect();
+    // Highest rank first; ties (between equal names only) broken the same way everywhere.
+    ranked.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)).then(a.2.cmp(&b.2)));
+    let mut homes = vec![usize::MAX; usize::from(DUE_SHARDS)];
+    let (mut taken, mut above) = (vec![0; nodes.len()], 0);
+    for (_, _, shard, index) in ranked {
+        let home = &mut homes[usize::from(shard)];
+        if *home != usize::MAX || taken[index] > share || (taken[index] == share && above == extra) {
+            continue;
+        }
+        if taken[index] == share {
+            above += 1;
+        }
+        *home = index;
+        taken[index] += 1;
+    }
+    homes
 }
 
 /// The second page of due entries a node reads, in a shard whose earliest entry it leaves
@@ -352,7 +395,7 @@ impl<K: Kv> KvJobStore<K> {
         }
         let cache = self.homes.lock();
         let Some(cached) = cache.as_ref() else { return };
-        let home = home_of(shard_of(&new.job, &new.name), &cached.nodes);
+        let home = cached.homes.get(usize::from(shard_of(&new.job, &new.name))).map(|&i| cached.nodes[i].as_str());
         // This store's own node (the first of the list) learns of its own writes without
         // its watch: the handle and the run's end wake its poller.
         if let Some(node) = home.filter(|home| Some(*home) != cached.nodes.first().map(String::as_str)) {
@@ -389,10 +432,10 @@ impl<K: Kv> KvJobStore<K> {
         if let Some(cached) = cache.as_ref().filter(|c| c.nodes == nodes) {
             return (cached.home.clone(), cached.rota);
         }
-        let me = nodes.first().map(String::as_str);
-        let home: Vec<bool> = (0..DUE_SHARDS).map(|shard| home_of(shard, &nodes) == me).collect();
+        let homes = shard_homes(&nodes);
+        let home: Vec<bool> = (0..usize::from(DUE_SHARDS)).map(|shard| homes.get(shard) == Some(&0)).collect();
         let rota = StealRota::of(&nodes);
-        *cache = Some(HomeShards { nodes, home: home.clone(), rota });
+        *cache = Some(HomeShards { nodes, homes, home: home.clone(), rota });
         (home, rota)
     }
 }
@@ -479,13 +522,50 @@ mod tests {
     }
 
     #[test]
-    fn every_shard_has_one_home() {
-        let nodes = vec!["a".to_owned(), "b".to_owned(), "c".to_owned()];
-        let mut per_node = std::collections::BTreeMap::new();
-        for shard in 0..DUE_SHARDS {
-            *per_node.entry(home_of(shard, &nodes).unwrap().to_owned()).or_insert(0) += 1;
+    fn every_shard_has_one_home_and_every_node_its_share_in_any_order() {
+        let named = |prefix: &str, numbers: std::ops::Range<usize>| -> Vec<String> {
+            numbers.map(|i| format!("{prefix}{i}")).collect()
+        };
+        // Names as operators give them: numbered pods and hosts, differing in their last
+        // bytes (ranked by FNV alone, node-4 was home to 32 of 64 shards of five nodes
+        // and worker-10 to 28 of ten).
+        for nodes in [
+            nodes(&["solo"]),
+            nodes(&["a", "b", "c"]),
+            named("node-", 0..5),
+            named("sundial-", 0..3),
+            named("worker-", 1..11),
+            named("ip-10-0-1-", 20..24),
+            named("n", 0..100),
+        ] {
+            let homes = shard_homes(&nodes);
+            assert_eq!(homes.len(), usize::from(DUE_SHARDS));
+            let mut per_node = vec![0; nodes.len()];
+            for &home in &homes {
+                per_node[home] += 1;
+            }
+            let share = usize::from(DUE_SHARDS) / nodes.len();
+            assert!(per_node.iter().all(|n| *n == share || *n == share + 1), "{nodes:?}: {per_node:?}");
+            // The same homes from the same nodes listed in another order.
+            let mut reversed = nodes.clone();
+            reversed.reverse();
+            let homes_reversed = shard_homes(&reversed);
+            for (home, home_reversed) in homes.iter().zip(&homes_reversed) {
+                assert_eq!(nodes[*home], reversed[*home_reversed]);
+            }
         }
-        assert_eq!(per_node.len(), 3);
-        assert!(per_node.values().all(|n| *n > 10), "{per_node:?}");
+        assert!(shard_homes(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_node_joining_takes_shards_and_leaves_most_homes_where_they_were() {
+        let five: Vec<String> = (0..5).map(|i| format!("node-{i}")).collect();
+        let six: Vec<String> = (0..6).map(|i| format!("node-{i}")).collect();
+        let (before, after) = (shard_homes(&five), shard_homes(&six));
+        let moved = before.iter().zip(&after).filter(|(b, a)| five[**b] != six[**a]).count();
+        let joined = after.iter().filter(|home| **home == 5).count();
+        assert!(joined >= 10, "{joined}");
+        // Plain rendezvous moves only the joiner's; the shares move a few more.
+        assert!(moved <= 2 * joined, "{moved} of 64 shards moved, {joined} to the new node");
     }
 }
