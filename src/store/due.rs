@@ -110,20 +110,21 @@ pub fn steal_read_due(since: Option<Duration>, now: DateTime<Utc>, every: Durati
     rota.has_turn(turn) || since >= round.saturating_add(every)
 }
 
-/// Each shard's home among `nodes` (an index into `nodes`; empty without nodes): shards
-/// go to the nodes that rank them highest, each node taking its fair share (64 / nodes,
-/// the remainder one more each). A pair's rank is a hash of (shard, node), so every node computes
-/// the same homes from the same set of nodes, in any order.
+/// Each shard's home among `nodes` (an index into `nodes`; empty without nodes): (shard,
+/// node) pairs are taken highest rank first, each while its shard has no home and its
+/// node is under its share (64 / nodes, the remainder one more each). A pair's rank is a
+/// hash of the pair, so every node computes the same homes from the same set of nodes,
+/// listed in any order.
 ///
 /// Plain rendezvous hashing (each shard to the node ranking it highest) spreads 64 shards
 /// unevenly (five nodes: 16, 16, 14, 12 and 6), and the node with the most does the most
-/// work. The shares even that out, and a node joining still moves few shards besides
-/// those it takes (five nodes to six: 14 move, 11 of them to the new node); a few more
-/// cost little anyway: homes are a preference (any node takes a fire late enough) and a
-/// change of owners wakes every node. FNV alone is no rank: names that
-/// differ in their last bytes (`node-0`..`node-4`) differ only in its low bits, and
-/// ranked by it one node out-ranked the others for half the shards; each rank goes
-/// through a finalizer whose every bit depends on every input bit.
+/// work. The shares even that out, and a node joining still moves few homes besides those
+/// it takes (five nodes to six: 14 move, 11 of them to the new node); a few more cost
+/// little anyway: homes are a preference (any node takes a fire late enough) and a change
+/// of owners wakes every node. FNV alone is no rank: names that differ in their last bytes
+/// (`node-0`..`node-4`) differ little in its high bits, and ranked by it one node won half
+/// the shards; each rank goes through a finalizer whose every bit depends on every input
+/// bit.
 pub(super) fn shard_homes(nodes: &[String]) -> Vec<usize> {
     if nodes.is_empty() {
         return Vec::new();
