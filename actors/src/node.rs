@@ -136,7 +136,9 @@ impl<S: JobStore> NodeShared<S> {
             }
         }
         // Recording is idempotent: a completion the completer did record is found as such.
-        crate::completer::complete_durably(self, std::slice::from_ref(&completion)).await[0]
+        // Boxed: this rare path's store future is kilobytes, and inline it would make
+        // every run actor's future as large, copied at each run's start.
+        Box::pin(crate::completer::complete_durably(self, std::slice::from_ref(&completion))).await[0]
     }
 
     /// Runs on this node now.
