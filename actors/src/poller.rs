@@ -1,7 +1,8 @@
 //! `PollerActor`: the engine cycle of SPEC §10 on one node.
 //!
 //! Each cycle, while the node is serving: write code jobs (first cycle, retried until it
-//! works), heartbeat (shared store), act on cancel requests for this node, and acquire due
+//! works), heartbeat (shared store; once or twice a poll interval, however often the node
+//! wakes), act on the cancel requests read with it, and acquire due
 //! fires into free slots (`min(acquire_batch_size, max_concurrent_runs − running)`) — with a
 //! store of its own and no leadership, only one-shot fires (enqueue, retry) —
 //! starting a [`crate::run`] actor for each. Fires due within the lookahead are taken too
@@ -405,10 +406,12 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
         state.synced = sync_code_jobs(&shared, now).await;
         state.known_due = None;
     }
-    // Without a heartbeat this cycle, take no new work, local or not: this node may be
-    // about to be declared lost, and runs of a node the cluster never heard from (before
-    // its first heartbeat commits, it has no record) would never be reaped.
-    let alive = !shared.shared_store || heartbeat(state, now).await;
+    // Without a recent heartbeat, take no new work, local or not: this node may be about
+    // to be declared lost, and runs of a node the cluster never heard from (before its
+    // first heartbeat commits, it has no record) would never be reaped. A cycle soon after
+    // the last heartbeat (woken for a due fire) relies on it; acquisition checks in its own
+    // transaction that the node was not declared lost.
+    let alive = !shared.shared_store || !heartbeat_due(state) || heartbeat(state, now).await;
     if !state.unadopted.is_empty() {
         adopt_committed_runs(myself, state).await;
         state.known_due = None;
@@ -440,7 +443,33 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
     if let Taken::Full = taken {
         return Duration::ZERO;
     }
-    next_wait(state, now, local_polled, taken).await
+    let wait = next_wait(state, now, local_polled, taken).await;
+    match shared.shared_store.then(|| until_heartbeat(&shared)).flatten() {
+        Some(heartbeat) => wait.min(heartbeat),
+        None => wait,
+    }
+}
+
+/// Whether this cycle writes the heartbeat: this poller wrote none yet, or the last one
+/// committed is half a poll interval old. The cycles a node runs between its regular ones
+/// (woken for a due fire, a local change, a freed slot) skip it, so a busy node writes one
+/// or two a poll interval, not one per wake-up; cancel requests, read with it, wait at
+/// most a poll interval, as SPEC §10 has them.
+fn heartbeat_due<S: JobStore>(state: &PollerState<S>) -> bool {
+    let shared = &state.shared;
+    state.known_times_declared_lost.is_none()
+        || shared.last_heartbeat().is_none_or(|last| {
+            shared.clock.monotonic().saturating_duration_since(last) >= shared.options.poll_interval / 2
+        })
+}
+
+/// How long until the last committed heartbeat is a poll interval old (`None` once it is:
+/// a failed heartbeat is retried at the next regular cycle). A cycle comes by then, so
+/// heartbeats keep their cadence whatever wakes the node in between.
+fn until_heartbeat<S: JobStore>(shared: &NodeShared<S>) -> Option<Duration> {
+    let last = shared.last_heartbeat()?;
+    let age = shared.clock.monotonic().saturating_duration_since(last);
+    shared.options.poll_interval.checked_sub(age).filter(|left| !left.is_zero())
 }
 
 /// How a cycle's acquisition ended.

@@ -782,3 +782,41 @@ async fn a_busy_node_reads_only_the_shards_whose_first_fire_is_due() {
     assert!(fires.len() >= 30, "{}", fires.len());
     node.stop(Duration::from_secs(1)).await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_node_woken_many_times_a_second_heartbeats_once_or_twice_a_poll_interval() {
+    // Twenty one-shot fires 150 ms apart wake the node about seven times a second, more
+    // often than its poll interval (1 s) and farther apart than its lookahead. A heartbeat
+    // per wake-up would be a store write per fire; the node writes one each poll interval
+    // (two at most), and runs every fire on time.
+    let clock = Arc::new(TokioClock::new(t0()));
+    let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
+    let options = SchedulerOptions { poll_interval: Duration::from_secs(1), ..fast_options() };
+    let (node, store) = node_with_options(&kv, &clock, "woken", 61, registry(), options).await;
+    node.unschedule(&[JobName::new("every-second").unwrap()]).await;
+    let start = t0() + chrono::TimeDelta::seconds(3);
+    for i in 0..20 {
+        let at = start + chrono::TimeDelta::milliseconds(150 * i);
+        let mut def = cron_job(&format!("once-{i:02}"), "noop", "cron 0 0 0 1 1 *");
+        def.triggers[0].schedule = format!("once {}", at.to_rfc3339()).parse().unwrap();
+        node.schedule_one(def).await.unwrap();
+    }
+    let heartbeats = || async {
+        let nodes = store.nodes().await.unwrap();
+        nodes.iter().find(|n| n.node == "woken").map(|n| n.heartbeat_seq).unwrap()
+    };
+    tokio::time::sleep((start - t0()).to_std().unwrap()).await;
+    let before = heartbeats().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let written = heartbeats().await - before;
+    assert!((2..=6).contains(&written), "{written} heartbeats in 3 s");
+    let query = JobRunQuery { limit: 1000, ..JobRunQuery::default() };
+    let fires: Vec<_> =
+        store.runs(&query).await.unwrap().into_iter().filter(|r| r.run.job.as_str().starts_with("once-")).collect();
+    assert_eq!(fires.len(), 20);
+    for run in &fires {
+        let late = run.started_at - run.run.scheduled_at;
+        assert!(late < chrono::TimeDelta::milliseconds(50), "{} started {late} late", run.run.job);
+    }
+    node.stop(Duration::from_secs(1)).await;
+}
