@@ -744,7 +744,17 @@ impl TxnData {
 
     /// The value this transaction sees for `key`, given the stored value at its version.
     fn resolve(&self, key: &[u8], stored: Option<&[u8]>) -> Result<Option<Vec<u8>>, KvError> {
-        let (mut value, ops) = match self.points.get(key) {
+        self.resolve_point(self.points.get(key), key, stored)
+    }
+
+    /// [`resolve`](Self::resolve) with `key`'s entry in `points` looked up already.
+    fn resolve_point(
+        &self,
+        point: Option<&Point>,
+        key: &[u8],
+        stored: Option<&[u8]>,
+    ) -> Result<Option<Vec<u8>>, KvError> {
+        let (mut value, ops) = match point {
             Some(point) => {
                 let base = match &point.base {
                     Base::Unchanged => stored.map(<[u8]>::to_vec),
@@ -768,9 +778,14 @@ impl TxnData {
         if self.unreadable.iter().any(|(b, e)| b.as_slice() <= key && key < e.as_slice()) {
             return Err(KvError::new(KvError::ACCESSED_UNREADABLE));
         }
-        let read_version = self.read_version.unwrap_or_default();
-        let value = self.resolve(key, state.value_at(key, read_version))?;
-        let depends_on_store = self.points.get(key).map_or(!self.in_cleared(key), |point| !point.is_independent());
+        let point = self.points.get(key);
+        let depends_on_store = point.map_or_else(|| !self.in_cleared(key), |point| !point.is_independent());
+        // A value this transaction wrote outright needs no lookup in the store.
+        let stored = match depends_on_store {
+            true => state.value_at(key, self.read_version.unwrap_or_default()),
+            false => None,
+        };
+        let value = self.resolve_point(point, key, stored)?;
         if !snapshot && depends_on_store {
             self.size += 2 * key.len() + 1;
             self.read_points.push(StoredKey::from_slice(key));
