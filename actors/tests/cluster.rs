@@ -47,7 +47,7 @@ fn registry() -> JobRegistry {
         .unwrap()
 }
 
-/// A job of type `job_type` named `name` with one trigger `t` on `cron`.
+/// A job of type `job_type` named `name` with one trigger `t` on `cron` (any schedule text).
 fn cron_job(name: &str, job_type: &str, cron: &str) -> JobDefinition {
     JobDefinition::new(JobName::new(name).unwrap(), JobTypeKey::new(job_type).unwrap()).with_trigger(
         sundial::job::JobTriggerDefinition::new(sundial::name::TriggerName::new("t").unwrap(), cron.parse().unwrap()),
@@ -797,9 +797,8 @@ async fn a_node_woken_many_times_a_second_heartbeats_once_or_twice_a_poll_interv
     let start = t0() + chrono::TimeDelta::seconds(3);
     for i in 0..20 {
         let at = start + chrono::TimeDelta::milliseconds(150 * i);
-        let mut def = cron_job(&format!("once-{i:02}"), "noop", "cron 0 0 0 1 1 *");
-        def.triggers[0].schedule = format!("once {}", at.to_rfc3339()).parse().unwrap();
-        node.schedule_one(def).await.unwrap();
+        let once = format!("once {}", at.to_rfc3339());
+        node.schedule_one(cron_job(&format!("once-{i:02}"), "noop", &once)).await.unwrap();
     }
     let heartbeats = || async {
         let nodes = store.nodes().await.unwrap();
