@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sundial::store::JobStore;
-use sundial::time::Clock;
 
 use crate::execute::{AbortOnDrop, CancelReason};
 use crate::node::{Lifecycle, NodeShared};
@@ -23,7 +22,7 @@ const FENCE_AT: (u32, u32) = (2, 3);
 /// Whether the node's last successful heartbeat is old enough that it fences itself.
 pub(crate) fn heartbeat_is_stale<S: JobStore>(shared: &NodeShared<S>) -> bool {
     let fence_after = shared.options.node_timeout * FENCE_AT.0 / FENCE_AT.1;
-    shared.last_heartbeat().is_some_and(|last| shared.clock.monotonic().saturating_duration_since(last) >= fence_after)
+    shared.heartbeat_age().is_some_and(|age| age >= fence_after)
 }
 
 /// Starts the watchdog of a node on a shared store; it stops when the returned handle is

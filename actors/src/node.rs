@@ -150,8 +150,11 @@ impl<S: JobStore> NodeShared<S> {
         *self.last_heartbeat.lock() = Some(self.clock.monotonic());
     }
 
-    pub(crate) fn last_heartbeat(&self) -> Option<MonotonicInstant> {
-        *self.last_heartbeat.lock()
+    /// How long ago, on this node's monotonic clock, its last heartbeat committed (`None`
+    /// before the first).
+    pub(crate) fn heartbeat_age(&self) -> Option<std::time::Duration> {
+        let last = (*self.last_heartbeat.lock())?;
+        Some(self.clock.monotonic().saturating_duration_since(last))
     }
 
     /// A fresh run id: UUID v7 from the injected clock and seeded entropy.

@@ -444,7 +444,8 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
         return Duration::ZERO;
     }
     let wait = next_wait(state, now, local_polled, taken).await;
-    match shared.shared_store.then(|| until_heartbeat(&shared)).flatten() {
+    // Only a shared store's node heartbeats: `None` for the others.
+    match until_heartbeat(&shared) {
         Some(heartbeat) => wait.min(heartbeat),
         None => wait,
     }
@@ -458,18 +459,14 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
 fn heartbeat_due<S: JobStore>(state: &PollerState<S>) -> bool {
     let shared = &state.shared;
     state.known_times_declared_lost.is_none()
-        || shared.last_heartbeat().is_none_or(|last| {
-            shared.clock.monotonic().saturating_duration_since(last) >= shared.options.poll_interval / 2
-        })
+        || shared.heartbeat_age().is_none_or(|age| age >= shared.options.poll_interval / 2)
 }
 
 /// How long until the last committed heartbeat is a poll interval old (`None` once it is:
 /// a failed heartbeat is retried at the next regular cycle). A cycle comes by then, so
 /// heartbeats keep their cadence whatever wakes the node in between.
 fn until_heartbeat<S: JobStore>(shared: &NodeShared<S>) -> Option<Duration> {
-    let last = shared.last_heartbeat()?;
-    let age = shared.clock.monotonic().saturating_duration_since(last);
-    shared.options.poll_interval.checked_sub(age).filter(|left| !left.is_zero())
+    shared.options.poll_interval.checked_sub(shared.heartbeat_age()?).filter(|left| !left.is_zero())
 }
 
 /// How a cycle's acquisition ended.
