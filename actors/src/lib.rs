@@ -54,3 +54,4 @@ pub mod scheduler;
 pub mod spec;
 mod starts;
 pub mod stats;
+mod ticker;

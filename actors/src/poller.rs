@@ -37,6 +37,7 @@ use crate::execute::{AbortOnDrop, CancelReason};
 use crate::node::{Lifecycle, NodeShared};
 use crate::run::{RunActor, RunArgs, RunMsg};
 use crate::stats::{EngineWork, StoreOp};
+use crate::ticker::Ticker;
 
 /// How late a fire in another node's shard must be before this node takes it.
 const STEAL_GRACE: Duration = Duration::from_secs(2);
@@ -133,6 +134,8 @@ pub(crate) struct PollerState<S: JobStore> {
     /// node that gives this node's home shards new due work wakes it, instead of leaving
     /// the fire for its next poll. Dropping it cancels the watch.
     wake_watch: Option<AbortOnDrop<()>>,
+    /// The timer of the next planned cycle.
+    ticker: Ticker,
     /// The registered job types (fixed once the node is built): acquisition takes only
     /// fires of types this node can run.
     known_types: BTreeSet<String>,
@@ -213,6 +216,7 @@ impl<S: JobStore> Actor for PollerActor<S> {
             last_steal_check: None,
             steal_rota: None,
             wake_watch: None,
+            ticker: Ticker::spawn(myself),
             known_due: None,
         })
     }
@@ -853,7 +857,7 @@ fn tick_in<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<S>
     if wait.is_zero() {
         let _ = myself.send_message(PollerMsg::Tick(next));
     } else {
-        myself.send_after(wait, move || PollerMsg::Tick(next));
+        state.ticker.plan(next, wait);
     }
 }
 
