@@ -216,7 +216,9 @@ impl<S: JobStore> Actor for PollerActor<S> {
             last_steal_check: None,
             steal_rota: None,
             wake_watch: None,
-            ticker: Ticker::spawn(myself),
+            ticker: Ticker::spawn(move |tick| {
+                let _ = myself.send_message(PollerMsg::Tick(tick));
+            }),
             known_due: None,
         })
     }

@@ -9,26 +9,24 @@
 use std::pin::Pin;
 use std::time::Duration;
 
-use ractor::ActorRef;
 use tokio::sync::watch;
 use tokio::time::Sleep;
 
 use crate::execute::AbortOnDrop;
-use crate::poller::PollerMsg;
 
-/// Sends its poller [`PollerMsg::Tick`]`(n)` once plan `n`'s wait has passed on tokio's
-/// timer (virtual under a paused runtime), unless a newer plan replaced it first. The task
-/// ends when the ticker is dropped with the poller's state.
+/// Calls its `tick` function with `n` once plan `n`'s wait has passed on tokio's timer
+/// (virtual under a paused runtime), unless a newer plan replaced it first. The task ends
+/// when the ticker is dropped (with the poller's state).
 pub(crate) struct Ticker {
     plan: watch::Sender<Option<(u64, Duration)>>,
     _task: AbortOnDrop<()>,
 }
 
 impl Ticker {
-    /// Spawns the timer task; nothing is planned yet.
-    pub(crate) fn spawn(poller: ActorRef<PollerMsg>) -> Self {
+    /// Spawns the timer task; nothing is planned yet. `tick` sends the poller its tick.
+    pub(crate) fn spawn(tick: impl Fn(u64) + Send + 'static) -> Self {
         let (plan, plans) = watch::channel(None);
-        Self { plan, _task: AbortOnDrop(tokio::spawn(tick_on_plan(poller, plans))) }
+        Self { plan, _task: AbortOnDrop(tokio::spawn(tick_on_plan(tick, plans))) }
     }
 
     /// Plans tick `tick` `wait` from now, replacing any plan not yet due.
@@ -37,7 +35,7 @@ impl Ticker {
     }
 }
 
-async fn tick_on_plan(poller: ActorRef<PollerMsg>, mut plans: watch::Receiver<Option<(u64, Duration)>>) {
+async fn tick_on_plan(tick: impl Fn(u64), mut plans: watch::Receiver<Option<(u64, Duration)>>) {
     let mut timer: Option<(u64, Pin<Box<Sleep>>)> = None;
     loop {
         // Biased: a plan replacing a due one wins, so a replaced tick is never sent (the
@@ -51,9 +49,7 @@ async fn tick_on_plan(poller: ActorRef<PollerMsg>, mut plans: watch::Receiver<Op
                 // The wait starts now, as `send_after`'s did when its task first ran.
                 timer = plans.borrow_and_update().map(|(tick, wait)| (tick, Box::pin(tokio::time::sleep(wait))));
             }
-            tick = due(&mut timer) => {
-                let _ = poller.send_message(PollerMsg::Tick(tick));
-            }
+            planned = due(&mut timer) => tick(planned),
         }
     }
 }
@@ -67,4 +63,57 @@ async fn due(timer: &mut Option<(u64, Pin<Box<Sleep>>)>) -> u64 {
     let tick = *tick;
     *timer = None;
     tick
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use sundial::time::Clock;
+
+    use super::*;
+    use crate::clock::TokioClock;
+
+    /// Each tick sent, with the virtual time it came at (ms since the start).
+    type Sent = Arc<Mutex<Vec<(u64, u128)>>>;
+
+    fn recording() -> (Ticker, Sent) {
+        let clock = TokioClock::new(chrono::DateTime::UNIX_EPOCH);
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let log = sent.clone();
+        let ticker =
+            Ticker::spawn(move |tick| log.lock().unwrap().push((tick, clock.monotonic().since_origin().as_millis())));
+        (ticker, sent)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_plan_ticks_once_after_its_wait() {
+        let (ticker, sent) = recording();
+        ticker.plan(1, Duration::from_millis(250));
+        tokio::time::sleep(Duration::from_millis(249)).await;
+        assert!(sent.lock().unwrap().is_empty(), "not before its wait");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(*sent.lock().unwrap(), [(1, 250)], "once, at its time");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_replaced_plan_never_ticks_whether_the_new_one_is_sooner_or_later() {
+        let (ticker, sent) = recording();
+        ticker.plan(1, Duration::from_secs(1));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        ticker.plan(2, Duration::from_millis(100));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        ticker.plan(3, Duration::from_secs(2));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(*sent.lock().unwrap(), [(2, 200), (3, 2600)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_ticker_ticks_no_more() {
+        let (ticker, sent) = recording();
+        ticker.plan(1, Duration::from_millis(10));
+        drop(ticker);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(sent.lock().unwrap().is_empty());
+    }
 }
