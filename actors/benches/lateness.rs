@@ -512,10 +512,18 @@ async fn actor_floor(count: usize) -> f64 {
 }
 
 /// sundial's CPU per fire, split into the engine's store work, its run actor starts, and
-/// the rest (run actors' messages and shutdown, the job tasks, timers, the runtime).
+/// the rest (run actors' messages and shutdown, the job tasks, timers, the runtime). The
+/// engine's parts are timed on its clock, so they count time its threads waited for a core
+/// too: when they add up to more than the process's CPU, other processes shared the cores
+/// and there is no split to give.
 fn where_the_time_goes(cpu: f64, engine: Option<[f64; 3]>) -> String {
     match engine {
         _ if cpu.is_nan() => "sundial: too little CPU in this run to split".to_owned(),
+        Some(parts) if parts.iter().sum::<f64>() > cpu => format!(
+            "sundial: CPU {cpu:.1} µs, less than the engine's own timing ({:.1} µs on its clock): \
+             other processes shared the cores, no split",
+            parts.iter().sum::<f64>()
+        ),
         Some([acquire, complete, start]) => format!(
             "sundial: CPU {cpu:.1} µs = store acquisition {acquire:.1} + store completion {complete:.1} \
              + run actor starts {start:.1} + the rest {:.1} (run actors' messages and shutdown, job tasks, runtime)",
