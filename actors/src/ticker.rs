@@ -18,24 +18,25 @@ use crate::execute::AbortOnDrop;
 /// (virtual under a paused runtime), unless a newer plan replaced it first. The task ends
 /// when the ticker is dropped (with the poller's state).
 pub(crate) struct Ticker {
-    plan: watch::Sender<Option<(u64, Duration)>>,
+    plan: watch::Sender<(u64, Duration)>,
     _task: AbortOnDrop<()>,
 }
 
 impl Ticker {
     /// Spawns the timer task; nothing is planned yet. `tick` sends the poller its tick.
     pub(crate) fn spawn(tick: impl Fn(u64) + Send + 'static) -> Self {
-        let (plan, plans) = watch::channel(None);
+        // The receiver has seen this first value: only plans sent wake it.
+        let (plan, plans) = watch::channel((0, Duration::ZERO));
         Self { plan, _task: AbortOnDrop(tokio::spawn(tick_on_plan(tick, plans))) }
     }
 
     /// Plans tick `tick` `wait` from now, replacing any plan not yet due.
     pub(crate) fn plan(&self, tick: u64, wait: Duration) {
-        self.plan.send_replace(Some((tick, wait)));
+        self.plan.send_replace((tick, wait));
     }
 }
 
-async fn tick_on_plan(tick: impl Fn(u64), mut plans: watch::Receiver<Option<(u64, Duration)>>) {
+async fn tick_on_plan(tick: impl Fn(u64), mut plans: watch::Receiver<(u64, Duration)>) {
     let mut timer: Option<(u64, Pin<Box<Sleep>>)> = None;
     loop {
         // Biased: a plan replacing a due one wins, so a replaced tick is never sent (the
@@ -47,7 +48,8 @@ async fn tick_on_plan(tick: impl Fn(u64), mut plans: watch::Receiver<Option<(u64
                     return;
                 }
                 // The wait starts now, as `send_after`'s did when its task first ran.
-                timer = plans.borrow_and_update().map(|(tick, wait)| (tick, Box::pin(tokio::time::sleep(wait))));
+                let (planned, wait) = *plans.borrow_and_update();
+                timer = Some((planned, Box::pin(tokio::time::sleep(wait))));
             }
             planned = due(&mut timer) => tick(planned),
         }
