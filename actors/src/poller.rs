@@ -850,8 +850,8 @@ fn run_ended<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<
     }
 }
 
-/// Plans the next cycle `wait` from now, replacing the one planned before (its tick is
-/// ignored when it comes).
+/// Plans the next cycle `wait` from now, replacing the one planned before: the ticker
+/// drops a replaced timer, and a replaced tick already sent is ignored when it comes.
 fn tick_in<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<S>, wait: Duration) {
     state.tick += 1;
     state.wake_at = state.shared.clock.monotonic().saturating_add(wait);
