@@ -781,10 +781,7 @@ impl TxnData {
         let point = self.points.get(key);
         let depends_on_store = point.map_or_else(|| !self.in_cleared(key), |point| !point.is_independent());
         // A value this transaction wrote outright needs no lookup in the store.
-        let stored = match depends_on_store {
-            true => state.value_at(key, self.read_version.unwrap_or_default()),
-            false => None,
-        };
+        let stored = if depends_on_store { state.value_at(key, self.read_version.unwrap_or_default()) } else { None };
         let value = self.resolve_point(point, key, stored)?;
         if !snapshot && depends_on_store {
             self.size += 2 * key.len() + 1;
