@@ -199,7 +199,7 @@ struct Writes {
     read_conflicts: Vec<(Vec<u8>, Vec<u8>)>,
     write_conflicts: Vec<(Vec<u8>, Vec<u8>)>,
     cleared: Vec<(Vec<u8>, Vec<u8>)>,
-    points: BTreeMap<Vec<u8>, Point>,
+    points: BTreeMap<StoredKey, Point>,
     stamped_keys: Vec<(Vec<u8>, usize, Vec<u8>)>,
 }
 
@@ -380,7 +380,7 @@ impl State {
             for (op, param) in &point.ops {
                 value = atomic::apply(*op, value.as_deref(), param);
             }
-            self.write_version(StoredKey::from_vec(key), version, value);
+            self.write_version(key, version, value);
         }
         let stamped_key = !writes.stamped_keys.is_empty();
         for (bytes, offset, value) in writes.stamped_keys {
@@ -665,7 +665,7 @@ impl Drop for TxnInner {
 #[derive(Default)]
 struct TxnData {
     read_version: Option<Version>,
-    points: BTreeMap<Vec<u8>, Point>,
+    points: BTreeMap<StoredKey, Point>,
     cleared: Vec<(Vec<u8>, Vec<u8>)>,
     stamped_keys: Vec<(Vec<u8>, usize, Vec<u8>)>,
     unreadable: Vec<(Vec<u8>, Vec<u8>)>,
@@ -714,7 +714,7 @@ impl TxnData {
             self.points
                 .range::<[u8], _>((Bound::Included(begin), Bound::Excluded(end)))
                 .filter(|(_, p)| p.is_independent())
-                .map(|(k, _)| (k.clone(), key_after(k))),
+                .map(|(k, _)| (k.to_vec(), key_after(k))),
         );
         ranges
     }
@@ -1049,7 +1049,7 @@ impl KvTransaction for MemoryTransaction {
                 return;
             }
             data.size += key.len() + value.len();
-            data.points.insert(key.to_vec(), Point { base: Base::Set(value.to_vec()), ops: Vec::new() });
+            data.points.insert(StoredKey::from_slice(key), Point { base: Base::Set(value.to_vec()), ops: Vec::new() });
             data.add_point_write_conflict(key);
         });
     }
@@ -1060,7 +1060,7 @@ impl KvTransaction for MemoryTransaction {
                 return;
             }
             data.size += key.len();
-            data.points.insert(key.to_vec(), Point { base: Base::Cleared, ops: Vec::new() });
+            data.points.insert(StoredKey::from_slice(key), Point { base: Base::Cleared, ops: Vec::new() });
             data.add_point_write_conflict(key);
         });
     }
@@ -1070,13 +1070,13 @@ impl KvTransaction for MemoryTransaction {
             if begin >= end || !data.check_key(begin) || !data.check_key(end) {
                 return;
             }
-            let inside: Vec<Vec<u8>> = data
+            let inside: Vec<StoredKey> = data
                 .points
                 .range::<[u8], _>((Bound::Included(begin), Bound::Excluded(end)))
                 .map(|(k, _)| k.clone())
                 .collect();
             for key in inside {
-                data.points.remove(&key);
+                data.points.remove(key.as_slice());
             }
             data.cleared.push((begin.to_vec(), end.to_vec()));
             data.add_write_conflict(begin, end);
@@ -1117,8 +1117,10 @@ impl KvTransaction for MemoryTransaction {
                     return;
                 }
                 data.size += key.len() + bytes.len();
-                data.points
-                    .insert(key.to_vec(), Point { base: Base::Stamped(bytes.to_vec(), offset), ops: Vec::new() });
+                data.points.insert(
+                    StoredKey::from_slice(key),
+                    Point { base: Base::Stamped(bytes.to_vec(), offset), ops: Vec::new() },
+                );
                 data.add_point_write_conflict(key);
             }
             _ => {
@@ -1127,7 +1129,7 @@ impl KvTransaction for MemoryTransaction {
                 }
                 data.size += key.len() + param.len();
                 let cleared = data.in_cleared(key);
-                let point = data.points.entry(key.to_vec()).or_insert_with(|| Point {
+                let point = data.points.entry(StoredKey::from_slice(key)).or_insert_with(|| Point {
                     base: if cleared { Base::Cleared } else { Base::Unchanged },
                     ops: Vec::new(),
                 });
