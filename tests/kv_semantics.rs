@@ -432,6 +432,32 @@ async fn old_versions_are_collected() {
     assert_eq!(kv.stored_versions(), 2, "once no reader needs them, old versions go");
 }
 
+#[tokio::test]
+async fn with_no_other_transaction_live_a_write_keeps_only_what_it_wrote() {
+    let (kv, _clock) = store();
+    put(&kv, &[("k", "1"), ("gone", "x")]).await;
+    // A writer that read first (its own read version is live) and one that did not.
+    let t = kv.create_transaction().unwrap();
+    assert_eq!(t.get(b"k", false).await.unwrap(), Some(b"1".to_vec()));
+    t.set(b"k", b"2");
+    t.clear(b"gone");
+    t.clear(b"never-there");
+    t.commit().await.unwrap();
+    assert_eq!(kv.stored_versions(), 1, "no version hidden, no deletion, no clear of nothing kept");
+    assert_eq!(kv.key_count(), 1);
+    // With a reader live, what a write hides stays for it, and its write still conflicts.
+    let reader = kv.create_transaction().unwrap();
+    assert_eq!(reader.get(b"k", false).await.unwrap(), Some(b"2".to_vec()));
+    let t = kv.create_transaction().unwrap();
+    t.clear(b"k");
+    t.commit().await.unwrap();
+    assert_eq!(reader.get(b"k", true).await.unwrap(), Some(b"2".to_vec()), "its snapshot is kept");
+    reader.set(b"other", b"y");
+    assert_eq!(code(reader.commit().await), KvError::NOT_COMMITTED, "the deletion conflicts with its read");
+    assert_eq!(get(&kv, "k").await, None);
+    assert_eq!(get(&kv, "other").await, None);
+}
+
 #[derive(Debug)]
 enum AppError {
     Kv(KvError),

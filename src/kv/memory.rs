@@ -337,8 +337,18 @@ impl State {
             || self.range_log.iter().any(|(v, b, e)| *v > read_version && b.as_slice() < end && begin < e.as_slice())
     }
 
-    /// Checks and applies `writes` at a new version, returning it.
-    fn apply(&mut self, writes: Writes, now_version: Version) -> Result<CommitInfo, KvError> {
+    /// Whether no transaction holds a read version but the one committing, whose read
+    /// version (when it registered one) is `own`.
+    fn alone(&self, own: Option<Version>) -> bool {
+        match own {
+            Some(own) => self.live_reads.len() == 1 && self.live_reads.get(&own) == Some(&1),
+            None => self.live_reads.is_empty(),
+        }
+    }
+
+    /// Checks and applies `writes` at a new version, returning it. `own` is the read version
+    /// the committing transaction registered, if it did.
+    fn apply(&mut self, writes: Writes, now_version: Version, own: Option<Version>) -> Result<CommitInfo, KvError> {
         let version = now_version.max(self.version.max(self.newest_read) + 1);
         if version - writes.read_version > TRANSACTION_LIFE_VERSIONS_MAX {
             self.stats.too_old += 1;
@@ -356,6 +366,9 @@ impl State {
             self.stats.conflicts += 1;
             return Err(KvError::new(KvError::NOT_COMMITTED));
         }
+        // With no other transaction live, every later one reads at this version or after:
+        // none can read what a write hides, nor conflict with a write of this one.
+        let alone = self.alone(own);
         let mut stamp = [0u8; 10];
         stamp[..8].copy_from_slice(&version.to_be_bytes());
         for (begin, end) in &writes.cleared {
@@ -366,7 +379,7 @@ impl State {
                 .map(|(key, _)| key.clone())
                 .collect();
             for key in keys {
-                self.write_version(key, version, None);
+                self.write_version(key, version, None, alone);
             }
         }
         let stamped_value = writes.points.values().any(|p| matches!(p.base, Base::Stamped(..)));
@@ -380,18 +393,18 @@ impl State {
             for (op, param) in &point.ops {
                 value = atomic::apply(*op, value.as_deref(), param);
             }
-            self.write_version(key, version, value);
+            self.write_version(key, version, value, alone);
         }
         let stamped_key = !writes.stamped_keys.is_empty();
         for (bytes, offset, value) in writes.stamped_keys {
             let key = atomic::stamped(&bytes, offset, &stamp);
-            self.write_version(StoredKey::from_vec(key), version, Some(value));
+            self.write_version(StoredKey::from_vec(key), version, Some(value), alone);
         }
         for (begin, end) in writes.write_conflicts {
             if is_point_range(&begin, &end) {
                 // A conflict on one key: a version with its value unchanged.
                 let value = self.value_at(&begin, version).map(<[u8]>::to_vec);
-                self.write_version(StoredKey::from_vec(begin), version, value);
+                self.write_version(StoredKey::from_vec(begin), version, value, alone);
             } else {
                 self.range_log.push_back((version, begin, end));
             }
@@ -404,11 +417,31 @@ impl State {
     /// Adds a version of `key`, and schedules what collection may then do: drop the
     /// versions this one hides, or the key itself if this is a deletion. A new key with a
     /// value has nothing to collect (most writes: history, indexes), so it is not scheduled.
-    fn write_version(&mut self, key: StoredKey, version: Version, value: Option<Vec<u8>>) {
+    /// When the committing transaction is `alone`, nothing can read the hidden versions or
+    /// conflict with this one: the key keeps its new value only, and a deletion removes it
+    /// at once (what collection would do right after the commit anyway).
+    fn write_version(&mut self, key: StoredKey, version: Version, value: Option<Vec<u8>>, alone: bool) {
         if !self.watchers.is_empty() {
             self.fire_watchers(&key, value.as_deref());
         }
         let value = value.map(Vec::into_boxed_slice);
+        if alone {
+            match value {
+                None => {
+                    self.data.remove(&key);
+                }
+                Some(value) => match self.data.get_mut(&key) {
+                    Some(versions) => {
+                        versions.clear();
+                        versions.push((version, Some(value)));
+                    }
+                    None => {
+                        self.data.entry(key).or_insert_with(|| smallvec::smallvec![(version, Some(value))]);
+                    }
+                },
+            }
+            return;
+        }
         match self.data.entry(key) {
             std::collections::btree_map::Entry::Occupied(mut versions) => {
                 let key = versions.key().clone();
@@ -602,7 +635,7 @@ impl MemoryKv {
         for late in due {
             let now_version = self.now_version(state);
             let read_version = late.writes.read_version;
-            match state.apply(late.writes, now_version) {
+            match state.apply(late.writes, now_version, Some(read_version)) {
                 Ok(_) => state.stats.late_landed += 1,
                 Err(_) => state.stats.late_dropped += 1,
             }
@@ -1279,7 +1312,7 @@ impl MemoryTransaction {
             state.late.push(LateCommit { land_at, writes });
             return Err(KvError::new(KvError::TRANSACTION_TIMED_OUT));
         }
-        let info = state.apply(writes, now_version)?;
+        let info = state.apply(writes, now_version, data.read_version)?;
         if state.chance(faults.unknown_result_committed) {
             state.stats.unknown_committed += 1;
             return Err(KvError::new(KvError::COMMIT_UNKNOWN_RESULT));
