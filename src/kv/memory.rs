@@ -355,14 +355,18 @@ impl State {
             return Err(KvError::new(KvError::TRANSACTION_TOO_OLD));
         }
         let rv = writes.read_version;
-        let point_conflict = writes.read_points.iter().any(|key| {
-            self.last_write(key).is_some_and(|v| v > rv)
-                || self
-                    .range_log
-                    .iter()
-                    .any(|(v, b, e)| *v > rv && b.as_slice() <= key.as_slice() && key.as_slice() < e.as_slice())
-        });
-        if point_conflict || writes.read_conflicts.iter().any(|(b, e)| self.conflicts(rv, b, e)) {
+        // Nothing committed since the read version (every commit lands after the newest
+        // read version handed out): nothing to conflict with, no need to look.
+        let written_since = self.version > rv;
+        let point_conflict = written_since
+            && writes.read_points.iter().any(|key| {
+                self.last_write(key).is_some_and(|v| v > rv)
+                    || self
+                        .range_log
+                        .iter()
+                        .any(|(v, b, e)| *v > rv && b.as_slice() <= key.as_slice() && key.as_slice() < e.as_slice())
+            });
+        if point_conflict || (written_since && writes.read_conflicts.iter().any(|(b, e)| self.conflicts(rv, b, e))) {
             self.stats.conflicts += 1;
             return Err(KvError::new(KvError::NOT_COMMITTED));
         }
