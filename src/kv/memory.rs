@@ -429,24 +429,17 @@ impl State {
             self.fire_watchers(&key, value.as_deref());
         }
         let value = value.map(Vec::into_boxed_slice);
-        if alone {
-            match value {
-                None => {
-                    self.data.remove(&key);
-                }
-                Some(value) => match self.data.get_mut(&key) {
-                    Some(versions) => {
-                        versions.clear();
-                        versions.push((version, Some(value)));
-                    }
-                    None => {
-                        self.data.entry(key).or_insert_with(|| smallvec::smallvec![(version, Some(value))]);
-                    }
-                },
-            }
-            return;
-        }
         match self.data.entry(key) {
+            std::collections::btree_map::Entry::Occupied(mut versions) if alone => match value {
+                Some(value) => {
+                    let versions = versions.get_mut();
+                    versions.clear();
+                    versions.push((version, Some(value)));
+                }
+                None => {
+                    versions.remove();
+                }
+            },
             std::collections::btree_map::Entry::Occupied(mut versions) => {
                 let key = versions.key().clone();
                 versions.get_mut().push((version, value));
@@ -454,6 +447,9 @@ impl State {
             }
             std::collections::btree_map::Entry::Vacant(slot) => {
                 if value.is_none() {
+                    if alone {
+                        return;
+                    }
                     self.expiry.push_back((version, slot.key().clone()));
                 }
                 slot.insert(smallvec::smallvec![(version, value)]);
