@@ -141,7 +141,8 @@ struct Shared {
 
 /// A key's recent versions, oldest first; `None` is a deletion. The newest version is
 /// also the key's latest committed write, which is what conflict checks ask (a write
-/// that changes nothing readable, such as clearing an absent key, still adds a version).
+/// that changes nothing readable, such as clearing an absent key, still adds a version
+/// while another transaction is live to conflict with it).
 /// Most keys have one version (history and index entries are written once): it is kept
 /// inline, without an allocation of its own.
 type Versions = smallvec::SmallVec<[(Version, Option<Box<[u8]>>); 1]>;
