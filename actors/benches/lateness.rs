@@ -417,6 +417,17 @@ fn main() {
         where_the_time_goes(ours.cpu_per_fire_us, ours.engine_per_fire_us),
         cpu_text(peer.cpu_per_fire_us)
     );
+    if ours.cpu_per_fire_us.is_finite() {
+        // The most the workers could run at this cost, all of them busy all the time: what
+        // the work per fire allows, apart from how it is spread over the cores.
+        let ceiling = workers as f64 * 1e6 / ours.cpu_per_fire_us;
+        println!(
+            "ceiling: {workers} workers at {:.1} µs per fire run at most {ceiling:.0} fires/s; {load} fires/s \
+             needs at most {:.1} µs per fire",
+            ours.cpu_per_fire_us,
+            workers as f64 * 1e6 / load as f64
+        );
+    }
     // What an actor per run costs at least, whatever the run does: the part of "the rest"
     // no change inside sundial removes.
     let floor = runtime.block_on(actor_floor(200_000));
