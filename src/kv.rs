@@ -24,6 +24,7 @@
 pub mod atomic;
 mod key_map;
 pub mod memory;
+mod write_set;
 
 use std::borrow::Cow;
 use std::fmt;

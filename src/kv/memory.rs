@@ -32,7 +32,6 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::future::Future;
-use std::ops::Bound;
 use std::sync::Arc;
 
 // Every transaction of every client takes the store's one lock: parking_lot's hands it
@@ -44,6 +43,7 @@ use std::time::Duration;
 
 use super::atomic::{self, AtomicOp};
 use super::key_map::KeyMap;
+use super::write_set::WriteSet;
 use super::{
     key_after, CommitInfo, Kv, KvError, KvTransaction, RangeRequest, RangeResult, Version, KEY_SIZE_MAX,
     TRANSACTION_LIFE_VERSIONS_MAX, TRANSACTION_SIZE_MAX, VALUE_SIZE_MAX,
@@ -176,6 +176,10 @@ struct State {
     stats: MemoryKvStats,
     /// Armed watches by key: the value each watcher saw, and how to tell it.
     watchers: BTreeMap<Vec<u8>, Vec<Watcher>>,
+    /// While a commit applies its point writes (in the order they were made): the watches
+    /// they fire, told in key order once all are applied, so that which watcher's task
+    /// wakes first does not depend on the order of a transaction's writes.
+    held_notices: Option<Vec<(Vec<u8>, WatchSender)>>,
 }
 
 /// An armed watch: fires when its key's latest value is no longer `seen`.
@@ -200,7 +204,7 @@ struct Writes {
     read_conflicts: Vec<(Vec<u8>, Vec<u8>)>,
     write_conflicts: Vec<(Vec<u8>, Vec<u8>)>,
     cleared: Vec<(Vec<u8>, Vec<u8>)>,
-    points: BTreeMap<StoredKey, Point>,
+    points: WriteSet<StoredKey, Point>,
     stamped_keys: Vec<(Vec<u8>, usize, Vec<u8>)>,
 }
 
@@ -388,7 +392,10 @@ impl State {
             }
         }
         let stamped_value = writes.points.values().any(|p| matches!(p.base, Base::Stamped(..)));
-        for (key, point) in writes.points {
+        if !self.watchers.is_empty() {
+            self.held_notices = Some(Vec::new());
+        }
+        for (key, point) in writes.points.into_entries() {
             let mut value = match point.base {
                 Base::Unchanged => self.value_at(&key, version).map(<[u8]>::to_vec),
                 Base::Set(value) => Some(value),
@@ -399,6 +406,13 @@ impl State {
                 value = atomic::apply(*op, value.as_deref(), param);
             }
             self.write_version(key, version, value, alone);
+        }
+        if let Some(mut held) = self.held_notices.take() {
+            // Stable: a key's watchers in the order they were armed.
+            held.sort_by(|(a, _), (b, _)| a.cmp(b));
+            for (_, notify) in held {
+                let _ = notify.send(Ok(()));
+            }
         }
         let stamped_key = !writes.stamped_keys.is_empty();
         for (bytes, offset, value) in writes.stamped_keys {
@@ -464,6 +478,8 @@ impl State {
         for watcher in std::mem::take(watchers) {
             if watcher.seen.as_deref() == value {
                 watchers.push(watcher);
+            } else if let Some(held) = &mut self.held_notices {
+                held.push((key.to_vec(), watcher.notify));
             } else {
                 let _ = watcher.notify.send(Ok(()));
             }
@@ -530,6 +546,7 @@ impl MemoryKv {
             partitioned: BTreeSet::new(),
             late: Vec::new(),
             watchers: BTreeMap::new(),
+            held_notices: None,
             stats: MemoryKvStats::default(),
         };
         let shared =
@@ -699,7 +716,7 @@ impl Drop for TxnInner {
 #[derive(Default)]
 struct TxnData {
     read_version: Option<Version>,
-    points: BTreeMap<StoredKey, Point>,
+    points: WriteSet<StoredKey, Point>,
     cleared: Vec<(Vec<u8>, Vec<u8>)>,
     stamped_keys: Vec<(Vec<u8>, usize, Vec<u8>)>,
     unreadable: Vec<(Vec<u8>, Vec<u8>)>,
@@ -746,7 +763,8 @@ impl TxnData {
             self.cleared.iter().filter(|r| overlaps(r, begin, end)).cloned().collect();
         ranges.extend(
             self.points
-                .range::<[u8], _>((Bound::Included(begin), Bound::Excluded(end)))
+                .range(begin, end)
+                .into_iter()
                 .filter(|(_, p)| p.is_independent())
                 .map(|(k, _)| (k.to_vec(), key_after(k))),
         );
@@ -827,8 +845,7 @@ impl TxnData {
     /// Whether nothing this transaction wrote lies in `[begin, end)`: the stored values
     /// are what it reads there.
     fn untouched(&self, begin: &[u8], end: &[u8]) -> bool {
-        self.points.range::<[u8], _>((Bound::Included(begin), Bound::Excluded(end))).next().is_none()
-            && !self.cleared.iter().any(|r| overlaps(r, begin, end))
+        self.points.none_in(begin, end) && !self.cleared.iter().any(|r| overlaps(r, begin, end))
     }
 
     /// `requests` read in order, each as [`get_range`](Self::get_range) reads it. Forward
@@ -896,12 +913,13 @@ impl TxnData {
             return Ok(self.conflict_on_range(request, snapshot, pairs, more));
         }
         let limit = request.limit.unwrap_or(usize::MAX);
-        let range = (Bound::Included(begin), Bound::Excluded(end));
         let mut pairs = Vec::with_capacity(limit.min(16));
         let mut more = false;
         // Merge stored keys with this transaction's point writes, in order. A stored
         // key comes with its versions, so it is not looked up again.
-        let written = self.points.range::<[u8], _>(range).map(|(k, _)| (k.as_slice(), None));
+        self.points.settle();
+        let written = self.points.range(begin, end);
+        let written = written.into_iter().map(|(k, _)| (k.as_slice(), None));
         let keys: Box<dyn Iterator<Item = (&[u8], Option<&Versions>)>> = if request.reverse {
             let stored = state.data.before(end);
             let stored = stored.map(|(k, v)| (k.as_slice(), Some(v))).take_while(|(k, _)| *k >= begin);
@@ -1104,14 +1122,7 @@ impl KvTransaction for MemoryTransaction {
             if begin >= end || !data.check_key(begin) || !data.check_key(end) {
                 return;
             }
-            let inside: Vec<StoredKey> = data
-                .points
-                .range::<[u8], _>((Bound::Included(begin), Bound::Excluded(end)))
-                .map(|(k, _)| k.clone())
-                .collect();
-            for key in inside {
-                data.points.remove(key.as_slice());
-            }
+            data.points.remove_range(begin, end);
             data.cleared.push((begin.to_vec(), end.to_vec()));
             data.add_write_conflict(begin, end);
         });
@@ -1163,7 +1174,7 @@ impl KvTransaction for MemoryTransaction {
                 }
                 data.size += key.len() + param.len();
                 let cleared = data.in_cleared(key);
-                let point = data.points.entry(StoredKey::from_slice(key)).or_insert_with(|| Point {
+                let point = data.points.get_or_insert_with(StoredKey::from_slice(key), || Point {
                     base: if cleared { Base::Cleared } else { Base::Unchanged },
                     ops: Vec::new(),
                 });
