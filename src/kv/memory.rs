@@ -176,7 +176,7 @@ struct State {
     stats: MemoryKvStats,
     /// Armed watches by key: the value each watcher saw, and how to tell it.
     watchers: BTreeMap<Vec<u8>, Vec<Watcher>>,
-    /// While a commit applies its point writes (in the order they were made): the watches
+    /// While a commit applies its point writes (in the order the transaction kept them): the watches
     /// they fire, told in key order once all are applied, so that which watcher's task
     /// wakes first does not depend on the order of a transaction's writes.
     held_notices: Option<Vec<(Vec<u8>, WatchSender)>>,
@@ -775,6 +775,7 @@ impl TxnData {
         if begin >= end {
             return;
         }
+        self.points.settle();
         let written = self.written_ranges(begin, end);
         for piece in subtract(begin, end, &written) {
             self.size += piece.0.len() + piece.1.len();
@@ -844,7 +845,8 @@ impl TxnData {
 
     /// Whether nothing this transaction wrote lies in `[begin, end)`: the stored values
     /// are what it reads there.
-    fn untouched(&self, begin: &[u8], end: &[u8]) -> bool {
+    fn untouched(&mut self, begin: &[u8], end: &[u8]) -> bool {
+        self.points.settle();
         self.points.none_in(begin, end) && !self.cleared.iter().any(|r| overlaps(r, begin, end))
     }
 

@@ -1,42 +1,45 @@
-//! A transaction's buffered point writes, found by hash and put in key order only when
-//! something needs order.
+//! A transaction's buffered point writes, found by hash, with an ordered index of their
+//! keys built only for a transaction that reads ranges over many of them.
 //!
-//! An acquisition of 2,000 fires buffers some 12,000 writes, and reads few of them back
-//! in order (its range reads mostly come before its writes). In a B-tree each buffered
-//! write cost a search from the root, about 1,100 instructions at that size; here it is a
-//! hash and a probe. Order is kept as a sorted prefix and a tail of entries added since:
-//! a range read binary-searches the prefix and scans the tail, and the whole is sorted
-//! when the tail grows long ([`WriteSet::settle`]) or a range is removed. A commit takes
-//! the writes as they are kept ([`WriteSet::into_entries`]): sorting 12,000 of them cost
-//! more than the B-tree did, and applying them needs no order (the store tells the
-//! watches they fire in key order itself).
+//! An acquisition of 2,000 fires buffers some 12,000 writes and reads no range over them
+//! (its range reads come before its writes). In a B-tree each buffered write cost a search
+//! from the root, about 1,100 instructions at that size; here it is a hash and a probe. A
+//! range read over a few writes scans them; once a transaction holding more than
+//! [`SCAN_MAX`] writes reads a range ([`WriteSet::settle`]), their keys go into a B-tree
+//! too, kept from then on, so such a transaction (a batch of completions unblocking
+//! triggers one job after another) pays about what it paid before, never a scan per read.
+//! A commit takes the writes in the order they were made ([`WriteSet::into_entries`]):
+//! sorting 12,000 of them cost more than the B-tree had, and applying them needs no order
+//! (the store tells the watches they fire in key order itself).
 
 use std::borrow::Borrow;
+use std::collections::BTreeSet;
 use std::hash::Hash;
+use std::ops::Bound;
 
 use indexmap::map::{Entry, IndexMap};
 use rustc_hash::FxBuildHasher;
 
-/// Entries added since the last sort that a range read scans rather than sorting first.
-const TAIL_MAX: usize = 64;
+/// Writes a range read scans rather than building the ordered index of their keys.
+const SCAN_MAX: usize = 64;
 
 /// Point writes by key: insertion and lookup by hash, ranges in key order.
 pub(super) struct WriteSet<K, V> {
+    /// In the order the keys were first written.
     map: IndexMap<K, V, FxBuildHasher>,
-    /// Entries `..sorted` are in ascending key order; those after were added since, in
-    /// any order.
-    sorted: usize,
+    /// Every key of `map`, once a range read asked for it over more than `SCAN_MAX`.
+    ordered: Option<BTreeSet<K>>,
 }
 
 impl<K, V> Default for WriteSet<K, V> {
     fn default() -> Self {
-        Self { map: IndexMap::default(), sorted: 0 }
+        Self { map: IndexMap::default(), ordered: None }
     }
 }
 
 impl<K, V> WriteSet<K, V>
 where
-    K: Hash + Eq + Borrow<[u8]>,
+    K: Hash + Ord + Clone + Borrow<[u8]>,
 {
     pub(super) fn is_empty(&self) -> bool {
         self.map.is_empty()
@@ -48,101 +51,94 @@ where
 
     /// Sets `key`'s entry to `value`.
     pub(super) fn insert(&mut self, key: K, value: V) {
-        self.map.insert(key, value);
-        self.note_appended();
+        match self.map.entry(key) {
+            Entry::Occupied(mut entry) => {
+                entry.insert(value);
+            }
+            Entry::Vacant(entry) => {
+                if let Some(ordered) = &mut self.ordered {
+                    ordered.insert(entry.key().clone());
+                }
+                entry.insert(value);
+            }
+        }
     }
 
     /// `key`'s entry, made by `make` when there is none.
     pub(super) fn get_or_insert_with(&mut self, key: K, make: impl FnOnce() -> V) -> &mut V {
-        let index = match self.map.entry(key) {
-            Entry::Occupied(entry) => entry.index(),
+        match self.map.entry(key) {
+            Entry::Occupied(entry) => entry.into_mut(),
             Entry::Vacant(entry) => {
-                let index = entry.index();
-                entry.insert(make());
-                index
-            }
-        };
-        self.note_appended();
-        &mut self.map[index]
-    }
-
-    /// Extends the sorted prefix over a last entry that follows it in key order (writes in
-    /// ascending order never need a sort).
-    fn note_appended(&mut self) {
-        let len = self.map.len();
-        if self.sorted + 1 == len {
-            let in_order = len < 2 || self.key_at(len - 2) < self.key_at(len - 1);
-            if in_order {
-                self.sorted = len;
+                if let Some(ordered) = &mut self.ordered {
+                    ordered.insert(entry.key().clone());
+                }
+                entry.insert(make())
             }
         }
     }
 
-    fn key_at(&self, index: usize) -> &[u8] {
-        self.map.get_index(index).map_or(&[], |(key, _)| key.borrow())
-    }
-
-    /// Sorts when the unsorted tail has grown long enough that scanning it at every range
-    /// read costs more than sorting once. Only speed depends on it.
+    /// Builds the ordered index of the keys when they are too many to scan at every range
+    /// read. Only speed depends on it: [`range`](Self::range) and
+    /// [`none_in`](Self::none_in) are right either way.
     pub(super) fn settle(&mut self) {
-        if self.map.len() - self.sorted > TAIL_MAX {
-            self.sort();
+        if self.ordered.is_none() && self.map.len() > SCAN_MAX {
+            self.ordered = Some(self.map.keys().cloned().collect());
         }
-    }
-
-    fn sort(&mut self) {
-        self.map.sort_unstable_by(|a, _, b, _| a.borrow().cmp(b.borrow()));
-        self.sorted = self.map.len();
     }
 
     /// The entries with keys in `[begin, end)`, ascending.
     pub(super) fn range(&self, begin: &[u8], end: &[u8]) -> Vec<(&K, &V)> {
-        let entries = self.map.as_slice();
-        let prefix = &entries[..self.sorted];
-        let first = prefix.partition_point(|key, _| key.borrow() < begin);
-        let last = first + prefix[first..].partition_point(|key, _| key.borrow() < end);
-        let mut found: Vec<(&K, &V)> = prefix[first..last].iter().collect();
-        let before = found.len();
-        found.extend(entries[self.sorted..].iter().filter(|(key, _)| {
-            let key: &[u8] = (*key).borrow();
-            begin <= key && key < end
-        }));
-        if found.len() > before {
-            found.sort_unstable_by(|(a, _), (b, _)| (*a).borrow().cmp((*b).borrow()));
+        if begin >= end {
+            return Vec::new();
         }
-        found
+        match &self.ordered {
+            Some(ordered) => ordered
+                .range::<[u8], _>((Bound::Included(begin), Bound::Excluded(end)))
+                .filter_map(|key| self.map.get_key_value(key.borrow()))
+                .collect(),
+            None => {
+                let mut found: Vec<(&K, &V)> = self.map.iter().filter(|(key, _)| inside(*key, begin, end)).collect();
+                found.sort_unstable_by_key(|(key, _)| *key);
+                found
+            }
+        }
     }
 
     /// Whether no entry has a key in `[begin, end)`.
     pub(super) fn none_in(&self, begin: &[u8], end: &[u8]) -> bool {
-        let prefix = &self.map.as_slice()[..self.sorted];
-        let first = prefix.partition_point(|key, _| key.borrow() < begin);
-        let prefix_empty = prefix.get_index(first).is_none_or(|(key, _)| key.borrow() >= end);
-        prefix_empty
-            && self.map.as_slice()[self.sorted..].iter().all(|(key, _)| {
-                let key: &[u8] = key.borrow();
-                key < begin || end <= key
-            })
+        if begin >= end {
+            return true;
+        }
+        match &self.ordered {
+            Some(ordered) => ordered.range::<[u8], _>((Bound::Included(begin), Bound::Excluded(end))).next().is_none(),
+            None => !self.map.keys().any(|key| inside(key, begin, end)),
+        }
     }
 
-    /// Removes the entries with keys in `[begin, end)`.
+    /// Removes the entries with keys in `[begin, end)`, keeping the others' order.
     pub(super) fn remove_range(&mut self, begin: &[u8], end: &[u8]) {
-        self.sort();
-        let prefix = self.map.as_slice();
-        let first = prefix.partition_point(|key, _| key.borrow() < begin);
-        let last = first + prefix[first..].partition_point(|key, _| key.borrow() < end);
-        self.map.drain(first..last);
-        self.sorted = self.map.len();
+        if begin >= end {
+            return;
+        }
+        self.map.retain(|key, _| !inside(key, begin, end));
+        if let Some(ordered) = &mut self.ordered {
+            ordered.retain(|key| !inside(key, begin, end));
+        }
     }
 
     pub(super) fn values(&self) -> impl Iterator<Item = &V> {
         self.map.values()
     }
 
-    /// Every entry, in the order they are kept (first written first, unless sorted).
+    /// Every entry, in the order its key was first written.
     pub(super) fn into_entries(self) -> impl Iterator<Item = (K, V)> {
         self.map.into_iter()
     }
+}
+
+fn inside<K: Borrow<[u8]>>(key: &K, begin: &[u8], end: &[u8]) -> bool {
+    let key: &[u8] = key.borrow();
+    begin <= key && key < end
 }
 
 #[cfg(test)]
@@ -212,16 +208,24 @@ mod tests {
     }
 
     #[test]
-    fn writes_in_ascending_order_stay_sorted_without_a_sort() {
-        let mut set: WriteSet<Vec<u8>, ()> = WriteSet::default();
-        for n in 0..100u8 {
-            set.insert(vec![n], ());
+    fn the_ordered_index_is_built_only_past_the_scan_limit_and_kept_after() {
+        let mut set: WriteSet<Vec<u8>, u8> = WriteSet::default();
+        for n in (0..SCAN_MAX as u8).rev() {
+            set.insert(vec![n], n);
         }
-        assert_eq!(set.sorted, 100);
-        set.insert(vec![50], ());
-        assert_eq!(set.sorted, 100, "rewriting a key keeps its place");
-        set.insert(vec![0, 1], ());
-        assert_eq!(set.sorted, 100, "a key out of order starts the tail");
-        assert_eq!(set.range(&[0], &[1]).len(), 2, "the tail is read too");
+        set.settle();
+        assert!(set.ordered.is_none(), "a few writes are scanned");
+        assert_eq!(set.range(&[1], &[4]), [(&vec![1], &1), (&vec![2], &2), (&vec![3], &3)]);
+        set.insert(vec![200], 200);
+        set.settle();
+        assert!(set.ordered.is_some(), "more are indexed");
+        set.insert(vec![100, 1], 7);
+        set.insert(vec![3], 30);
+        assert_eq!(set.range(&[3], &[4]), [(&vec![3], &30)], "a rewrite is seen");
+        assert_eq!(set.range(&[64], &[201]), [(&vec![100, 1], &7), (&vec![200], &200)], "later writes are indexed too");
+        set.remove_range(&[0], &[100]);
+        assert_eq!(set.range(&[0], &[255]), [(&vec![100, 1], &7), (&vec![200], &200)]);
+        let order: Vec<Vec<u8>> = set.into_entries().map(|(key, _)| key).collect();
+        assert_eq!(order, [vec![200], vec![100, 1]], "entries come in the order they were first written");
     }
 }
