@@ -157,7 +157,9 @@ impl KvError {
 }
 
 /// A range read: keys in `[begin, end)`, at most `limit` of them (`None` = all), in
-/// descending order when `reverse`.
+/// descending order when `reverse`. A limit of 0, or `begin >= end`, reads nothing (and
+/// adds no read conflict); likewise clearing or adding a conflict over `begin >= end` does
+/// nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RangeRequest {
     /// First key, inclusive.

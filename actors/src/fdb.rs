@@ -144,6 +144,11 @@ impl KvTransaction for FdbTransaction {
         let this = self.clone();
         let request = request.clone();
         async move {
+            // The contract's empty reads, which FoundationDB's client would not give: it
+            // takes a limit of 0 for "no limit" and refuses an inverted range (2005).
+            if request.begin >= request.end || request.limit == Some(0) {
+                return Ok(RangeResult::default());
+            }
             let mut option = RangeOption::from((request.begin.as_slice(), request.end.as_slice()));
             option.limit = request.limit;
             option.reverse = request.reverse;
@@ -177,7 +182,10 @@ impl KvTransaction for FdbTransaction {
     }
 
     fn clear_range(&self, begin: &[u8], end: &[u8]) {
-        self.write(|t| t.clear_range(begin, end));
+        // An empty or inverted range clears nothing (FoundationDB refuses the inverted one).
+        if begin < end {
+            self.write(|t| t.clear_range(begin, end));
+        }
     }
 
     fn atomic_op(&self, key: &[u8], param: &[u8], op: AtomicOp) {
@@ -235,6 +243,10 @@ impl KvTransaction for FdbTransaction {
 
 impl FdbTransaction {
     fn add_conflict(&self, begin: &[u8], end: &[u8], kind: ConflictRangeType) {
+        // An empty or inverted range adds no conflict (FoundationDB refuses the inverted one).
+        if begin >= end {
+            return;
+        }
         let mut inner = self.lock();
         let result = inner.txn.as_ref().map(|t| t.add_conflict_range(begin, end, kind));
         if let Some(Err(e)) = result {

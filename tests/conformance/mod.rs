@@ -67,6 +67,7 @@ macro_rules! for_each_scenario {
             oversized_inputs_are_refused_and_never_wedge_the_store,
             data_heavy_batches_are_split_to_fit_a_transaction,
             external_fires_run_once_through_the_execution_coordinator,
+            zero_limits_and_empty_ranges_read_and_clear_nothing,
         );
     };
 }
@@ -1451,4 +1452,61 @@ pub(crate) async fn external_fires_run_once_through_the_execution_coordinator<K:
     a.succeed(&running).await.unwrap();
     let next = b.try_begin(&fire("report", secs(60), UniqueMode::PerJob)).await.unwrap();
     assert!(matches!(next, Decision::Granted(_)), "the job is free once its run ended: {next:?}");
+}
+
+/// Reads and writes over ranges that hold nothing by construction act alike on every
+/// `Kv`: a limit of 0 and an empty or inverted range read nothing, and clearing or
+/// adding a conflict over one changes nothing (FoundationDB's own client takes a limit of
+/// 0 for "no limit" and refuses an inverted range).
+pub(crate) async fn zero_limits_and_empty_ranges_read_and_clear_nothing<K: Kv>(store: &KvJobStore<K>) {
+    use sundial::kv::{run, KvError, RangeRequest};
+    let (root, _) = store.keys().all();
+    let key = |name: &str| [root.as_slice(), b"\x00kv-edges/", name.as_bytes()].concat();
+    let (a, b, c, end) = (key("a"), key("b"), key("c"), key("d"));
+    let kv = store.kv();
+    run(kv, RetryOptions::default(), |txn, _| {
+        let keys = [a.clone(), b.clone(), c.clone()];
+        async move {
+            for key in &keys {
+                txn.set(key, b"v");
+            }
+            Ok::<_, KvError>(())
+        }
+    })
+    .await
+    .unwrap();
+    let requests = [
+        RangeRequest::new(a.clone(), end.clone()).limit(0),
+        RangeRequest::new(a.clone(), end.clone()).limit(0).reversed(),
+        RangeRequest::new(b.clone(), b.clone()),
+        RangeRequest::new(c.clone(), a.clone()),
+        RangeRequest::new(c.clone(), a.clone()).reversed(),
+    ];
+    for snapshot in [false, true] {
+        let read = run(kv, RetryOptions::default(), |txn, _| {
+            let (requests, a, b, c) = (requests.clone(), a.clone(), b.clone(), c.clone());
+            async move {
+                let mut pairs = Vec::new();
+                for request in &requests {
+                    pairs.push(txn.get_range(request, snapshot).await?.pairs);
+                }
+                txn.clear_range(&c, &a);
+                txn.clear_range(&b, &b);
+                txn.add_read_conflict_range(&c, &a);
+                txn.add_write_conflict_range(&c, &a);
+                Ok::<_, KvError>(pairs)
+            }
+        })
+        .await
+        .unwrap();
+        assert!(read.iter().all(Vec::is_empty), "snapshot {snapshot}: {read:?}");
+    }
+    let left = run(kv, RetryOptions::default(), |txn, _| {
+        let request = RangeRequest::new(a.clone(), end.clone());
+        async move { Ok::<_, KvError>(txn.get_range(&request, false).await?.pairs) }
+    })
+    .await
+    .unwrap();
+    let keys: Vec<Vec<u8>> = left.into_iter().map(|(key, _)| key).collect();
+    assert_eq!(keys, vec![a, b, c], "nothing was cleared");
 }
