@@ -10,13 +10,21 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use foundationdb::options::{ConflictRangeType, MutationType, StreamingMode};
+use foundationdb::options::{ConflictRangeType, DatabaseOption, MutationType, StreamingMode, TransactionOption};
 use foundationdb::{Database, FdbError, RangeOption, Transaction};
 use parking_lot::Mutex;
 use sundial::kv::{AtomicOp, CommitInfo, Kv, KvError, KvTransaction, RangeRequest, RangeResult, Version};
 use sundial::time::{Clock, MonotonicInstant};
 
 pub use foundationdb;
+
+/// How long a transaction may wait on the cluster before it fails with
+/// `transaction_timed_out` (1031), the store's "unavailable": without a timeout,
+/// FoundationDB's client retries an unreachable cluster forever and the node would hang
+/// in its poll cycle, lease renewal or completion instead of handling the outage. Longer
+/// than the five seconds after which a live cluster fails a transaction with the
+/// retryable `transaction_too_old` (1007), so only a cluster that does not answer hits it.
+pub const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn kv_error(e: FdbError) -> KvError {
     KvError::with_message(e.code(), e.to_string())
@@ -36,13 +44,15 @@ impl std::fmt::Debug for FdbKv {
 }
 
 impl FdbKv {
-    /// Opens the cluster named by `cluster_file` (the default cluster file when `None`).
-    /// `clock` times retry timeouts.
+    /// Opens the cluster named by `cluster_file` (the default cluster file when `None`),
+    /// with [`TRANSACTION_TIMEOUT`] as every transaction's timeout. `clock` times retry
+    /// timeouts.
     ///
     /// # Errors
-    /// The client's error when the database cannot be opened.
+    /// The client's error when the database cannot be opened or the timeout not set.
     pub fn open(cluster_file: Option<&str>, clock: Arc<dyn Clock>) -> Result<Self, KvError> {
         let db = Database::new(cluster_file).map_err(kv_error)?;
+        db.set_option(DatabaseOption::TransactionTimeout(millis(TRANSACTION_TIMEOUT))).map_err(kv_error)?;
         Ok(Self { db: Arc::new(db), clock })
     }
 }
@@ -236,9 +246,16 @@ impl KvTransaction for FdbTransaction {
     }
 
     fn watch(&self, key: &[u8]) -> impl Future<Output = Result<(), KvError>> + Send + 'static {
-        let future = self.with(|t| t.watch(key));
-        async move { future?.await.map_err(kv_error) }
+        // A watch fails when its transaction's timeout passes, even after the commit that
+        // set it: a transaction that watches has none, so the watch waits for its key.
+        let future = self.with(|t| t.set_option(TransactionOption::Timeout(0)).map(|()| t.watch(key)));
+        async move { future?.map_err(kv_error)?.await.map_err(kv_error) }
     }
+}
+
+/// Whole milliseconds of `duration`, as FoundationDB's timeout options take them.
+fn millis(duration: Duration) -> i32 {
+    i32::try_from(duration.as_millis()).unwrap_or(i32::MAX)
 }
 
 impl FdbTransaction {
