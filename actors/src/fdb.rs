@@ -228,19 +228,30 @@ impl KvTransaction for FdbTransaction {
         async move {
             let (txn, stamped) = taken?;
             let stamp = stamped.then(|| txn.get_versionstamp());
+            // A commit needs a read version anyway, so asking for it costs nothing more.
+            let read_version = txn.get_read_version();
             let committed = txn.commit().await.map_err(|e| kv_error(FdbError::from(e)))?;
-            let version = committed.committed_version().map_err(kv_error)?;
+            let mut version = committed.committed_version().map_err(kv_error)?;
+            if version < 0 {
+                // FoundationDB reports -1 for a read-only transaction; the contract, its
+                // read version.
+                version = read_version.await.map_err(kv_error)?;
+            }
             let versionstamp = match stamp {
                 None => None,
                 Some(future) => {
                     let bytes = future.await.map_err(kv_error)?;
-                    let mut stamp = [0u8; 10];
-                    if bytes.len() == 10 {
-                        stamp.copy_from_slice(&bytes);
-                    }
+                    let stamp = <[u8; 10]>::try_from(&bytes[..]).map_err(|_| {
+                        KvError::with_message(
+                            KvError::CLIENT_INVALID_OPERATION,
+                            format!("a versionstamp of {} bytes, not 10", bytes.len()),
+                        )
+                    })?;
                     Some(stamp)
                 }
             };
+            // The transaction outlives the futures read from it above.
+            drop(committed);
             Ok(CommitInfo { version, versionstamp })
         }
     }
