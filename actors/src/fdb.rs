@@ -5,6 +5,11 @@
 //! network thread once per process with `foundationdb::boot()` (re-exported here as
 //! [`foundationdb`]; it is `unsafe`, and this workspace forbids unsafe code) and keeps its
 //! guard alive while the database is used.
+//!
+//! Where the client's answers differ from the [`Kv`] contract, the adapter gives the
+//! contract's: a transaction that waits on the cluster longer than [`TRANSACTION_TIMEOUT`]
+//! fails with 1031 (the client alone would retry forever), a range limited to 0 keys or
+//! inverted reads nothing, and a read-only commit reports its read version.
 
 use std::future::Future;
 use std::sync::Arc;
