@@ -5,10 +5,12 @@
 //!
 //! Loads: N triggers each firing every second = N fires/s, each measured for 5 s or as
 //! long as 1,000 fires take (100 s at 10 fires/s), so that a p99 is not the maximum of a
-//! few dozen fires. Also: 10,000 one-shot triggers due at the same instant, time until the
-//! last one started (the peer's are workers whose cron matches that one second); and, in
-//! the full run, 100,000 fires/s sustained for 20 s, then the CPU a bare ractor actor's
-//! whole life costs (the floor of an actor per run).
+//! few dozen fires; a load measured longer than 10 s alternates the two schedulers every
+//! 10 s, so that both meet the same phases of the machine. Also: 10,000 one-shot triggers
+//! due at the same instant, time until the last one started (the peer's are workers whose
+//! cron matches that one second); and, in the full run, 100,000 fires/s sustained for
+//! 20 s, then the CPU a bare ractor actor's whole life costs (the floor of an actor per
+//! run).
 //!
 //! Run: `cargo bench -p sundial-actors --bench lateness` (`-- --quick`: smaller, shorter;
 //! `-- --load N`: that cron load and the burst only; `-- --burst`: only the burst;
@@ -56,6 +58,9 @@ const WARM_UP_SECONDS: i64 = 2;
 /// decides it); 1,000 make the p99 the tenth latest.
 const MEASURED_FIRES: usize = 1_000;
 
+/// The longest stretch one scheduler is measured before the other's turn, seconds.
+const ROUND_SECONDS: i64 = 10;
+
 /// Whole seconds a cron load at `load` fires/s is measured: `base`, or as many as
 /// `fires` fires take.
 fn measured_seconds(load: usize, base: i64, fires: usize) -> i64 {
@@ -97,15 +102,52 @@ struct Summary {
     cpu_per_fire_us: f64,
     /// sundial only: time per fire in acquisition, completion and run actor starts, µs.
     engine_per_fire_us: Option<[f64; 3]>,
-    p50: f64,
-    p90: f64,
-    p99: f64,
-    max: f64,
+    /// Lateness of every fire of the measured seconds, µs, ascending.
+    lateness_us: Vec<i64>,
     missed: usize,
     duplicated: usize,
     /// Fires that ran per second the scheduler was running (warm-up included): at a load
     /// it cannot keep up with, how many fires per second it does run.
     ran_per_second: f64,
+}
+
+impl Summary {
+    /// The `p` quantile of lateness (0.5 the median, 1.0 the maximum), ms.
+    fn pct(&self, p: f64) -> f64 {
+        let index = ((self.lateness_us.len() as f64 - 1.0) * p).round() as usize;
+        self.lateness_us.get(index).map_or(f64::NAN, |us| *us as f64 / 1000.0)
+    }
+
+    /// One summary of the rounds of one load: lateness over all their fires, missed and
+    /// duplicated fires summed, the rest averaged over the fires each round ran.
+    fn merge(rounds: Vec<Summary>) -> Summary {
+        let fires: Vec<f64> = rounds.iter().map(|r| r.lateness_us.len() as f64).collect();
+        let weighted = |value: &dyn Fn(&Summary) -> f64| {
+            let (sum, weight) = rounds
+                .iter()
+                .zip(&fires)
+                .filter(|(r, _)| value(r).is_finite())
+                .fold((0.0, 0.0), |(sum, weight), (r, n)| (sum + value(r) * n, weight + n));
+            if weight > 0.0 {
+                sum / weight
+            } else {
+                f64::NAN
+            }
+        };
+        let engine_per_fire_us = rounds[0]
+            .engine_per_fire_us
+            .map(|_| [0, 1, 2].map(|i| weighted(&|r: &Summary| r.engine_per_fire_us.map_or(f64::NAN, |e| e[i]))));
+        let mut lateness_us: Vec<i64> = rounds.iter().flat_map(|r| r.lateness_us.iter().copied()).collect();
+        lateness_us.sort_unstable();
+        Summary {
+            cpu_per_fire_us: weighted(&|r: &Summary| r.cpu_per_fire_us),
+            engine_per_fire_us,
+            lateness_us,
+            missed: rounds.iter().map(|r| r.missed).sum(),
+            duplicated: rounds.iter().map(|r| r.duplicated).sum(),
+            ran_per_second: weighted(&|r: &Summary| r.ran_per_second),
+        }
+    }
 }
 
 /// The process's CPU time so far (user + system, all threads), from `/proc/self/stat`.
@@ -129,7 +171,7 @@ fn cpu_per_fire(before: Option<Duration>, after: Option<Duration>, fires: usize)
     }
 }
 
-/// Lateness percentiles (ms) over fires scheduled in `[from, to)`, against `expected` fires.
+/// The lateness of fires scheduled in `[from, to)`, against `expected` fires.
 fn summarize(records: &[(String, i64, i64)], from: i64, to: i64, expected: usize) -> Summary {
     let in_window: Vec<&(String, i64, i64)> = records.iter().filter(|(_, s, _)| (from..to).contains(s)).collect();
     let mut per_fire: BTreeMap<(&str, i64), usize> = BTreeMap::new();
@@ -138,18 +180,12 @@ fn summarize(records: &[(String, i64, i64)], from: i64, to: i64, expected: usize
     }
     let duplicated = per_fire.values().map(|n| n - 1).sum();
     let missed = expected.saturating_sub(per_fire.len());
-    let mut lateness: Vec<i64> = in_window.iter().map(|(_, _, l)| *l).collect();
-    lateness.sort_unstable();
-    let pct = |p: f64| {
-        lateness.get(((lateness.len() as f64 - 1.0) * p).round() as usize).map_or(f64::NAN, |us| *us as f64 / 1000.0)
-    };
+    let mut lateness_us: Vec<i64> = in_window.iter().map(|(_, _, l)| *l).collect();
+    lateness_us.sort_unstable();
     Summary {
         cpu_per_fire_us: f64::NAN,
         engine_per_fire_us: None,
-        p50: pct(0.5),
-        p90: pct(0.9),
-        p99: pct(0.99),
-        max: pct(1.0),
+        lateness_us,
         missed,
         duplicated,
         ran_per_second: f64::NAN,
@@ -386,25 +422,32 @@ fn main() {
     let mut cpu = Vec::new();
     for (i, &load) in loads.iter().enumerate() {
         let measured = measured_seconds(load, seconds, fires);
-        let ours = runtime.block_on(sundial_cron(load, measured, &format!("bench-{i}")));
-        let peer = runtime.block_on(apalis_cron(load, measured));
+        // A long measurement alternates the two in rounds, so that both meet the same
+        // phases of a machine whose timer wake-ups drift from minute to minute.
+        let (mut ours, mut peer) = (Vec::new(), Vec::new());
+        for round in 0..(measured + ROUND_SECONDS - 1) / ROUND_SECONDS {
+            let length = ROUND_SECONDS.min(measured - round * ROUND_SECONDS);
+            ours.push(runtime.block_on(sundial_cron(load, length, &format!("bench-{i}-{round}"))));
+            peer.push(runtime.block_on(apalis_cron(load, length)));
+        }
+        let (ours, peer) = (Summary::merge(ours), Summary::merge(peer));
         println!(
             "{:>8} {:>4} | {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>6} {:>4} | {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>6} {:>4} | {:>8.1}x",
             load,
             measured,
-            ours.p50,
-            ours.p90,
-            ours.p99,
-            ours.max,
+            ours.pct(0.5),
+            ours.pct(0.9),
+            ours.pct(0.99),
+            ours.pct(1.0),
             ours.missed,
             ours.duplicated,
-            peer.p50,
-            peer.p90,
-            peer.p99,
-            peer.max,
+            peer.pct(0.5),
+            peer.pct(0.9),
+            peer.pct(0.99),
+            peer.pct(1.0),
             peer.missed,
             peer.duplicated,
-            peer.p99 / ours.p99
+            peer.pct(0.99) / ours.pct(0.99)
         );
         cpu.push((load, ours.cpu_per_fire_us, ours.engine_per_fire_us, peer.cpu_per_fire_us));
     }
@@ -426,7 +469,13 @@ fn main() {
     for (name, s) in [("sundial", &ours), ("apalis", &peer)] {
         println!(
             "{name:>8}: p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms, {} missed, {} duplicated; ran {:.0} fires/s",
-            s.p50, s.p90, s.p99, s.max, s.missed, s.duplicated, s.ran_per_second
+            s.pct(0.5),
+            s.pct(0.9),
+            s.pct(0.99),
+            s.pct(1.0),
+            s.missed,
+            s.duplicated,
+            s.ran_per_second
         );
     }
     println!(
