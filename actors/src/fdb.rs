@@ -233,7 +233,8 @@ impl KvTransaction for FdbTransaction {
         async move {
             let (txn, stamped) = taken?;
             let stamp = stamped.then(|| txn.get_versionstamp());
-            // A commit needs a read version anyway, so asking for it costs nothing more.
+            // Asked before the commit takes the transaction: the version its reads used
+            // (nothing more to fetch), or for a blind write one more read-version request.
             let read_version = txn.get_read_version();
             let committed = txn.commit().await.map_err(|e| kv_error(FdbError::from(e)))?;
             let mut version = committed.committed_version().map_err(kv_error)?;
