@@ -15,7 +15,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use foundationdb::options::{ConflictRangeType, DatabaseOption, MutationType, StreamingMode, TransactionOption};
+use foundationdb::options::{ConflictRangeType, DatabaseOption, MutationType, StreamingMode};
 use foundationdb::{Database, FdbError, RangeOption, Transaction};
 use parking_lot::Mutex;
 use sundial::kv::{AtomicOp, CommitInfo, Kv, KvError, KvTransaction, RangeRequest, RangeResult, Version};
@@ -263,10 +263,11 @@ impl KvTransaction for FdbTransaction {
     }
 
     fn watch(&self, key: &[u8]) -> impl Future<Output = Result<(), KvError>> + Send + 'static {
-        // A watch fails when its transaction's timeout passes, even after the commit that
-        // set it: a transaction that watches has none, so the watch waits for its key.
-        let future = self.with(|t| t.set_option(TransactionOption::Timeout(0)).map(|()| t.watch(key)));
-        async move { future?.map_err(kv_error)?.await.map_err(kv_error) }
+        // The watch keeps its transaction's timeout, so arming it never waits forever on
+        // a cluster that does not answer; a watch that outlives the timeout fails, and
+        // the poller arms another at its next cycle (re-reading its shards meanwhile).
+        let future = self.with(|t| t.watch(key));
+        async move { future?.await.map_err(kv_error) }
     }
 }
 
