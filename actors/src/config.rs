@@ -1,7 +1,8 @@
 //! The `sundial` node's TOML config file (see `actors/sundial.example.toml`).
 //!
 //! ```toml
-//! [store]                 # kind = "memory" (default) or "fdb" with cluster_file
+//! [store]                 # kind = "memory" (default) or "fdb" with cluster_file and
+//!                         # transaction_timeout_seconds
 //! [leader]                # kind = "store" (default) or "kubernetes" (a Lease object)
 //! [scheduler]             # the options of SPEC §13
 //! [admin]                 # listen = "127.0.0.1:7600", token = "…"
@@ -19,6 +20,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Deserialize;
 use sundial::calendar::{Calendars, JobCalendar};
@@ -83,6 +85,10 @@ pub enum StoreConfig {
     Fdb {
         /// The cluster file; `None` uses FoundationDB's default lookup.
         cluster_file: Option<PathBuf>,
+        /// How long a transaction may wait on the cluster before the store reports it
+        /// unavailable (`transaction_timeout_seconds`, 1 to 3600); `None`: the adapter's
+        /// default, 10 s.
+        transaction_timeout: Option<Duration>,
     },
 }
 
@@ -194,6 +200,8 @@ struct StoreSection {
     cluster_file: Option<PathBuf>,
     #[serde(default)]
     max_runs: Option<u64>,
+    #[serde(default)]
+    transaction_timeout_seconds: Option<toml::Value>,
 }
 
 #[derive(Deserialize, Default)]
@@ -279,6 +287,24 @@ enum StoreKind {
     Fdb,
 }
 
+/// `[store] transaction_timeout_seconds`: shorter than a second would fail transactions a
+/// loaded cluster completes; longer than an hour would leave a node hanging on a cluster
+/// that stopped answering.
+fn transaction_timeout(value: &toml::Value) -> Result<Duration, ConfigError> {
+    let seconds = match value {
+        toml::Value::Integer(n) => *n as f64,
+        toml::Value::Float(x) => *x,
+        _ => f64::NAN,
+    };
+    if !(1.0..=3600.0).contains(&seconds) {
+        return Err(ConfigError::at(
+            "store.transaction_timeout_seconds",
+            format!("must be a number of seconds from 1 to 3600, got {value}"),
+        ));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AdminSection {
@@ -356,6 +382,12 @@ impl NodeFileConfig {
                         "only a store of kind \"fdb\" has a cluster file",
                     ));
                 }
+                if file.store.transaction_timeout_seconds.is_some() {
+                    return Err(ConfigError::at(
+                        "store.transaction_timeout_seconds",
+                        "only a store of kind \"fdb\" has transactions that wait on a cluster",
+                    ));
+                }
                 let max_runs = file.store.max_runs.unwrap_or(DEFAULT_MAX_RUNS);
                 if max_runs == 0 {
                     return Err(ConfigError::at("store.max_runs", "must be at least 1"));
@@ -366,6 +398,8 @@ impl NodeFileConfig {
                 if file.store.max_runs.is_some() {
                     return Err(ConfigError::at("store.max_runs", "only the memory store caps its history"));
                 }
+                let transaction_timeout =
+                    file.store.transaction_timeout_seconds.as_ref().map(transaction_timeout).transpose()?;
                 if !cfg!(feature = "fdb") {
                     return Err(ConfigError::at(
                         "store.kind",
@@ -373,7 +407,7 @@ impl NodeFileConfig {
                          (needs libfdb_c) or use kind = \"memory\"",
                     ));
                 }
-                StoreConfig::Fdb { cluster_file: file.store.cluster_file }
+                StoreConfig::Fdb { cluster_file: file.store.cluster_file, transaction_timeout }
             }
         };
         let leader = leader(file.leader)?;
@@ -526,6 +560,11 @@ mod tests {
         let cases = [
             ("[scheduler]\nmax_concurrent_runs = 0", "scheduler.max_concurrent_runs"),
             ("[store]\nkind = \"memory\"\ncluster_file = \"x\"", "store.cluster_file"),
+            ("[store]\ntransaction_timeout_seconds = 5", "store.transaction_timeout_seconds"),
+            ("[store]\nkind = \"fdb\"\ntransaction_timeout_seconds = 0", "store.transaction_timeout_seconds"),
+            ("[store]\nkind = \"fdb\"\ntransaction_timeout_seconds = 0.5", "store.transaction_timeout_seconds"),
+            ("[store]\nkind = \"fdb\"\ntransaction_timeout_seconds = 3601", "store.transaction_timeout_seconds"),
+            ("[store]\nkind = \"fdb\"\ntransaction_timeout_seconds = nan", "store.transaction_timeout_seconds"),
             ("[leader]\nlease_name = \"x\"", "leader.lease_name"),
             ("[leader]\nkind = \"kubernetes\"\nlease_name = \"Not_A_Name\"", "leader.lease_name"),
             ("[leader]\nkind = \"kubernetes\"\napi_url = \"http://127.0.0.1:8001\"", "leader.namespace"),
@@ -574,9 +613,31 @@ mod tests {
     fn fdb_without_the_feature_says_so() {
         let result = parse("[store]\nkind = \"fdb\"");
         if cfg!(feature = "fdb") {
-            assert!(result.is_ok());
+            assert_eq!(result.unwrap().store, StoreConfig::Fdb { cluster_file: None, transaction_timeout: None });
         } else {
             assert!(result.unwrap_err().problem.contains("without FoundationDB"));
         }
+    }
+
+    #[test]
+    fn an_fdb_store_takes_its_transaction_timeout_in_seconds() {
+        for (text, seconds) in [("1", 1.0), ("2.5", 2.5), ("3600", 3600.0)] {
+            let result = parse(&format!("[store]\nkind = \"fdb\"\ntransaction_timeout_seconds = {text}"));
+            if cfg!(feature = "fdb") {
+                let timeout = Some(Duration::from_secs_f64(seconds));
+                assert_eq!(
+                    result.unwrap().store,
+                    StoreConfig::Fdb { cluster_file: None, transaction_timeout: timeout }
+                );
+            } else {
+                // A valid timeout passes its own check and meets the build's refusal.
+                assert!(result.unwrap_err().problem.contains("without FoundationDB"), "{text}");
+            }
+        }
+        let bad = parse("[store]\nkind = \"fdb\"\ntransaction_timeout_seconds = 0").unwrap_err();
+        assert!(bad.problem.contains("from 1 to 3600, got 0"), "{bad}");
+        let text = parse("[store]\nkind = \"fdb\"\ntransaction_timeout_seconds = \"10s\"").unwrap_err();
+        assert_eq!(text.key.as_deref(), Some("store.transaction_timeout_seconds"));
+        assert!(text.problem.contains("got \"10s\""), "{text}");
     }
 }

@@ -7,8 +7,9 @@
 //! guard alive while the database is used.
 //!
 //! Where the client's answers differ from the [`Kv`] contract, the adapter gives the
-//! contract's: a transaction that waits on the cluster longer than [`TRANSACTION_TIMEOUT`]
-//! fails with 1031 (the client alone would retry forever), a range limited to 0 keys or
+//! contract's: a transaction that waits on the cluster longer than its timeout
+//! ([`TRANSACTION_TIMEOUT`] unless the host chose another) fails with 1031 (the client
+//! alone would retry forever), a range limited to 0 keys or
 //! inverted reads nothing, and a read-only commit reports its read version.
 
 use std::future::Future;
@@ -23,7 +24,9 @@ use sundial::time::{Clock, MonotonicInstant};
 
 pub use foundationdb;
 
-/// How long a transaction may wait on the cluster before it fails with
+/// How long a transaction may wait on the cluster, unless the host says otherwise
+/// ([`FdbKv::open_with_timeout`]; the node's `[store] transaction_timeout_seconds`), before
+/// it fails with
 /// `transaction_timed_out` (1031), the store's "unavailable": without a timeout,
 /// FoundationDB's client retries an unreachable cluster forever and the node would hang
 /// in its poll cycle, lease renewal or completion instead of handling the outage. Longer
@@ -56,8 +59,28 @@ impl FdbKv {
     /// # Errors
     /// The client's error when the database cannot be opened or the timeout not set.
     pub fn open(cluster_file: Option<&str>, clock: Arc<dyn Clock>) -> Result<Self, KvError> {
+        Self::open_with_timeout(cluster_file, TRANSACTION_TIMEOUT, clock)
+    }
+
+    /// As [`FdbKv::open`], with `timeout` as every transaction's timeout: a transaction
+    /// (its reads, its commit, or a watch it armed) that has not finished `timeout` after
+    /// it began fails with 1031, which the job store reports as unavailable. A timeout of
+    /// zero or beyond FoundationDB's limit (about 24 days) is refused rather than taken as
+    /// "no timeout".
+    ///
+    /// # Errors
+    /// [`KvError`] with code 2006 (`invalid_option_value`) for such a timeout; the
+    /// client's error when the database cannot be opened or the timeout not set.
+    pub fn open_with_timeout(
+        cluster_file: Option<&str>,
+        timeout: Duration,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, KvError> {
+        let millis = i32::try_from(timeout.as_millis()).ok().filter(|&ms| ms > 0).ok_or_else(|| {
+            KvError::with_message(2006, format!("a transaction timeout of {timeout:?} is not from 1 ms to 24 days"))
+        })?;
         let db = Database::new(cluster_file).map_err(kv_error)?;
-        db.set_option(DatabaseOption::TransactionTimeout(millis(TRANSACTION_TIMEOUT))).map_err(kv_error)?;
+        db.set_option(DatabaseOption::TransactionTimeout(millis)).map_err(kv_error)?;
         Ok(Self { db: Arc::new(db), clock })
     }
 }
@@ -269,11 +292,6 @@ impl KvTransaction for FdbTransaction {
         let future = self.with(|t| t.watch(key));
         async move { future?.await.map_err(kv_error) }
     }
-}
-
-/// Whole milliseconds of `duration`, as FoundationDB's timeout options take them.
-fn millis(duration: Duration) -> i32 {
-    i32::try_from(duration.as_millis()).unwrap_or(i32::MAX)
 }
 
 impl FdbTransaction {

@@ -207,13 +207,13 @@ async fn start(config: NodeFileConfig, demo: bool, origin: String) -> u8 {
             })
             .await
         }
-        StoreConfig::Fdb { cluster_file } => {
+        StoreConfig::Fdb { cluster_file, transaction_timeout } => {
             #[cfg(feature = "fdb")]
-            return start_fdb(config, registry, node_id, clock, entropy, cluster_file).await;
+            return start_fdb(config, registry, node_id, clock, entropy, cluster_file, transaction_timeout).await;
             #[cfg(not(feature = "fdb"))]
             {
                 // Config loading refuses `fdb` in such a build; this is the backstop.
-                let _ = cluster_file;
+                let _ = (cluster_file, transaction_timeout);
                 eprintln!("sundial: this build has no FoundationDB support (rebuild with --features fdb)");
                 exit::USAGE
             }
@@ -229,6 +229,7 @@ async fn start_fdb(
     clock: Arc<dyn Clock>,
     entropy: Entropy,
     cluster_file: Option<std::path::PathBuf>,
+    transaction_timeout: Option<std::time::Duration>,
 ) -> u8 {
     // SAFETY: `boot` must run once per process, before any other FDB call, and its guard
     // must outlive every use of the database: this is the only call, and the guard lives
@@ -236,7 +237,8 @@ async fn start_fdb(
     #[allow(unsafe_code)]
     let _network = unsafe { sundial_actors::fdb::foundationdb::boot() };
     let path = cluster_file.as_ref().map(|p| p.to_string_lossy().into_owned());
-    let kv = match sundial_actors::fdb::FdbKv::open(path.as_deref(), clock.clone()) {
+    let timeout = transaction_timeout.unwrap_or(sundial_actors::fdb::TRANSACTION_TIMEOUT);
+    let kv = match sundial_actors::fdb::FdbKv::open_with_timeout(path.as_deref(), timeout, clock.clone()) {
         Ok(kv) => kv,
         Err(error) => {
             eprintln!("sundial: cannot open the FoundationDB cluster: {error}");
