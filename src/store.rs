@@ -40,7 +40,7 @@ use chrono::{DateTime, Utc};
 use parking_lot::Mutex;
 use uuid::Uuid;
 
-pub use acquire::{fire_run_id, AcquireRequest, AcquiredRun, Acquisition};
+pub use acquire::{fire_run_id, AcquireRequest, AcquiredRun, Acquisition, RunSet};
 pub use complete::{Completion, CompletionResult, RunOutcome};
 pub use due::{steal_read_due, DueFilter, DueHeads, DueOutlook, StealRota};
 pub use history::{RETENTION_BATCH, SCAN_BUDGET};

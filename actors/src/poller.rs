@@ -524,7 +524,6 @@ async fn acquire_and_start<S: JobStore>(
     }
     // Whether the watch on the wake key was armed before this acquisition reads.
     let watched = !shared.shared_store || state.wake_watch.is_some();
-    let known_runs: BTreeSet<Uuid> = state.running.keys().copied().collect();
     let request = AcquireRequest {
         node: &shared.node_id,
         now,
@@ -533,7 +532,7 @@ async fn acquire_and_start<S: JobStore>(
         steal_grace: STEAL_GRACE,
         lookahead: state.lookahead,
         known_types: Some(&state.known_types),
-        known_runs: &known_runs,
+        known_runs: &state.running,
         scheduled,
         busy_jobs: &busy_jobs,
         steal,

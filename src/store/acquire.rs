@@ -45,6 +45,31 @@ use crate::schedule::{JobSchedule, PreviousFire, ScheduleKind};
 /// smaller ([`crate::job::DATA_LEN_MAX`] per part, three parts at most).
 const RUN_DATA_LEN_MAX: usize = VALUE_SIZE_MAX - ERROR_MESSAGE_LEN_MAX - 8 * 1024;
 
+/// A set of run ids that can be asked whether it holds one: a node's runs in whatever
+/// map or set it keeps them.
+pub trait RunSet: Sync {
+    /// Whether `id` is in the set.
+    fn has(&self, id: &Uuid) -> bool;
+}
+
+impl RunSet for BTreeSet<Uuid> {
+    fn has(&self, id: &Uuid) -> bool {
+        self.contains(id)
+    }
+}
+
+impl<V: Sync> RunSet for BTreeMap<Uuid, V> {
+    fn has(&self, id: &Uuid) -> bool {
+        self.contains_key(id)
+    }
+}
+
+impl std::fmt::Debug for dyn RunSet + '_ {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RunSet")
+    }
+}
+
 /// What a node asks for when it acquires.
 #[derive(Debug, Clone)]
 pub struct AcquireRequest<'a> {
@@ -66,8 +91,9 @@ pub struct AcquireRequest<'a> {
     /// `None` accepts every type.
     pub known_types: Option<&'a BTreeSet<String>>,
     /// Runs this node already knows it is running (to recognise runs an ambiguous
-    /// commit started).
-    pub known_runs: &'a BTreeSet<Uuid>,
+    /// commit started). Asked only on a retry after such a commit, so the caller lends
+    /// the set it keeps rather than building one per acquisition.
+    pub known_runs: &'a dyn RunSet,
     /// Take fires of scheduled triggers (cron, interval, once). A non-leader on a
     /// non-shared store sets this to false (SPEC §10): it takes only one-shot triggers
     /// (enqueue, retry, recovery) and leaves the scheduled ones waiting, to misfire or run
@@ -430,7 +456,7 @@ impl<K: Kv> KvJobStore<K> {
         &self,
         tx: &Tx<'_, K::Transaction>,
         node: &str,
-        known: &BTreeSet<Uuid>,
+        known: &dyn RunSet,
         attempts: &[i64],
     ) -> Result<Vec<AcquiredRun>, StoreError> {
         let (begin, end) = self.keys.running_on(node);
@@ -438,7 +464,7 @@ impl<K: Kv> KvJobStore<K> {
         let mut unknown = Vec::new();
         for (key, _) in &running.pairs {
             let id = self.keys.node_run_of(key)?;
-            if !known.contains(&id) {
+            if !known.has(&id) {
                 unknown.push(self.keys.run(id));
             }
         }
