@@ -9,8 +9,8 @@
 //! Where the client's answers differ from the [`Kv`] contract, the adapter gives the
 //! contract's: a transaction that waits on the cluster longer than its timeout
 //! ([`TRANSACTION_TIMEOUT`] unless the host chose another) fails with 1031 (the client
-//! alone would retry forever), a range limited to 0 keys or
-//! inverted reads nothing, and a read-only commit reports its read version.
+//! alone would retry forever), a range limited to 0 keys or inverted reads nothing, and a
+//! read-only commit reports its read version.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -25,13 +25,13 @@ use sundial::time::{Clock, MonotonicInstant};
 pub use foundationdb;
 
 /// How long a transaction may wait on the cluster, unless the host says otherwise
-/// ([`FdbKv::open_with_timeout`]; the node's `[store] transaction_timeout_seconds`), before
-/// it fails with
-/// `transaction_timed_out` (1031), the store's "unavailable": without a timeout,
-/// FoundationDB's client retries an unreachable cluster forever and the node would hang
-/// in its poll cycle, lease renewal or completion instead of handling the outage. Longer
-/// than the five seconds after which a live cluster fails a transaction with the
-/// retryable `transaction_too_old` (1007), so only a cluster that does not answer hits it.
+/// ([`FdbKv::open_with_timeout`]; the node's `[store] transaction_timeout_seconds`),
+/// before it fails with `transaction_timed_out` (1031), the store's "unavailable":
+/// without a timeout, FoundationDB's client retries an unreachable cluster forever and
+/// the node would hang in its poll cycle, lease renewal or completion instead of handling
+/// the outage. Longer than the five seconds after which a live cluster fails a
+/// transaction with the retryable `transaction_too_old` (1007), so only a cluster that
+/// does not answer hits it.
 pub const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn kv_error(e: FdbError) -> KvError {
