@@ -10,7 +10,7 @@
 //! due at the same instant, time until the last one started (the peer's are workers whose
 //! cron matches that one second); and, in the full run, 100,000 fires/s sustained for
 //! 20 s, then the CPU a bare ractor actor's whole life costs (the floor of an actor per
-//! run).
+//! run) beside a bare tokio task's.
 //!
 //! Run: `cargo bench -p sundial-actors --bench lateness` (`-- --quick`: smaller, shorter;
 //! `-- --load N`: that cron load and the burst only; `-- --burst`: only the burst;
@@ -495,12 +495,14 @@ fn main() {
         );
     }
     // What an actor per run costs at least, whatever the run does: the part of "the rest"
-    // no change inside sundial removes.
+    // no change inside sundial removes. Beside it, what a bare task per run would cost.
     let floor = runtime.block_on(actor_floor(200_000));
+    let task = runtime.block_on(task_floor(2_000_000));
     println!(
         "floor: a bare ractor actor's whole life on this runtime (spawned linked, one message, stopped, \
-         its supervisor told): {}",
-        cpu_text(floor)
+         its supervisor told): {}; a bare tokio task's (spawned, one message, ended, its spawner told): {}",
+        cpu_text(floor),
+        cpu_text(task)
     );
 }
 
@@ -586,6 +588,37 @@ async fn actor_floor(count: usize) -> f64 {
     spawner.stop(None);
     let _ = handle.await;
     floor
+}
+
+/// Process CPU µs per bare task's whole life, over `count` of them (a whole number of
+/// rounds of 10,000): spawned from a task, given one message, ended, its spawner told
+/// (what [`actor_floor`] measures, without an actor).
+async fn task_floor(count: usize) -> f64 {
+    const ROUND: usize = 10_000;
+    let before = process_cpu();
+    let spawner = tokio::spawn(async move {
+        let (ended, mut endings) = tokio::sync::mpsc::unbounded_channel();
+        for _ in 0..count / ROUND {
+            for _ in 0..ROUND {
+                let (message, inbox) = tokio::sync::oneshot::channel::<()>();
+                let ended = ended.clone();
+                tokio::spawn(async move {
+                    if inbox.await.is_ok() {
+                        let _ = ended.send(());
+                    }
+                });
+                let _ = message.send(());
+            }
+            for _ in 0..ROUND {
+                endings.recv().await?;
+            }
+        }
+        Some(())
+    });
+    match spawner.await {
+        Ok(Some(())) => cpu_per_fire(before, process_cpu(), count / ROUND * ROUND),
+        _ => f64::NAN,
+    }
 }
 
 /// sundial's CPU per fire, split into the engine's store work, its run actor starts, and
