@@ -6,11 +6,11 @@
 //! Loads: N triggers each firing every second = N fires/s, each measured for 20 s or as
 //! long as 1,000 fires take (100 s at 10 fires/s), so that a p99 is not the maximum of a
 //! few dozen fires, in rounds of 10 s that alternate the two schedulers, so that both meet
-//! the same phases of the machine. Also: 10,000 one-shot triggers
-//! due at the same instant, time until the last one started (the peer's are workers whose
-//! cron matches that one second); and, in the full run, 100,000 fires/s sustained for
-//! 20 s, then the CPU a bare ractor actor's whole life costs (the floor of an actor per
-//! run) beside a bare tokio task's.
+//! the same phases of the machine. Also: 10,000 one-shot triggers due at the same instant,
+//! time until the last one started (the peer's are workers whose cron matches that one
+//! second); and, in the full run, 100,000 fires/s sustained for 20 s, then the CPU a bare
+//! ractor actor's whole life costs (the floor of an actor per run) beside a bare tokio
+//! task's.
 //!
 //! Run: `cargo bench -p sundial-actors --bench lateness` (`-- --quick`: smaller, shorter;
 //! `-- --load N`: that cron load and the burst only; `-- --burst`: only the burst;
@@ -59,9 +59,9 @@ const WARM_UP_SECONDS: i64 = 2;
 const MEASURED_FIRES: usize = 1_000;
 
 /// Seconds a cron load is measured, at least: two rounds each, so that a slow phase of
-/// the machine (they last seconds to minutes here) rarely meets one scheduler alone. One
-/// 5 s block each had decided single runs either way (1,000 fires/s: a 0.3× and a 1.1×
-/// run among about twenty, every fire of a slow second late).
+/// the machine (they last seconds to minutes here) meets one scheduler alone less often.
+/// One 5 s block each had decided single runs either way (1,000 fires/s: a 0.3× and a
+/// 1.1× run among about twenty, every fire of a slow second late).
 const MEASURED_SECONDS: i64 = 20;
 
 /// The longest stretch one scheduler is measured before the other's turn, seconds.
