@@ -15,6 +15,7 @@ pub mod check;
 pub mod clock;
 pub mod cron_mix;
 pub mod faults;
+pub mod memory;
 pub mod options;
 pub mod sim_job;
 pub mod trace;

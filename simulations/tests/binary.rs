@@ -201,13 +201,15 @@ fn a_cron_mix_simulates_the_jobs_its_example_file_holds() {
 
 #[test]
 fn bad_flags_are_refused_with_a_reason() {
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 8] = [
         (&["--seed", "1", "--nodes", "0"], "0 is not in 1..=64"),
         (&["--seed", "one"], "invalid digit"),
         (&["--seeds", "9..3"], "is empty"),
         (&["--seed", "1", "--duration", "31d"], "longer than 30 days"),
         (&["--seed", "1", "--faults", "bogus"], "unknown fault 'bogus'"),
         (&["--nodes", "3"], "--seed"),
+        (&["--seed", "1", "--memory-floor", "0"], "use off for no guard"),
+        (&["--seed", "1", "--memory-floor", "95%"], "1% to 90%"),
     ];
     for (args, reason) in cases {
         let (status, out, err) = sim(args);
@@ -215,4 +217,20 @@ fn bad_flags_are_refused_with_a_reason() {
         assert!(err.contains(reason), "{args:?}: {err}");
         assert!(out.is_empty(), "{args:?}: {out}");
     }
+}
+
+#[test]
+fn a_machine_short_of_memory_stops_the_run_with_the_reason() {
+    if std::fs::read_to_string("/proc/meminfo").map_or(true, |text| !text.contains("MemAvailable:")) {
+        return; // No guard where the machine's memory cannot be read.
+    }
+    // A floor above any machine's memory: the guard refuses before simulating anything.
+    let (status, out, err) = sim(&["--seed", "1", "--duration", "10m", "--memory-floor", "1000T"]);
+    assert_eq!(status, 2, "{out}{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("below the floor of") && err.contains("--duration"), "{err}");
+    // Without the guard the same run runs.
+    let (status, out, err) = sim(&["--seed", "1", "--duration", "10m", "--memory-floor", "off"]);
+    assert_eq!(status, 0, "{out}{err}");
+    assert_eq!(json(out.lines().last().unwrap_or_default())["violations"], 0);
 }

@@ -3,14 +3,15 @@
 //! ```text
 //! sundial-sim --seed <u64> [--nodes <n>] [--duration <6h>] [--faults none|all|<list>] [--seeds <a>..<b>]
 //!             [--jobs <n> | --jobs-file <jobs.toml> | --cron-mix <15m=100,1h=500,1d=400>] [--retention <30m>]
-//!             [--broken-store [<bug>]] [--trace] [--threads <n>]
+//!             [--broken-store [<bug>]] [--trace] [--threads <n>] [--memory-floor <2G|5%|off>]
 //! ```
 //!
 //! For each seed it prints the seed and every derived option, then a summary, then each
 //! violation, and as its last line one JSON object. With `--seeds`, a final JSON line
-//! summarises all seeds. Exit status 1 when any invariant was violated. Seeds of
-//! `--seeds` run in parallel (`--threads`, one per core by default); each seed's report is
-//! printed whole, in seed order.
+//! summarises all seeds. Exit status 1 when any invariant was violated, 2 when the run could
+//! not be made (a bad flag or jobs file, or the machine running out of memory: see
+//! `sundial_simulations::memory`). Seeds of `--seeds` run in parallel (`--threads`, one per
+//! core by default); each seed's report is printed whole, in seed order.
 
 use std::process::ExitCode;
 
@@ -19,6 +20,7 @@ use std::process::ExitCode;
 static ALLOCATOR: sundial_actors::allocator::Allocator = sundial_actors::allocator::Allocator {};
 
 use clap::Parser;
+use sundial_simulations::memory::{self, MemoryFloor};
 use sundial_simulations::options::{parse_duration, parse_safety_duration, parse_seed_range, BrokenStore};
 use sundial_simulations::world::JobTally;
 use sundial_simulations::{cron_mix, faults, json_line, simulate, workload, Faults, GivenJobs, Overrides, SimOptions};
@@ -77,6 +79,12 @@ struct Args {
     /// core). Reports are printed in seed order; trace hashes do not depend on it.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     threads: Option<u16>,
+    /// Stop, saying why, when the machine's available memory falls below this: a size
+    /// (`512M`, `2G`), a share of its memory (`5%`), or `off`. The checkers keep every
+    /// run's history, so a long or busy simulation can outgrow the machine. Default: 2 %
+    /// of its memory, at least 256 MiB (Linux only; elsewhere there is no guard).
+    #[arg(long, value_name = "SIZE", value_parser = MemoryFloor::parse)]
+    memory_floor: Option<MemoryFloor>,
 }
 
 fn main() -> ExitCode {
@@ -119,6 +127,10 @@ fn main() -> ExitCode {
         (None, None) => unreachable!("clap requires one of --seed and --seeds"),
     };
     let threads = args.threads.map_or_else(default_threads, usize::from).min(seeds.len()).max(1);
+    if let Err(message) = guard_memory(args.memory_floor.unwrap_or_default()) {
+        eprintln!("sundial-sim: {message}");
+        return ExitCode::from(2);
+    }
     let mut failed = Vec::new();
     let mut violations = 0usize;
     let mut tally = |seed: u64, report: &Report| {
@@ -329,6 +341,39 @@ fn panicked(seed: u64, panic: &(dyn std::any::Any + Send)) -> Report {
 }
 
 /// Seeds run at once by default: one per core (each simulation is single-threaded).
+/// How often the memory guard looks: the history grows by tens of MB a second at most, so
+/// the floor's hundreds of MB leave room between looks.
+const MEMORY_CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Starts the memory guard (see [`memory`]): refuses to start when the machine is already
+/// below `floor`, and otherwise watches from a thread of its own, which ends the process
+/// with status 2 and the reason when it falls below. No guard where `/proc/meminfo`
+/// cannot be read (not Linux) or when `floor` is off.
+fn guard_memory(floor: MemoryFloor) -> Result<(), String> {
+    let read = || std::fs::read_to_string("/proc/meminfo").ok().as_deref().and_then(memory::parse_meminfo);
+    let shortage = move || {
+        let info = read()?;
+        let below = memory::below_floor(info, floor)?;
+        let resident = std::fs::read_to_string("/proc/self/status").ok().as_deref().and_then(memory::parse_resident);
+        Some(memory::shortage_message(info, below, resident))
+    };
+    if floor == MemoryFloor::Off || read().is_none() {
+        return Ok(());
+    }
+    if let Some(message) = shortage() {
+        return Err(message);
+    }
+    std::thread::spawn(move || loop {
+        std::thread::sleep(MEMORY_CHECK_EVERY);
+        if let Some(message) = shortage() {
+            // Whole reports already printed stay; the rest of the output is the reason.
+            eprintln!("sundial-sim: {message}");
+            std::process::exit(2);
+        }
+    });
+    Ok(())
+}
+
 fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
 }
