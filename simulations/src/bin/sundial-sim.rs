@@ -366,7 +366,9 @@ fn guard_memory(floor: MemoryFloor) -> Result<(), String> {
     std::thread::spawn(move || loop {
         std::thread::sleep(MEMORY_CHECK_EVERY);
         if let Some(message) = shortage() {
-            // Whole reports already printed stay; the rest of the output is the reason.
+            // Holding stdout's lock, a report being printed is printed whole first, and no
+            // other starts: the output is whole reports, then the reason.
+            let _whole = std::io::stdout().lock();
             eprintln!("sundial-sim: {message}");
             std::process::exit(2);
         }
