@@ -340,7 +340,6 @@ fn panicked(seed: u64, panic: &(dyn std::any::Any + Send)) -> Report {
     }
 }
 
-/// Seeds run at once by default: one per core (each simulation is single-threaded).
 /// How often the memory guard looks: the history grows by tens of MB a second at most, so
 /// the floor's hundreds of MB leave room between looks.
 const MEMORY_CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
@@ -376,6 +375,7 @@ fn guard_memory(floor: MemoryFloor) -> Result<(), String> {
     Ok(())
 }
 
+/// Seeds run at once by default: one per core (each simulation is single-threaded).
 fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
 }
