@@ -14,8 +14,8 @@
 //!
 //! Run: `cargo bench -p sundial-actors --bench lateness` (`-- --quick`: smaller, shorter;
 //! `-- --load N`: that cron load and the burst only; `-- --burst`: only the burst;
-//! `-- --sustained`: only the 100,000 fires/s run; `-- --pinned`: runtime workers pinned
-//! to CPUs). `BENCH_PER_SECOND=1` prints sundial's lateness per second and the burst's
+//! `-- --sustained`: only the 100,000 fires/s run; `-- --floor`: only the bare actor's
+//! and task's costs; `-- --pinned`: runtime workers pinned to CPUs). `BENCH_PER_SECOND=1` prints sundial's lateness per second and the burst's
 //! distribution.
 //!
 //! Both schedulers run on one tokio runtime, the one a node gets
@@ -402,6 +402,11 @@ fn main() {
     let pinned = args.iter().any(|a| a == "--pinned");
     let runtime = sundial_actors::runtime::multi_thread(pinned).unwrap();
     let workers = runtime.metrics().num_workers();
+    // `--floor`: only the bare actor's and the bare task's costs.
+    if args.iter().any(|a| a == "--floor") {
+        floors(&runtime);
+        return;
+    }
     let placement = if pinned { "each pinned to a CPU" } else { "not pinned" };
     println!(
         "lateness of to-the-second cron fires, ms (each load measured for {seconds} s or the seconds {fires} fires take, whichever is longer, after {WARM_UP_SECONDS} s warm-up; both schedulers on one runtime of {workers} workers {placement}; sundial keeps full history)"
@@ -500,8 +505,12 @@ fn main() {
             workers as f64 * 1e6 / load as f64
         );
     }
-    // What an actor per run costs at least, whatever the run does: the part of "the rest"
-    // no change inside sundial removes. Beside it, what a bare task per run would cost.
+    floors(&runtime);
+}
+
+/// Prints what an actor per run costs at least, whatever the run does (the part of "the
+/// rest" no change inside sundial removes), and beside it what a bare task per run would.
+fn floors(runtime: &tokio::runtime::Runtime) {
     let floor = runtime.block_on(actor_floor(200_000));
     let task = runtime.block_on(task_floor(2_000_000));
     println!(
@@ -539,6 +548,9 @@ impl ractor::Actor for Bare {
     }
 }
 
+/// How many children [`Spawner`] spawns per message: the sustained run's acquisition batch.
+const SPAWN_ROUND: usize = 2_000;
+
 /// Spawns `count` [`Bare`] children linked to it, one after another, and counts their
 /// terminations (as the poller does its run actors').
 struct Spawner(tokio::sync::mpsc::UnboundedSender<()>);
@@ -558,8 +570,16 @@ impl ractor::Actor for Spawner {
         count: usize,
         (): &mut (),
     ) -> Result<(), ractor::ActorProcessingErr> {
-        for _ in 0..count {
+        // A round at a time, then the rest in a message of its own: the supervision events
+        // of the round's ended children are handled in between, as the poller handles its
+        // run actors' between acquisitions. (All in one handler, every ended child's cell
+        // would wait in the mailbox until the last was spawned.)
+        let round = count.min(SPAWN_ROUND);
+        for _ in 0..round {
             ractor::Actor::spawn_linked(None, Bare, (), myself.get_cell()).await?;
+        }
+        if count > round {
+            myself.send_message(count - round)?;
         }
         Ok(())
     }
