@@ -514,8 +514,9 @@ fn floors(runtime: &tokio::runtime::Runtime) {
     let floor = runtime.block_on(actor_floor(200_000));
     let task = runtime.block_on(task_floor(2_000_000));
     println!(
-        "floor: a bare ractor actor's whole life on this runtime (spawned linked, one message, stopped, \
-         its supervisor told): {}; a bare tokio task's (spawned, one message, ended, its spawner told): {}",
+        "floor: a bare ractor actor's whole life on this runtime (spawned linked, {SPAWN_ROUND} a round, \
+         one message, stopped, its supervisor told): {}; a bare tokio task's (spawned, one message, ended, \
+         its spawner told): {}",
         cpu_text(floor),
         cpu_text(task)
     );
