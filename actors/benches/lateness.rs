@@ -15,8 +15,8 @@
 //! Run: `cargo bench -p sundial-actors --bench lateness` (`-- --quick`: smaller, shorter;
 //! `-- --load N`: that cron load and the burst only; `-- --burst`: only the burst;
 //! `-- --sustained`: only the 100,000 fires/s run; `-- --floor`: only the bare actor's
-//! and task's costs; `-- --pinned`: runtime workers pinned to CPUs). `BENCH_PER_SECOND=1` prints sundial's lateness per second and the burst's
-//! distribution.
+//! and task's costs; `-- --pinned`: runtime workers pinned to CPUs). `BENCH_PER_SECOND=1`
+//! prints sundial's lateness per second and the burst's distribution.
 //!
 //! Both schedulers run on one tokio runtime, the one a node gets
 //! (`sundial_actors::runtime::multi_thread`): one worker per CPU, and with `--pinned`
