@@ -135,8 +135,8 @@ fn parse_range(item: &str, field_text: &str, spec: &Spec) -> Result<(u32, u32, u
     } else if base == "?" {
         return Err(error(spec, field_text, "'?' must be the whole field"));
     } else if let Some((a, b)) = base.split_once('-') {
-        let first = parse_value(a, field_text, spec, false)?;
-        let last = parse_value(b, field_text, spec, true)?;
+        let first = parse_value(a, field_text, spec, None)?;
+        let last = parse_value(b, field_text, spec, Some(first))?;
         if first > last {
             return Err(error(
                 spec,
@@ -146,7 +146,7 @@ fn parse_range(item: &str, field_text: &str, spec: &Spec) -> Result<(u32, u32, u
         }
         (first, last)
     } else {
-        let first = parse_value(base, field_text, spec, false)?;
+        let first = parse_value(base, field_text, spec, None)?;
         // `a/n` runs from a to the field's end; a lone `a` is just a.
         (first, if step.is_some() { spec.max } else { first })
     };
@@ -168,14 +168,16 @@ fn parse_range(item: &str, field_text: &str, spec: &Spec) -> Result<(u32, u32, u
     Ok((first, last, step))
 }
 
-/// A number or a name, checked against the field's range. `range_end` makes `SUN` mean 7
-/// at the end of a day-of-week range, so `MON-SUN` is Monday to Sunday.
-fn parse_value(text: &str, field_text: &str, spec: &Spec, range_end: bool) -> Result<u32, CronError> {
+/// A number or a name, checked against the field's range. At the end of a day-of-week
+/// range that starts after Sunday (`range_start`), `SUN` means 7, so `MON-SUN` is Monday to
+/// Sunday; a range that starts on Sunday ends on it too (`SUN-SUN` is Sunday, as `0-0`
+/// is, not the whole week).
+fn parse_value(text: &str, field_text: &str, spec: &Spec, range_start: Option<u32>) -> Result<u32, CronError> {
     let value = if let Some(n) = parse_number(text) {
         n
     } else if let Some(index) = spec.names.iter().position(|name| *name == text) {
         let value = index as u32 + spec.names_start;
-        if range_end && spec.field == CronField::DayOfWeek && value == 0 {
+        if spec.field == CronField::DayOfWeek && value == 0 && range_start.is_some_and(|start| start > 0) {
             7
         } else {
             value
@@ -250,13 +252,13 @@ fn parse_day_of_week(text: &str) -> Result<DayOfWeek, CronError> {
                 "a bare L is not allowed in day-of-week; write nL (e.g. 5L or FRIL) for the last weekday n",
             ));
         } else if let Some((day, nth)) = item.split_once('#') {
-            let weekday = parse_value(day, text, spec, false)? % 7;
+            let weekday = parse_value(day, text, spec, None)? % 7;
             let k = parse_number(nth)
                 .filter(|k| (1..=5).contains(k))
                 .ok_or_else(|| error(spec, text, format!("'{item}': n#k needs k from 1 to 5")))?;
             dow.nth[k as usize - 1] |= 1 << weekday;
         } else if let Some(day) = item.strip_suffix('L') {
-            let weekday = parse_value(day, text, spec, false)? % 7;
+            let weekday = parse_value(day, text, spec, None)? % 7;
             dow.last |= 1 << weekday;
         } else {
             dow.days |= parse_item(item, text, spec)? as u8;
@@ -337,6 +339,16 @@ mod tests {
         assert_eq!(sun.compiled.day_of_week.days, 1);
         assert_eq!(CronExpression::parse("0 0 * * 5-7").unwrap().compiled.day_of_week.days, 0b1100001);
         assert_eq!(CronExpression::parse("0 0 * * MON-SUN").unwrap().compiled.day_of_week.days, 0b1111111);
+        // A range that starts on Sunday ends on it when it ends with 0 or `SUN`, whichever
+        // spelling; written up to 7, it is the whole week.
+        for sunday in ["0-0", "SUN-SUN", "0-SUN", "SUN-0", "sun-sun/2"] {
+            let days = CronExpression::parse(&format!("0 0 * * {sunday}")).unwrap().compiled.day_of_week.days;
+            assert_eq!(days, 1, "{sunday}");
+        }
+        for week in ["0-7", "SUN-7"] {
+            let days = CronExpression::parse(&format!("0 0 * * {week}")).unwrap().compiled.day_of_week.days;
+            assert_eq!(days, 0b1111111, "{week}");
+        }
         assert_eq!(CronExpression::parse("0 0 * * 7#2").unwrap().compiled.day_of_week.nth[1], 1);
     }
 
