@@ -16,7 +16,8 @@
 //!    triggers the engine made).
 //!
 //! After an ambiguous commit the retry first looks at this node's running-run index: runs
-//! there that the caller does not know were taken by the earlier attempt and are returned.
+//! there that the caller does not know were taken by the earlier attempt and are returned,
+//! with `more` set (what else that attempt saw is not known).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -365,7 +366,9 @@ impl<K: Kv> KvJobStore<K> {
                 let now = [micros(request.now)];
                 let adopted = self.unknown_runs_started_at(&tx, request.node, request.known_runs, &now).await?;
                 if !adopted.is_empty() {
-                    return Ok((adopted, outlook_now(&tx).await?, false, 0, None, None));
+                    // Whether that attempt filled the batch or left a fire due again is not
+                    // known: the caller acquires again at once, and that acquisition knows.
+                    return Ok((adopted, None, true, 0, None, None));
                 }
             }
             if !self.node_may_run(&tx, request.node).await? {

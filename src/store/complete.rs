@@ -41,6 +41,12 @@ pub enum RunOutcome {
     },
 }
 
+/// The name of the retry trigger of run `id` (one per failed attempt: the next attempt
+/// is a run of its own).
+fn retry_name(id: Uuid) -> String {
+    format!("retry-{}", id.simple())
+}
+
 impl RunOutcome {
     fn state(&self) -> RunState {
         match self {
@@ -136,7 +142,13 @@ impl<K: Kv> KvJobStore<K> {
                 let mut cache = ReadCache::default();
                 let mut reads = self.prefetch_completions(&tx, completions, &mut cache).await?;
                 let mut out = Vec::with_capacity(completions.len());
+                let mut seen = BTreeSet::new();
                 for (completion, uid) in completions.iter().zip(uids) {
+                    // A run's second completion in the batch is a late duplicate, also when
+                    // this is the retry of an attempt that may have committed: only its
+                    // first can be the one that attempt recorded.
+                    let first = seen.insert(completion.run_id);
+                    let maybe = MaybeCommitted(maybe.0 && first);
                     out.push(self.complete_in(&tx, completion, *uid, maybe, &mut reads, &mut cache).await?);
                 }
                 Ok::<_, StoreError>(out)
@@ -218,7 +230,15 @@ impl<K: Kv> KvJobStore<K> {
             let recorded = maybe.0 && stored.state == target && stored.node == completion.node;
             // What the committed attempt made due is not known: say "now", so the node looks.
             let next_due = recorded.then_some(completion.finished_at);
-            let result = CompletionResult { state: stored.state, recorded, retry_trigger: None, next_due };
+            // The retry it wrote, if it planned one, has the name it would write now.
+            let retry_trigger = if recorded && target == RunState::Failed && !stored.local {
+                let job = cache.job(tx, &stored.job).await?;
+                job.and_then(|job| plan_retry(job.retry.as_ref(), stored.attempt, completion.finished_at))
+                    .map(|_| retry_name(id))
+            } else {
+                None
+            };
+            let result = CompletionResult { state: stored.state, recorded, retry_trigger, next_due };
             return Ok((result, false, stored.job.clone()));
         }
         let mut ended = stored.clone();
@@ -406,7 +426,7 @@ impl<K: Kv> KvJobStore<K> {
         failed_at: DateTime<Utc>,
     ) -> Result<Option<(String, DateTime<Utc>)>, StoreError> {
         let Some(plan) = plan_retry(job.retry.as_ref(), run.attempt, failed_at) else { return Ok(None) };
-        let name = format!("retry-{}", run.id.simple());
+        let name = retry_name(run.id);
         let kind = TriggerKind::Retry { attempt: plan.attempt, retry_of: run.retry_of.unwrap_or(run.id) };
         let data = parse_data(&run.data)?;
         let record = one_shot_record(&run.job, &name, kind, &data, uid, plan.due);

@@ -13,6 +13,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use parking_lot::Mutex;
 use uuid::Uuid;
 
 use super::jobs::instant;
@@ -197,7 +198,11 @@ impl<K: Kv> KvJobStore<K> {
         loop {
             let range = RangeRequest::new(begin, end.clone()).limit(RETENTION_BATCH);
             let range = &range;
-            let (count, last) = run(&self.kv, self.options.retry, |txn, _| async move {
+            // The runs the attempts of this batch deleted, for a retry after an ambiguous
+            // commit to count those the attempt that committed deleted.
+            let earlier: Mutex<Vec<Uuid>> = Mutex::default();
+            let earlier = &earlier;
+            let (count, last) = run(&self.kv, self.options.retry, |txn, maybe| async move {
                 let tx = self.tx(txn);
                 if let Some(fence) = fence {
                     fence.check(&tx.txn, &self.keys).await?;
@@ -213,17 +218,29 @@ impl<K: Kv> KvJobStore<K> {
                 // Read together (one round trip on FoundationDB) and serializably: a replay
                 // finds the runs gone and skips them.
                 let mut runs = tx.prefetch_runs(ended.iter().map(|(_, id)| *id)).await?;
-                let mut count = 0;
+                let mut gone = Vec::new();
                 for (key, id) in ended {
                     match tx.run_prefetched(&mut runs, id).await? {
                         Some(stored) if stored.state.is_final() => {
                             self.delete_run(&tx, &stored);
-                            count += 1;
+                            gone.push(id);
                         }
                         Some(_) => {}
                         None => tx.txn.clear(key),
                     }
                 }
+                let before = std::mem::take(&mut *earlier.lock());
+                if maybe.0 {
+                    // Deleted by an earlier attempt that may have committed: gone now, and
+                    // not found by this one.
+                    for id in before {
+                        if !gone.contains(&id) && tx.run(id).await?.is_none() {
+                            gone.push(id);
+                        }
+                    }
+                }
+                let count = gone.len();
+                *earlier.lock() = gone;
                 let last = listing.more.then(|| listing.pairs.last().map(|(key, _)| key_after(key))).flatten();
                 Ok::<_, StoreError>((count, last))
             })

@@ -118,19 +118,33 @@ impl<K: Kv> KvJobStore<K> {
             paused,
             revision: old.map_or(1, |job| job.revision + 1),
         };
-        tx.put_job(&record);
         let old_triggers = tx.triggers_of(def.name.as_str()).await?;
-        for old_trigger in &old_triggers {
-            let kept =
-                old_trigger.kind.is_synthetic() || def.triggers.iter().any(|t| t.name.as_str() == old_trigger.name);
-            if !kept {
-                tx.delete_trigger(old_trigger);
-            }
+        let dropped: Vec<&TriggerRecord> = old_triggers
+            .iter()
+            .filter(|old| !old.kind.is_synthetic() && !def.triggers.iter().any(|t| t.name.as_str() == old.name))
+            .collect();
+        let triggers: Vec<(Option<&TriggerRecord>, TriggerRecord)> = def
+            .triggers
+            .iter()
+            .zip(uids)
+            .map(|(trigger, uid)| {
+                let previous = old_triggers.iter().find(|t| t.name == trigger.name.as_str() && !t.kind.is_synthetic());
+                (previous, self.defined_trigger(def, trigger, previous, *uid, paused, now))
+            })
+            .collect();
+        // The definition as stored already (applied again, or the retry of a write whose
+        // commit was reported unknown): nothing to write, and the revision stays, so nodes
+        // keep their local fires' progress.
+        let same_job = old.is_some_and(|old| *old == JobRecord { revision: old.revision, ..record.clone() });
+        if same_job && dropped.is_empty() && triggers.iter().all(|(previous, new)| *previous == Some(new)) {
+            return Ok(());
         }
-        for (trigger, uid) in def.triggers.iter().zip(uids) {
-            let previous = old_triggers.iter().find(|t| t.name == trigger.name.as_str() && !t.kind.is_synthetic());
-            let new = self.defined_trigger(def, trigger, previous, *uid, paused, now);
-            self.put_trigger_and_wake(tx, previous, &new, def.run_on_every_instance);
+        tx.put_job(&record);
+        for old_trigger in dropped {
+            tx.delete_trigger(old_trigger);
+        }
+        for (previous, new) in &triggers {
+            self.put_trigger_and_wake(tx, *previous, new, def.run_on_every_instance);
         }
         Ok(())
     }

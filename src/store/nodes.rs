@@ -10,6 +10,7 @@
 use std::collections::BTreeSet;
 
 use chrono::{DateTime, Utc};
+use parking_lot::Mutex;
 use uuid::Uuid;
 
 use super::jobs::one_shot_record;
@@ -17,7 +18,7 @@ use super::records::{NodeRecord, RunRecord, TriggerKind};
 use super::{codec, micros, parse_data, KvJobStore, Prefetched, StoreError, BATCH_DATA_BUDGET};
 use crate::error::SchedulingError;
 use crate::job::RunState;
-use crate::kv::{run, Kv, KvTransaction, RangeRequest};
+use crate::kv::{run, Kv, KvTransaction, MaybeCommitted, RangeRequest};
 use crate::leader::Fence;
 
 /// What a heartbeat found.
@@ -37,11 +38,13 @@ pub struct Heartbeat {
 }
 
 /// What one reaping step did. After an ambiguous commit the step may have been done by
-/// the attempt that reported it, and its lists come back empty: history (runs `Lost`,
-/// `recovery-…` triggers) is the record of what happened.
+/// the attempt that reported it: its lists then hold what that attempt did (the runs it
+/// marked `Lost` and their `recovery-…` triggers), read back from the store.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReapResult {
-    /// The node is (now) declared lost; false when it heartbeated since it was observed.
+    /// The node is (now) not alive: declared lost by this step or earlier, deregistered, or
+    /// its record already deleted once reaped. False only when it heartbeated since it was
+    /// observed (it is alive).
     pub declared: bool,
     /// Runs marked `Lost` in this step.
     pub lost_runs: Vec<Uuid>,
@@ -202,19 +205,27 @@ impl<K: Kv> KvJobStore<K> {
         fence: Option<&Fence>,
     ) -> Result<ReapResult, StoreError> {
         let base = self.random_u64();
-        let (result, unblock) = run(&self.kv, self.options.retry, |txn, _| async move {
+        let earlier = Mutex::new(ReapResult::default());
+        let earlier = &earlier;
+        let (result, unblock) = run(&self.kv, self.options.retry, |txn, maybe| async move {
             let tx = self.tx(txn);
             if let Some(fence) = fence {
                 fence.check(&tx.txn, &self.keys).await?;
             }
             let key = self.keys.node(node);
             let Some(bytes) = tx.txn.get(&key, false).await? else {
-                return Ok::<_, StoreError>((ReapResult::default(), Vec::new()));
+                // Reaped to the end already (by an earlier step, or by this one's attempt
+                // whose commit was reported unknown), or deregistered and reaped: not alive.
+                let result = ReapResult { declared: true, ..ReapResult::default() };
+                return Ok::<_, StoreError>((self.with_earlier(&tx, node, maybe, earlier, result).await?, Vec::new()));
             };
             let mut record: NodeRecord = codec::decode(&bytes, "node record")?;
             if record.alive {
                 if record.heartbeat_seq != observed_seq {
-                    return Ok((ReapResult::default(), Vec::new()));
+                    // Alive (again, should an earlier attempt of this step have committed:
+                    // what it did is still reported).
+                    let result = self.with_earlier(&tx, node, maybe, earlier, ReapResult::default()).await?;
+                    return Ok((result, Vec::new()));
                 }
                 record.alive = false;
                 record.times_declared_lost += 1;
@@ -249,7 +260,7 @@ impl<K: Kv> KvJobStore<K> {
                 let (begin, end) = self.keys.cancels_for(node);
                 tx.txn.clear_range(&begin, &end);
             }
-            Ok((result, unblock))
+            Ok((self.with_earlier(&tx, node, maybe, earlier, result).await?, unblock))
         })
         .await?;
         for job in unblock {
@@ -277,7 +288,9 @@ impl<K: Kv> KvJobStore<K> {
         chunk: usize,
     ) -> Result<ReapResult, StoreError> {
         let base = self.random_u64();
-        let (result, unblock) = run(&self.kv, self.options.retry, |txn, _| async move {
+        let earlier = Mutex::new(ReapResult::default());
+        let earlier = &earlier;
+        let (result, unblock) = run(&self.kv, self.options.retry, |txn, maybe| async move {
             let tx = self.tx(txn);
             let mut result = ReapResult::default();
             let mut unblock = Vec::new();
@@ -299,12 +312,44 @@ impl<K: Kv> KvJobStore<K> {
                 taken += 1;
                 written += self.lose_run(&tx, key, node, now, base, &why, &mut result, &mut unblock).await?;
             }
-            Ok::<_, StoreError>((result, unblock))
+            Ok::<_, StoreError>((self.with_earlier(&tx, node, maybe, earlier, result).await?, unblock))
         })
         .await?;
         for job in unblock {
             self.unblock_all(&job).await?;
         }
+        Ok(result)
+    }
+
+    /// `result` of a reaping attempt, with what earlier attempts of the same step did when
+    /// one may have committed (`maybe`): the runs they marked lost that this attempt no
+    /// longer found running and that are `Lost` on `node` now were theirs, and so are their
+    /// recovery triggers. Without this, a step retried after an ambiguous commit would
+    /// return empty lists, and the leader would publish no `run.lost` event for those runs.
+    /// Keeps the merged result in `earlier` for the next attempt.
+    async fn with_earlier(
+        &self,
+        tx: &super::Tx<'_, K::Transaction>,
+        node: &str,
+        maybe: MaybeCommitted,
+        earlier: &Mutex<ReapResult>,
+        mut result: ReapResult,
+    ) -> Result<ReapResult, StoreError> {
+        let before = std::mem::take(&mut *earlier.lock());
+        if maybe.0 {
+            let (mut runs, mut triggers) = (Vec::new(), Vec::new());
+            for id in before.lost_runs.iter().filter(|id| !result.lost_runs.contains(id)) {
+                if tx.run(*id).await?.is_some_and(|run| run.state == RunState::Lost && run.node == node) {
+                    runs.push(*id);
+                    let recovery = recovery_name(*id);
+                    triggers.extend(before.recovery_triggers.iter().find(|t| **t == recovery).cloned());
+                }
+            }
+            runs.append(&mut result.lost_runs);
+            triggers.append(&mut result.recovery_triggers);
+            (result.lost_runs, result.recovery_triggers) = (runs, triggers);
+        }
+        *earlier.lock() = result.clone();
         Ok(result)
     }
 
@@ -360,7 +405,7 @@ impl<K: Kv> KvJobStore<K> {
         uid: u64,
         now: DateTime<Utc>,
     ) -> Result<String, StoreError> {
-        let name = format!("recovery-{}", lost.id.simple());
+        let name = recovery_name(lost.id);
         let kind = TriggerKind::Recovery { lost_run: lost.id, attempt: lost.attempt, retry_of: lost.retry_of };
         let record = one_shot_record(&lost.job, &name, kind, &parse_data(&lost.data)?, uid, now);
         self.put_trigger_and_wake(tx, None, &record, false);
@@ -400,6 +445,11 @@ impl<K: Kv> KvJobStore<K> {
     pub async fn cancel_requests(&self, node: &str) -> Result<Vec<Uuid>, StoreError> {
         run(&self.kv, self.options.retry, |txn, _| async move { self.tx(txn).cancel_requests(node, true).await }).await
     }
+}
+
+/// The name of the recovery trigger of lost run `id`.
+fn recovery_name(id: Uuid) -> String {
+    format!("recovery-{}", id.simple())
 }
 
 /// The incarnation uid of the recovery trigger of lost run `id`, from `base` (drawn once

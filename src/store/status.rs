@@ -268,12 +268,19 @@ impl<K: Kv> KvJobStore<K> {
         def.validate(Some(&self.calendars))?;
         let fingerprint = def.fingerprint();
         let uids: Vec<u64> = def.triggers.iter().map(|_| self.random_u64()).collect();
-        let (fingerprint, uids, decide) = (&fingerprint, &uids, &decide);
-        run(&self.kv, self.options.retry, |txn, _| async move {
+        // What the last attempt that wrote decided: a retry after its commit was reported
+        // unknown finds the write done, and reports what it did.
+        let decided = std::sync::Mutex::new(None);
+        let (fingerprint, uids, decide, decided) = (&fingerprint, &uids, &decide, &decided);
+        run(&self.kv, self.options.retry, |txn, maybe| async move {
             let tx = self.tx(txn);
             let old = tx.job(def.name.as_str()).await?;
             let same_code = old.as_ref().is_some_and(|j| j.code_fingerprint.as_deref() == Some(fingerprint.as_str()));
             let Some(outcome) = decide(old.as_ref(), same_code) else {
+                let earlier = *decided.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if let Some(earlier) = earlier.filter(|_| maybe.0) {
+                    return Ok(earlier);
+                }
                 let kept = old.as_ref().map_or(SyncOutcome::Unchanged, |j| {
                     if j.origin == JobOrigin::Overridden {
                         SyncOutcome::KeptOverride
@@ -285,6 +292,7 @@ impl<K: Kv> KvJobStore<K> {
             };
             let provenance = Provenance { origin: JobOrigin::Code, code_fingerprint: Some(fingerprint.clone()) };
             self.write_definition(&tx, def, old.as_ref(), provenance, uids, now).await?;
+            *decided.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(outcome);
             Ok::<_, StoreError>(outcome)
         })
         .await
