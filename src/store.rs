@@ -12,8 +12,11 @@
 //!   atomically with that check, and completing the holder's run returns blocked triggers
 //!   to `Waiting` in the transaction that frees the slot.
 //! - **Every operation is idempotent under retry and ambiguous commits.** Ids are made
-//!   before the retry loop; non-idempotent effects (retry triggers, counters) happen only
-//!   together with a state transition that a replay sees as already done.
+//!   before the retry loop; non-idempotent effects (retry triggers, counters, a job's
+//!   revision) happen only together with a state transition that a replay sees as already
+//!   done. A replay that finds its earlier attempt's commit reports what that attempt did
+//!   (the runs it marked lost or deleted, the retry trigger it wrote, what code-job sync
+//!   decided), read back from the store where the attempt's own answer was lost.
 //! - **Indexes never drift.** Every record write goes through one function that also moves
 //!   the record's index entries (due, blocked, history, running-per-node).
 //!
