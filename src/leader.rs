@@ -68,7 +68,10 @@ pub trait LeaderLease: Send + Sync {
     /// Gives it up now. Calling it again does nothing.
     ///
     /// # Errors
-    /// `SCHEDULING_UNAVAILABLE_002` when the store cannot be reached (state unchanged).
+    /// `SCHEDULING_UNAVAILABLE_002` when the store cannot be reached. The lease is then
+    /// still held, unless the store may have recorded the release (a commit whose result
+    /// was unknown): then it no longer counts as held here either, since another holder
+    /// may already have taken it.
     fn release(&mut self) -> impl Future<Output = Result<(), SchedulingError>> + Send;
 
     /// The fence protected store transactions check for this lease, when the lease lives
@@ -231,7 +234,6 @@ impl<K: Kv> LeaderElection for KvLeaderElection<K> {
                     ttl,
                     expires: started.saturating_add(ttl),
                     expires_wall: add_duration(wall, ttl),
-                    renewals: 0,
                     released: false,
                 })
             }
@@ -253,7 +255,6 @@ pub struct KvLease<K: Kv> {
     ttl: Duration,
     expires: MonotonicInstant,
     expires_wall: DateTime<Utc>,
-    renewals: u64,
     released: bool,
 }
 
@@ -304,13 +305,17 @@ impl<K: Kv> LeaderLease for KvLease<K> {
         let started = inner.clock.monotonic();
         let wall = inner.clock.now();
         let key = inner.keys.lease(&self.resource);
-        let (key, holder, term, renewals) = (&key, &self.holder, self.term, self.renewals + 1);
+        let (key, holder, term) = (&key, &self.holder, self.term);
         let still_ours = run(&inner.kv, inner.retry, |txn, _| async move {
             let current: Option<LeaseRecord> =
                 txn.get(key, false).await?.map(|b| codec::decode(&b, "lease record")).transpose()?;
             match current {
                 Some(mut lease) if lease.holder == *holder && lease.term == term && !lease.released => {
-                    lease.renewals = renewals;
+                    // One more than stored, not than this holder last knew: after a renewal
+                    // whose commit was reported unknown yet landed, rewriting the count it
+                    // wrote would change nothing an observer sees, and the observer would
+                    // take over a lease renewed since.
+                    lease.renewals = lease.renewals.wrapping_add(1);
                     txn.set(key, &codec::encode(&lease));
                     Ok::<_, StoreError>(true)
                 }
@@ -323,7 +328,6 @@ impl<K: Kv> LeaderLease for KvLease<K> {
             self.released = true;
             return Err(lost());
         }
-        self.renewals = renewals;
         self.expires = started.saturating_add(self.ttl);
         self.expires_wall = add_duration(wall, self.ttl);
         Ok(())
@@ -333,10 +337,22 @@ impl<K: Kv> LeaderLease for KvLease<K> {
         if self.released {
             return Ok(());
         }
-        release_in_store(&self.election.inner, &self.resource, &self.holder, self.term).await?;
+        let released = release_in_store(&self.election.inner, &self.resource, &self.holder, self.term).await;
+        if let Err(Unreleased { error, maybe_released }) = released {
+            // Holding on after a release that may have landed could overlap the next holder.
+            self.released = maybe_released;
+            return Err(error);
+        }
         self.released = true;
         Ok(())
     }
+}
+
+/// A release that failed, and whether the store may have recorded it all the same (an
+/// attempt's commit result was unknown).
+struct Unreleased {
+    error: SchedulingError,
+    maybe_released: bool,
 }
 
 /// Marks the lease released if it is still `holder`'s under `term`.
@@ -345,20 +361,27 @@ async fn release_in_store<K: Kv>(
     resource: &str,
     holder: &str,
     term: u64,
-) -> Result<(), SchedulingError> {
+) -> Result<(), Unreleased> {
     let key = inner.keys.lease(resource);
     let key = &key;
-    run(&inner.kv, inner.retry, |txn, _| async move {
-        let current: Option<LeaseRecord> =
-            txn.get(key, false).await?.map(|b| codec::decode(&b, "lease record")).transpose()?;
-        if let Some(mut lease) = current.filter(|l| l.holder == holder && l.term == term && !l.released) {
-            lease.released = true;
-            txn.set(key, &codec::encode(&lease));
+    let mut after_unknown = false;
+    let released = run(&inner.kv, inner.retry, |txn, maybe| {
+        after_unknown |= maybe.0;
+        async move {
+            let current: Option<LeaseRecord> =
+                txn.get(key, false).await?.map(|b| codec::decode(&b, "lease record")).transpose()?;
+            if let Some(mut lease) = current.filter(|l| l.holder == holder && l.term == term && !l.released) {
+                lease.released = true;
+                txn.set(key, &codec::encode(&lease));
+            }
+            Ok::<_, StoreError>(())
         }
-        Ok::<_, StoreError>(())
     })
-    .await
-    .map_err(from_store)
+    .await;
+    released.map_err(|error| {
+        let unknown = matches!(&error, StoreError::Kv(e) if e.is_maybe_committed());
+        Unreleased { maybe_released: after_unknown || unknown, error: from_store(error) }
+    })
 }
 
 impl<K: Kv> Drop for KvLease<K> {

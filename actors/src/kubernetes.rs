@@ -362,17 +362,20 @@ impl KubernetesLeaderElection {
 
     /// Gives up the Lease object `name` held under `term`; `Ok` also when it is no longer
     /// held.
-    async fn give_up(&self, name: &str, term: u64) -> Result<(), String> {
+    /// Clears the holder of lease `name` if it is still ours under `term`. On failure, says
+    /// whether the API server may have applied the change all the same (the write was sent
+    /// and its answer lost).
+    async fn give_up(&self, name: &str, term: u64) -> Result<(), (String, bool)> {
         let mut lease = match self.ours(name, term).await {
             Ok(Some(lease)) => lease,
             Ok(None) | Err(ApiError::Conflict) => return Ok(()),
-            Err(ApiError::Unavailable(reason)) => return Err(reason),
+            Err(ApiError::Unavailable(reason)) => return Err((reason, false)),
         };
         lease.spec.holder_identity = None;
         match self.inner.api.replace(&lease).await {
             // A conflict: it changed since, so it is no longer ours.
             Ok(_) | Err(ApiError::Conflict) => Ok(()),
-            Err(ApiError::Unavailable(reason)) => Err(reason),
+            Err(ApiError::Unavailable(reason)) => Err((reason, true)),
         }
     }
 }
@@ -510,7 +513,13 @@ impl LeaderLease for KubernetesLease {
         if self.released {
             return Ok(());
         }
-        self.election.give_up(&self.name, self.term).await.map_err(unavailable)?;
+        if let Err((reason, maybe_released)) = self.election.give_up(&self.name, self.term).await {
+            if maybe_released {
+                // Another holder may have it already: holding on could overlap it.
+                self.lost();
+            }
+            return Err(unavailable(reason));
+        }
         self.lost();
         Ok(())
     }
@@ -529,7 +538,7 @@ impl Drop for KubernetesLease {
         let (election, name, term, resource) =
             (self.election.clone(), self.name.clone(), self.term, self.resource.clone());
         runtime.spawn(async move {
-            if let Err(reason) = election.give_up(&name, term).await {
+            if let Err((reason, _)) = election.give_up(&name, term).await {
                 tracing::warn!(%reason, lease = %name, "could not release a dropped lease; it lapses after its TTL");
             }
             election.inner.held.lock().remove(&resource);
