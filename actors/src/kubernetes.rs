@@ -361,10 +361,8 @@ impl KubernetesLeaderElection {
     }
 
     /// Gives up the Lease object `name` held under `term`; `Ok` also when it is no longer
-    /// held.
-    /// Clears the holder of lease `name` if it is still ours under `term`. On failure, says
-    /// whether the API server may have applied the change all the same (the write was sent
-    /// and its answer lost).
+    /// held. On failure, says whether the API server may have applied the change all the
+    /// same (the write was sent and its answer lost).
     async fn give_up(&self, name: &str, term: u64) -> Result<(), (String, bool)> {
         let mut lease = match self.ours(name, term).await {
             Ok(Some(lease)) => lease,
