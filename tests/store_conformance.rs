@@ -108,14 +108,10 @@ async fn lost_nodes_are_recovered_exactly_once_under_ambiguous_commits() {
     }
 }
 
-/// Every scenario whose checks hold whatever a retried step returns, again with each commit
-/// possibly applied-but-reported-unknown or not applied (a quarter each), on several seeds:
-/// every operation must stay idempotent, and say what it did. Left out are the three that
-/// check the due outlook and shard heads an acquisition returns, which one retried after an
-/// ambiguous commit does not return (it says more may be due instead):
-/// `the_due_outlook_splits_home_fires_from_the_others`,
-/// `fires_the_node_leaves_waiting_neither_wake_it_nor_hide_others` and
-/// `known_shard_heads_spare_reads_and_are_read_again_when_they_may_not_hold`.
+/// Every scenario whose checks hold whatever a step retried after an ambiguous commit
+/// returns (see `for_each_retry_safe_scenario`), again with each commit possibly
+/// applied-but-reported-unknown or not applied (a quarter each), on several seeds: every
+/// operation must stay idempotent, and say what it did.
 macro_rules! under_ambiguous_commits {
     ($($name:ident),* $(,)?) => {
         mod under_ambiguous_commits {
@@ -137,39 +133,7 @@ macro_rules! under_ambiguous_commits {
     };
 }
 
-under_ambiguous_commits!(
-    a_cron_fire_is_acquired_once_and_the_trigger_advances,
-    misfire_policies_at_acquisition,
-    a_non_concurrent_job_blocks_and_unblocks,
-    an_interval_trigger_waits_for_its_run_then_one_interval,
-    failed_runs_retry_per_policy_as_one_shot_triggers,
-    enqueue_and_manual_runs,
-    pause_and_resume_jobs_and_triggers,
-    unknown_job_types_put_the_trigger_in_error,
-    schedule_replaces_and_unschedule_deletes,
-    lost_nodes_are_reaped_and_their_runs_recovered_exactly_once,
-    records_of_stopped_nodes_are_deleted_once_reaped,
-    cancel_requests_reach_the_running_node_until_the_run_ends,
-    history_queries_filter_page_count_and_expire,
-    history_queries_merge_running_runs_by_scheduled_time,
-    a_history_scan_over_several_transactions_merges_running_runs_on_every_page,
-    retention_deletes_by_end_time_past_runs_that_ended_later,
-    status_shows_triggers_running_and_last_result,
-    code_jobs_sync_with_the_fingerprint_rules_and_restore,
-    local_jobs_stay_out_of_acquisition_but_their_runs_go_to_history,
-    local_jobs_are_reread_only_after_a_change,
-    lookahead_takes_fires_due_soon_with_their_own_time,
-    without_scheduled_fires_only_one_shot_triggers_are_taken,
-    a_one_shot_trigger_unblocked_while_its_job_is_paused_still_runs,
-    a_restarted_process_reclaims_the_runs_its_predecessor_left,
-    a_job_deleted_and_added_again_waits_for_its_old_run,
-    batched_completions_act_as_each_one_alone,
-    a_non_concurrent_job_switches_between_local_and_cluster_only_between_runs,
-    oversized_inputs_are_refused_and_never_wedge_the_store,
-    data_heavy_batches_are_split_to_fit_a_transaction,
-    external_fires_run_once_through_the_execution_coordinator,
-    zero_limits_and_empty_ranges_read_and_clear_nothing,
-);
+for_each_retry_safe_scenario!(under_ambiguous_commits);
 
 #[tokio::test(start_paused = true)]
 #[allow(clippy::disallowed_methods)] // Measures the paused clock's time.
