@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use parking_lot::Mutex;
 
 use super::jobs::{instant, Provenance};
 use super::records::{JobRecord, RunRecord, RunSummary, TriggerKind, TriggerRecord};
@@ -270,15 +271,14 @@ impl<K: Kv> KvJobStore<K> {
         let uids: Vec<u64> = def.triggers.iter().map(|_| self.random_u64()).collect();
         // What the last attempt that wrote decided: a retry after its commit was reported
         // unknown finds the write done, and reports what it did.
-        let decided = std::sync::Mutex::new(None);
+        let decided = Mutex::new(None);
         let (fingerprint, uids, decide, decided) = (&fingerprint, &uids, &decide, &decided);
         run(&self.kv, self.options.retry, |txn, maybe| async move {
             let tx = self.tx(txn);
             let old = tx.job(def.name.as_str()).await?;
             let same_code = old.as_ref().is_some_and(|j| j.code_fingerprint.as_deref() == Some(fingerprint.as_str()));
             let Some(outcome) = decide(old.as_ref(), same_code) else {
-                let earlier = *decided.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                if let Some(earlier) = earlier.filter(|_| maybe.0) {
+                if let Some(earlier) = decided.lock().filter(|_| maybe.0) {
                     return Ok(earlier);
                 }
                 let kept = old.as_ref().map_or(SyncOutcome::Unchanged, |j| {
@@ -292,7 +292,7 @@ impl<K: Kv> KvJobStore<K> {
             };
             let provenance = Provenance { origin: JobOrigin::Code, code_fingerprint: Some(fingerprint.clone()) };
             self.write_definition(&tx, def, old.as_ref(), provenance, uids, now).await?;
-            *decided.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(outcome);
+            *decided.lock() = Some(outcome);
             Ok::<_, StoreError>(outcome)
         })
         .await
