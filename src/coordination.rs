@@ -493,6 +493,9 @@ impl<K: Kv> ExecutionCoordinator<K> {
                 return Err(error.into());
             }
         };
+        // A record seen may have been written after `started` (while this attempt's read
+        // was on its way, or between retries): its timing starts now, never earlier.
+        let seen = self.clock.monotonic();
         let mut watch = self.watch.lock();
         // An instance declined once may never ask about that fire again.
         watch.forget_stale(started);
@@ -510,9 +513,7 @@ impl<K: Kv> ExecutionCoordinator<K> {
                     }
                 };
                 match watched {
-                    Some((watched_key, record)) => {
-                        watch.observe(watched_key, version_of(record), record.lease, started)
-                    }
+                    Some((watched_key, record)) => watch.observe(watched_key, version_of(record), record.lease, seen),
                     None => watch.forget(record_key.as_slice()),
                 }
                 Ok(Decision::Declined(*declined))

@@ -5,6 +5,14 @@
 //! jump, and a holder that is alive changes what it holds (renews, heartbeats) well
 //! within the lease.
 //!
+//! Which instant to time from matters, since a read takes time. What a read returns may
+//! have been written at any moment up to when it returned, and the holder times its lease
+//! from before its write. So an observer starts timing a version it read no earlier than
+//! when that read returned ([`LapseWatch::observe`]), and judges whether a version
+//! lapsed as of no later than when the read that found it unchanged began
+//! ([`LapseWatch::lapsed`]). Timed from when the read began, a version written while the
+//! read was on its way would lapse for the observer before its holder's lease ended.
+//!
 //! [`LapseWatch`] is that rule in one place. The store's leader leases
 //! ([`crate::leader`]), coordinated executions ([`crate::coordination`]), the node's
 //! Kubernetes Leases and the leader's watch over the other nodes' heartbeats each keep one,
@@ -45,9 +53,10 @@ impl<K: Ord, V: PartialEq> LapseWatch<K, V> {
         Self::default()
     }
 
-    /// Records that `key` was seen at `version`, held for `lease`, at `now`. Timing starts
-    /// when `key` is new or its version changed, and keeps running while it stays the same
-    /// (the lease noted is the latest seen).
+    /// Records that `key` was seen at `version`, held for `lease`, at `now`: a time no
+    /// earlier than when the read that saw it returned. Timing starts when `key` is new or
+    /// its version changed, and keeps running while it stays the same (the lease noted is
+    /// the latest seen).
     pub fn observe(&mut self, key: K, version: V, lease: Duration, now: MonotonicInstant) {
         match self.seen.get_mut(&key) {
             Some(seen) if seen.version == version => seen.lease = lease,
@@ -68,7 +77,8 @@ impl<K: Ord, V: PartialEq> LapseWatch<K, V> {
     }
 
     /// Whether `key`, now at `version` with `lease`, has been seen unchanged for the whole
-    /// lease by `now`: only then may it be taken over.
+    /// lease by `now`: only then may it be taken over. `now` is no later than when the
+    /// read that found it at `version` began.
     pub fn lapsed<Q>(&self, key: &Q, version: &V, lease: Duration, now: MonotonicInstant) -> bool
     where
         K: Borrow<Q>,

@@ -222,6 +222,9 @@ impl<K: Kv> LeaderElection for KvLeaderElection<K> {
         })
         .await
         .map_err(from_store)?;
+        // The record seen may have been written after `started` (while this attempt's read
+        // was on its way, or between retries): its timing starts now, never earlier.
+        let seen = inner.clock.monotonic();
         let mut watch = inner.watch.lock();
         match attempt {
             Attempt::Granted(term) => {
@@ -239,7 +242,7 @@ impl<K: Kv> LeaderElection for KvLeaderElection<K> {
             }
             Attempt::HeldBy(record) => {
                 let ttl = Duration::from_micros(record.ttl_us);
-                watch.observe(resource.to_string(), record, ttl, started);
+                watch.observe(resource.to_string(), record, ttl, seen);
                 Err(SchedulingError::LeaseHeld { resource: resource.to_string() })
             }
         }

@@ -9,6 +9,8 @@
 //! Method: instances' coordinators share one `MemoryKv` on a manual clock; time moves only
 //! when the test says so.
 
+mod meanwhile;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -191,6 +193,38 @@ async fn a_silent_owner_is_taken_over_only_after_the_observer_saw_it_unchanged_f
     c[1].fail(&taken, "boom").await.unwrap();
     let record = c[0].record(&key("sync", fire)).await.unwrap().unwrap();
     assert_eq!((record.owner.as_str(), record.status), ("b", ExecutionStatus::Failed));
+}
+
+/// An observer times a record from when it saw it, not from when it began to look: here
+/// b finds the fire free, but while its read returns (store latency) a second passes and a
+/// begins the fire; b's insert then conflicts, and its retry finds a's record, which b must
+/// not take over before a whole lease from when a wrote it.
+#[tokio::test]
+async fn an_observer_times_a_record_it_saw_late_from_when_it_saw_it() {
+    let clock = ManualClock::new(t0());
+    let meanwhile = meanwhile::Meanwhile::default();
+    let kv = MemoryKv::with_options(Arc::new(clock.clone()), Arc::new(meanwhile.clone()), MemoryKvOptions::default());
+    let (kv, clock, c) = setup_on(kv, clock, &["a", "b"]);
+    let fire = t0();
+    let [a, b] = <[_; 2]>::try_from(c).unwrap_or_else(|_| unreachable!("two instances"));
+    let begun = Arc::new(parking_lot::Mutex::new(None));
+    let (begun_by_a, clock_a, kv_a) = (begun.clone(), clock.clone(), kv.clone());
+    meanwhile.then(async move {
+        kv_a.set_faults(KvFaults::default());
+        clock_a.advance(Duration::from_secs(1));
+        *begun_by_a.lock() = Some(granted(a.try_begin(&request("sync", fire, UniqueMode::PerFireTime)).await.unwrap()));
+    });
+    kv.set_faults(KvFaults { latency_max: Duration::from_millis(1), ..KvFaults::default() });
+    let seen = declined(b.try_begin(&request("sync", fire, UniqueMode::PerFireTime)).await.unwrap());
+    assert_eq!(seen.check_again_in(), Some(LEASE));
+    let first = begun.lock().take().expect("a began the fire while b looked");
+    // A lease after b began looking, a's record is a second short of a lease old.
+    clock.advance(LEASE - Duration::from_secs(1));
+    let almost = declined(b.try_begin(&request("sync", fire, UniqueMode::PerFireTime)).await.unwrap());
+    assert_eq!(almost.check_again_in(), Some(Duration::from_secs(1)), "taken over before a whole lease");
+    clock.advance(Duration::from_secs(1));
+    let taken = granted(b.try_begin(&request("sync", fire, UniqueMode::PerFireTime)).await.unwrap());
+    assert_eq!(taken.takeover_of, first.execution_id);
 }
 
 #[tokio::test]

@@ -6,17 +6,21 @@
 //! Method: two nodes' elections share one `MemoryKv` on a manual clock; time moves only
 //! when the test says so, so expiry is exact.
 
+mod meanwhile;
+
 use std::sync::Arc;
 use std::time::Duration;
+
+use meanwhile::Meanwhile;
 
 use sundial::entropy::Entropy;
 use sundial::kv::memory::{KvFaults, MemoryKv, MemoryKvOptions};
 use sundial::kv::{run, RetryOptions};
-use sundial::leader::{KvLeaderElection, LeaderElection, LeaderLease, LocalLeaderElection};
+use sundial::leader::{KvLeaderElection, KvLease, LeaderElection, LeaderLease, LocalLeaderElection};
 use sundial::name::ResourceName;
 use sundial::store::keys::Keyspace;
 use sundial::store::StoreError;
-use sundial::time::{from_micros, ManualClock, NoSleep};
+use sundial::time::{from_micros, Clock, ManualClock, NoSleep};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -259,4 +263,141 @@ async fn racing_contenders_under_ambiguous_commits_never_hold_the_lease_twice() 
         }
     }
     assert!(grants > 2000, "the lease changed hands often: {grants} grants");
+}
+
+/// An observer times a lease from when it saw it, not from when it began to look: a lease
+/// taken by another contender while the observer's own attempt was on its way holds for a
+/// whole TTL from when that contender began, and the observer must not take it over before.
+/// Here B finds the lease free, but while its read returns (store latency) a second passes
+/// and C takes the lease; B's takeover then conflicts, and its retry finds C holding it.
+#[tokio::test]
+async fn an_observer_times_a_lease_it_saw_late_from_when_it_saw_it() {
+    let clock = ManualClock::new(from_micros(1_800_000_000_000_000).unwrap());
+    let meanwhile = Meanwhile::default();
+    let kv = MemoryKv::with_options(Arc::new(clock.clone()), Arc::new(meanwhile.clone()), MemoryKvOptions::default());
+    let election = |name: &str, seed| {
+        let clock = Arc::new(clock.clone());
+        KvLeaderElection::new(kv.client(name), Keyspace::default_root(), clock, name, Entropy::from_seed(seed))
+    };
+    let (b, c) = (election("node-b", 2), election("node-c", 3));
+    let taken = Arc::new(parking_lot::Mutex::new(None));
+    let (taken_by_c, clock_c, kv_c) = (taken.clone(), clock.clone(), kv.clone());
+    meanwhile.then(async move {
+        kv_c.set_faults(KvFaults::default());
+        clock_c.advance(Duration::from_secs(1));
+        *taken_by_c.lock() = Some(c.try_acquire(&resource(), TTL).await.unwrap());
+    });
+    kv.set_faults(KvFaults { latency_max: Duration::from_millis(1), ..KvFaults::default() });
+    assert_eq!(code(b.try_acquire(&resource(), TTL).await.unwrap_err()), "SCHEDULING_CONFLICT_002");
+    let held_by_c = taken.lock().take().expect("C took the lease while B looked");
+    // A TTL after B began looking, C's lease still holds (C began a second later).
+    clock.advance(TTL - Duration::from_secs(1));
+    assert!(held_by_c.is_held());
+    assert_eq!(
+        code(b.try_acquire(&resource(), TTL).await.unwrap_err()),
+        "SCHEDULING_CONFLICT_002",
+        "taken over while the lease still held"
+    );
+    clock.advance(Duration::from_secs(1));
+    assert!(!held_by_c.is_held());
+    assert_eq!(b.try_acquire(&resource(), TTL).await.unwrap().term(), 2, "taken over once it lapsed");
+}
+
+/// A [`sundial::time::Sleeper`] whose waits move the manual clock on and let the other
+/// contenders run: store latency and retry backoff take time, and others act meanwhile.
+#[derive(Debug)]
+struct TimeTaken(ManualClock);
+
+impl sundial::time::Sleeper for TimeTaken {
+    fn sleep(&self, duration: Duration) -> sundial::kv::BoxFuture<'static, ()> {
+        self.0.advance(duration);
+        Box::pin(tokio::task::yield_now())
+    }
+}
+
+/// What each contender believes: until when it holds the lease (`None`: it does not).
+type Beliefs = Arc<parking_lot::Mutex<Vec<Option<chrono::DateTime<chrono::Utc>>>>>;
+
+/// One contender of [`interleaved_contenders_never_hold_the_lease_twice`]: random
+/// acquisitions, renewals, releases and pauses; after each, no two contenders may believe
+/// they hold the lease now.
+async fn contender(
+    i: usize,
+    seed: u64,
+    kv: MemoryKv,
+    clock: ManualClock,
+    beliefs: Beliefs,
+    terms: Arc<parking_lot::Mutex<Vec<u64>>>,
+) {
+    let name = format!("node-{i}");
+    let election = KvLeaderElection::new(
+        kv.client(&name),
+        Keyspace::default_root(),
+        Arc::new(clock.clone()),
+        &name,
+        Entropy::from_seed(seed * 10 + i as u64),
+    );
+    let mut lease = None;
+    let mut choice = Entropy::from_seed(seed * 10 + i as u64 + 1_000);
+    for step in 0..60 {
+        match (choice.below(5), lease.as_mut()) {
+            (0, _) => {
+                clock.advance(Duration::from_millis(choice.below(TTL.as_millis() as u64 / 4)));
+                tokio::task::yield_now().await;
+            }
+            (1 | 2, None) => {
+                if let Ok(taken) = election.try_acquire(&resource(), TTL).await {
+                    let mut terms = terms.lock();
+                    assert!(terms.iter().all(|&t| t < taken.term()), "seed {seed}: term {} again", taken.term());
+                    terms.push(taken.term());
+                    lease = Some(taken);
+                }
+            }
+            (1..=3, Some(held)) => {
+                let _ = held.renew().await;
+            }
+            (_, Some(held)) => {
+                // Giving the lease up, this contender no longer acts as its holder.
+                beliefs.lock()[i] = None;
+                let _ = held.release().await;
+                if !held.is_held() {
+                    lease = None;
+                }
+            }
+            _ => {}
+        }
+        let now = clock.now();
+        let mut beliefs = beliefs.lock();
+        beliefs[i] = lease.as_ref().filter(|held: &&KvLease<MemoryKv>| held.is_held()).map(|held| held.expires_at());
+        let holders: Vec<usize> = (0..beliefs.len()).filter(|&j| beliefs[j].is_some_and(|until| until > now)).collect();
+        assert!(holders.len() <= 1, "seed {seed}, node-{i} step {step}: {holders:?} all hold the lease");
+    }
+}
+
+/// Contenders racing for one lease at the same time, their transactions interleaving:
+/// store latency and retry backoff take time during which the others act, and commits are
+/// often ambiguous or spuriously refused. At no moment may two contenders believe they
+/// hold the lease, and every grant's term is higher than all before it.
+#[tokio::test]
+async fn interleaved_contenders_never_hold_the_lease_twice() {
+    for seed in 0..500u64 {
+        let clock = ManualClock::new(from_micros(1_800_000_000_000_000).unwrap());
+        let faults = KvFaults {
+            spurious_conflict: 0.1,
+            unknown_result_committed: 0.1,
+            unknown_result_not_committed: 0.1,
+            latency_max: Duration::from_millis(500),
+            ..KvFaults::default()
+        };
+        let options = MemoryKvOptions { seed, faults, ..MemoryKvOptions::default() };
+        let kv = MemoryKv::with_options(Arc::new(clock.clone()), Arc::new(TimeTaken(clock.clone())), options);
+        let beliefs: Beliefs = Arc::new(parking_lot::Mutex::new(vec![None; 3]));
+        let terms = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let contenders: Vec<_> = (0..3)
+            .map(|i| tokio::spawn(contender(i, seed, kv.clone(), clock.clone(), beliefs.clone(), terms.clone())))
+            .collect();
+        for contender in contenders {
+            contender.await.unwrap();
+        }
+    }
 }

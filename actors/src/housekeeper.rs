@@ -108,6 +108,10 @@ async fn tick<S: JobStore>(state: &mut HousekeeperState<S>) {
     if shared.shared_store {
         match shared.store.nodes().await {
             Ok(nodes) => {
+                // A heartbeat seen may have been written after `now_mono`, while the read
+                // was on its way: its timing starts now, never earlier (its lapse is judged
+                // at `now_mono`).
+                let seen = shared.clock.monotonic();
                 // Records of nodes fully reaped are deleted: forget them.
                 state.swept.retain(|name| nodes.iter().any(|n| &n.node == name));
                 state.observations.retain(|name| nodes.iter().any(|n| &n.node == name));
@@ -122,7 +126,7 @@ async fn tick<S: JobStore>(state: &mut HousekeeperState<S>) {
                 for node in nodes.into_iter().filter(|n| n.alive && n.node != shared.node_id) {
                     state.swept.remove(&node.node);
                     let timeout = shared.options.node_timeout;
-                    state.observations.observe(node.node.clone(), node.heartbeat_seq, timeout, now_mono);
+                    state.observations.observe(node.node.clone(), node.heartbeat_seq, timeout, seen);
                     if !state.observations.lapsed(&node.node, &node.heartbeat_seq, timeout, now_mono) {
                         continue;
                     }

@@ -391,6 +391,9 @@ impl LeaderElection for KubernetesLeaderElection {
         let started = inner.clock.monotonic();
         let wall = inner.clock.now();
         let current = inner.api.get(&name).await;
+        // The Lease seen may have been written after `started`, while the read was on its
+        // way: its timing starts now, never earlier (its lapse is judged at `started`).
+        let seen = inner.clock.monotonic();
         let written = match current {
             Err(ApiError::Unavailable(reason)) => return Err(unavailable(reason)),
             Err(ApiError::Conflict) => return Err(held(resource)),
@@ -406,7 +409,7 @@ impl LeaderElection for KubernetesLeaderElection {
                         Some(_) => watch.lapsed(resource, version, current.duration(), started),
                     };
                     if !free {
-                        watch.observe(resource.to_owned(), version.clone(), current.duration(), started);
+                        watch.observe(resource.to_owned(), version.clone(), current.duration(), seen);
                     }
                     free
                 };

@@ -146,12 +146,16 @@ impl<S: JobStore> NodeShared<S> {
         self.runs.lock().len()
     }
 
-    pub(crate) fn heartbeat_committed(&self) {
-        *self.last_heartbeat.lock() = Some(self.clock.monotonic());
+    /// Notes a heartbeat that committed, begun at `began`. The leader times a heartbeat
+    /// from when it saw it, which is after it was written and so after it began: timed
+    /// from its beginning here, the node's own view of its heartbeat's age is never
+    /// younger than the leader's, and it fences itself before it can be declared lost.
+    pub(crate) fn heartbeat_committed(&self, began: MonotonicInstant) {
+        *self.last_heartbeat.lock() = Some(began);
     }
 
-    /// How long ago, on this node's monotonic clock, its last heartbeat committed (`None`
-    /// before the first).
+    /// How long ago, on this node's monotonic clock, its last committed heartbeat began
+    /// (`None` before the first).
     pub(crate) fn heartbeat_age(&self) -> Option<std::time::Duration> {
         let last = (*self.last_heartbeat.lock())?;
         Some(self.clock.monotonic().saturating_duration_since(last))

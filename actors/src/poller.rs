@@ -363,9 +363,10 @@ async fn watch_wake<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut Polle
 /// requests); returns whether it committed.
 async fn heartbeat<S: JobStore>(state: &mut PollerState<S>, now: chrono::DateTime<chrono::Utc>) -> bool {
     let shared = state.shared.clone();
+    let began = shared.clock.monotonic();
     match shared.store.heartbeat(&shared.node_id, now, state.known_times_declared_lost).await {
         Ok(beat) => {
-            shared.heartbeat_committed();
+            shared.heartbeat_committed(began);
             if beat.was_declared_lost {
                 // Our runs are Lost already and will run again elsewhere: stop them, as
                 // the fence would have.

@@ -99,6 +99,41 @@ async fn renewals_keep_a_lease_and_restart_the_observers_clock() {
     assert_eq!(lease.term(), 1, "renewals keep the term");
 }
 
+/// An observer times a Lease from when it saw it, not from when it began to look: a
+/// renewal that lands while the observer's read is on its way holds for its whole duration
+/// from when the holder began it, and the observer must not take over before that.
+#[tokio::test]
+async fn an_observer_times_a_renewal_it_read_late_from_when_it_read_it() {
+    let (fake, base) = fake_api().await;
+    let clock = setup_clock();
+    let (a, b) = (election(&base, &clock, "pod-a"), election(&base, &clock, "pod-b"));
+    let mut lease = a.try_acquire(&resource(), TTL).await.unwrap();
+    let (held, read_held) = tokio::sync::oneshot::channel();
+    let (serve, served) = tokio::sync::oneshot::channel();
+    *fake.hold_next_read.lock() = Some((held, served));
+    let looking = {
+        let b = b.clone();
+        tokio::spawn(async move { b.try_acquire(&resource(), TTL).await.map(|_| ()).map_err(code) })
+    };
+    // While b's read is on its way, a second passes and a renews.
+    read_held.await.unwrap();
+    clock.advance(Duration::from_secs(1));
+    lease.renew().await.unwrap();
+    serve.send(()).unwrap();
+    assert_eq!(looking.await.unwrap(), Err("SCHEDULING_CONFLICT_002"));
+    // A duration after b began looking, the renewal still holds (it began a second later).
+    clock.advance(TTL - Duration::from_secs(1));
+    assert!(lease.is_held());
+    assert_eq!(
+        code(b.try_acquire(&resource(), TTL).await.unwrap_err()),
+        "SCHEDULING_CONFLICT_002",
+        "taken over while the renewal still held"
+    );
+    clock.advance(Duration::from_secs(1));
+    assert!(!lease.is_held());
+    assert_eq!(b.try_acquire(&resource(), TTL).await.unwrap().term(), 2, "taken over once it lapsed");
+}
+
 #[tokio::test]
 async fn of_two_contenders_for_a_free_lease_one_wins() {
     let (_, base) = fake_api().await;

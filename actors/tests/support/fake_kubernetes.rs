@@ -26,6 +26,9 @@ pub(crate) struct Fake {
     version: AtomicU64,
     /// Answer 503 to everything.
     pub(crate) down: AtomicBool,
+    /// Hold the next read before serving it: say so on the first sender, serve it once
+    /// the second one says so (a read on its way while others write).
+    pub(crate) hold_next_read: Mutex<Option<(tokio::sync::oneshot::Sender<()>, tokio::sync::oneshot::Receiver<()>)>>,
 }
 
 pub(crate) type Shared = Arc<Fake>;
@@ -45,6 +48,11 @@ async fn read(
 ) -> Result<Json<Lease>, StatusCode> {
     if let Some(status) = refused(&headers, &fake) {
         return Err(status);
+    }
+    let hold = fake.hold_next_read.lock().take();
+    if let Some((held, serve)) = hold {
+        let _ = held.send(());
+        let _ = serve.await;
     }
     fake.leases.lock().get(&(ns, name)).cloned().map(Json).ok_or(StatusCode::NOT_FOUND)
 }
