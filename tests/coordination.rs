@@ -195,10 +195,10 @@ async fn a_silent_owner_is_taken_over_only_after_the_observer_saw_it_unchanged_f
     assert_eq!((record.owner.as_str(), record.status), ("b", ExecutionStatus::Failed));
 }
 
-/// An observer times a record from when it saw it, not from when it began to look: here
-/// b finds the fire free, but while its read returns (store latency) a second passes and a
-/// begins the fire; b's insert then conflicts, and its retry finds a's record, which b must
-/// not take over before a whole lease from when a wrote it.
+/// An observer times a record from when it saw it, not from when it began to look: here b
+/// begins to look, and while its read is on its way (store latency) a second passes and a
+/// begins the fire; b finds a's record, which it must not take over before a whole lease
+/// from when a wrote it.
 #[tokio::test]
 async fn an_observer_times_a_record_it_saw_late_from_when_it_saw_it() {
     let clock = ManualClock::new(t0());

@@ -7,6 +7,8 @@
 //! the outcome is certain; a randomized test checks no lost updates under contention and
 //! zero conflicts on disjoint keys.
 
+mod meanwhile;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -99,6 +101,28 @@ async fn a_transaction_reads_at_one_version() {
     assert_eq!(reader.get(b"k", true).await.unwrap(), Some(b"old".to_vec()));
     assert_eq!(reader.get(b"other", true).await.unwrap(), None);
     assert_eq!(get(&kv, "k").await.as_deref(), Some("new"));
+}
+
+/// As FDB's client, a transaction gets its read version at its first read, fixed when the
+/// answer is made: with latency injected, a commit that lands while that request is on
+/// its way is seen, and later reads keep that version.
+#[tokio::test]
+async fn the_read_version_is_fixed_when_the_first_read_gets_it() {
+    let clock = clock();
+    let meanwhile = meanwhile::Meanwhile::default();
+    let options = MemoryKvOptions { seed: 7, faults: KvFaults::default(), ..MemoryKvOptions::default() };
+    let kv = MemoryKv::with_options(Arc::new(clock.clone()), Arc::new(meanwhile.clone()), options);
+    put(&kv, &[("k", "old")]).await;
+    kv.set_faults(KvFaults { latency_max: Duration::from_millis(5), ..KvFaults::default() });
+    let reader = kv.create_transaction().unwrap();
+    let writer = kv.clone();
+    meanwhile.then(async move {
+        clock.advance(Duration::from_millis(5));
+        put(&writer, &[("k", "new")]).await;
+    });
+    assert_eq!(reader.get(b"k", false).await.unwrap().as_deref(), Some(&b"new"[..]));
+    put(&kv, &[("k", "newer")]).await;
+    assert_eq!(reader.get(b"k", false).await.unwrap().as_deref(), Some(&b"new"[..]), "one read version");
 }
 
 #[tokio::test]

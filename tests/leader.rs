@@ -268,8 +268,8 @@ async fn racing_contenders_under_ambiguous_commits_never_hold_the_lease_twice() 
 /// An observer times a lease from when it saw it, not from when it began to look: a lease
 /// taken by another contender while the observer's own attempt was on its way holds for a
 /// whole TTL from when that contender began, and the observer must not take it over before.
-/// Here B finds the lease free, but while its read returns (store latency) a second passes
-/// and C takes the lease; B's takeover then conflicts, and its retry finds C holding it.
+/// Here B begins to look, and while its read is on its way (store latency) a second passes
+/// and C takes the lease: B finds C holding it.
 #[tokio::test]
 async fn an_observer_times_a_lease_it_saw_late_from_when_it_saw_it() {
     let clock = ManualClock::new(from_micros(1_800_000_000_000_000).unwrap());

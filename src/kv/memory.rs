@@ -21,7 +21,9 @@
 //!   the configured size limit, 10,000,000 bytes by default (2101).
 //! - **Faults, seeded.** Spurious conflicts; `commit_unknown_result` that did and that did
 //!   not commit; timeouts (1031) whose commit lands later, subject to conflicts as any
-//!   commit; unavailability; a partition of one client; latency on every operation.
+//!   commit; unavailability; a partition of one client; latency on every operation, and
+//!   before a transaction's first read its read-version request's latency, the version
+//!   fixed only at its end (so a read can see commits that landed after it was issued).
 //!
 //! Keys live in B-trees split where [`Kv::split_hint`] says (the job store's hot keys apart
 //! from its history; see `key_map`).
@@ -29,6 +31,7 @@
 //! Handles are cheap clones sharing one store. [`MemoryKv::client`] makes a handle whose
 //! operations are attributed to a named client, which is what partitions apply to.
 
+use futures_util::future::Either;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::future::Future;
@@ -137,6 +140,9 @@ struct Shared {
     clock: Arc<dyn Clock>,
     sleeper: Arc<dyn Sleeper>,
     transaction_size_limit: usize,
+    /// Whether latency is injected (`faults.latency_max` is not zero), readable without
+    /// the state's lock: a transaction's first read asks it.
+    latency_on: std::sync::atomic::AtomicBool,
 }
 
 /// A key's recent versions, oldest first; `None` is a deletion. The newest version is
@@ -549,8 +555,9 @@ impl MemoryKv {
             held_notices: None,
             stats: MemoryKvStats::default(),
         };
-        let shared =
-            Shared { state: Mutex::new(state), clock, sleeper, transaction_size_limit: options.transaction_size_limit };
+        let latency_on = std::sync::atomic::AtomicBool::new(!state.faults.latency_max.is_zero());
+        let transaction_size_limit = options.transaction_size_limit;
+        let shared = Shared { state: Mutex::new(state), clock, sleeper, transaction_size_limit, latency_on };
         Self { shared: Arc::new(shared), client: None, exempt: false }
     }
 
@@ -579,7 +586,9 @@ impl MemoryKv {
 
     /// Replaces the injected faults.
     pub fn set_faults(&self, faults: KvFaults) {
-        self.shared.state.lock().faults = faults;
+        let mut state = self.shared.state.lock();
+        self.shared.latency_on.store(!faults.latency_max.is_zero(), std::sync::atomic::Ordering::Relaxed);
+        state.faults = faults;
     }
 
     /// Makes every operation of every client fail with 1031 (`true`) or work again.
@@ -686,6 +695,12 @@ impl Kv for MemoryKv {
         self.shared.state.lock().data.split_at(keys);
     }
 }
+
+/// The latency to add to an operation's answer, if any.
+type Latency = Option<Duration>;
+
+/// Keys' values, in the order asked (`None`: absent).
+type Values = Vec<Option<Vec<u8>>>;
 
 /// A [`MemoryKv`] transaction. Clones are handles to the same transaction.
 #[derive(Clone)]
@@ -1035,30 +1050,41 @@ impl MemoryTransaction {
         }
     }
 
-    fn write(&self, f: impl FnOnce(&mut TxnData)) {
-        let mut data = self.inner.data.lock();
-        if !data.finished {
-            f(&mut data);
+    /// How long the transaction's first read waits for its read version, if this read is
+    /// the first and latency is injected. FDB's client asks for a read version at the
+    /// first read, and the version it gets is fixed only when the answer is made: commits
+    /// that land while the request is on its way are seen. Without this wait, whatever a
+    /// read returns would have been written before the caller asked.
+    fn read_version_wait(&self) -> Option<Duration> {
+        let kv = &self.inner.kv;
+        if kv.exempt
+            || !kv.shared.latency_on.load(std::sync::atomic::Ordering::Relaxed)
+            || self.inner.data.lock().read_version.is_some()
+        {
+            return None;
+        }
+        let mut state = kv.shared.state.lock();
+        kv.latency(&mut state)
+    }
+
+    /// A read performed after `wait` (see [`read_version_wait`](Self::read_version_wait)),
+    /// then delayed by its own latency.
+    fn after<T: Send + 'static>(
+        &self,
+        wait: Duration,
+        perform: impl FnOnce(&MemoryTransaction) -> (Result<T, KvError>, Option<Duration>) + Send + 'static,
+    ) -> impl Future<Output = Result<T, KvError>> + Send {
+        let txn = self.clone();
+        let waiting = self.inner.kv.shared.sleeper.sleep(wait);
+        async move {
+            waiting.await;
+            let (result, latency) = perform(&txn);
+            txn.delayed(result, latency).await
         }
     }
-}
 
-impl KvTransaction for MemoryTransaction {
-    fn read_version(&self) -> impl Future<Output = Result<Version, KvError>> + Send {
-        let (result, latency) = self.with_read(|data, _| Ok(data.read_version.unwrap_or_default()));
-        self.delayed(result, latency)
-    }
-
-    fn get(&self, key: &[u8], snapshot: bool) -> impl Future<Output = Result<Option<Vec<u8>>, KvError>> + Send {
-        let (result, latency) = self.with_read(|data, state| data.get(state, key, snapshot));
-        self.delayed(result, latency)
-    }
-
-    fn get_many(
-        &self,
-        keys: &[Vec<u8>],
-        snapshot: bool,
-    ) -> impl Future<Output = Result<Vec<Option<Vec<u8>>>, KvError>> + Send {
+    /// [`get_many`](KvTransaction::get_many)'s reads, performed now, and their latency.
+    fn get_many_now(&self, keys: &[Vec<u8>], snapshot: bool) -> (Result<Values, KvError>, Latency) {
         // A chunk at a time: holding the store's lock for thousands of reads would stall
         // every other client (on a node: the completer behind the poller, or the reverse).
         let mut values = Vec::with_capacity(keys.len());
@@ -1072,10 +1098,60 @@ impl KvTransaction for MemoryTransaction {
             });
             slowest = slowest.max(latency);
             if let Err(error) = result {
-                return self.delayed(Err(error), slowest);
+                return (Err(error), slowest);
             }
         }
-        self.delayed(Ok(values), slowest)
+        (Ok(values), slowest)
+    }
+
+    fn write(&self, f: impl FnOnce(&mut TxnData)) {
+        let mut data = self.inner.data.lock();
+        if !data.finished {
+            f(&mut data);
+        }
+    }
+}
+
+impl KvTransaction for MemoryTransaction {
+    fn read_version(&self) -> impl Future<Output = Result<Version, KvError>> + Send {
+        let read = |txn: &MemoryTransaction| txn.with_read(|data, _| Ok(data.read_version.unwrap_or_default()));
+        match self.read_version_wait() {
+            None => {
+                let (result, latency) = read(self);
+                Either::Left(self.delayed(result, latency))
+            }
+            Some(wait) => Either::Right(self.after(wait, read)),
+        }
+    }
+
+    fn get(&self, key: &[u8], snapshot: bool) -> impl Future<Output = Result<Option<Vec<u8>>, KvError>> + Send {
+        match self.read_version_wait() {
+            None => {
+                let (result, latency) = self.with_read(|data, state| data.get(state, key, snapshot));
+                Either::Left(self.delayed(result, latency))
+            }
+            Some(wait) => {
+                let key = key.to_vec();
+                Either::Right(self.after(wait, move |txn| txn.with_read(|data, state| data.get(state, &key, snapshot))))
+            }
+        }
+    }
+
+    fn get_many(
+        &self,
+        keys: &[Vec<u8>],
+        snapshot: bool,
+    ) -> impl Future<Output = Result<Vec<Option<Vec<u8>>>, KvError>> + Send {
+        match self.read_version_wait() {
+            None => {
+                let (result, latency) = self.get_many_now(keys, snapshot);
+                Either::Left(self.delayed(result, latency))
+            }
+            Some(wait) => {
+                let keys = keys.to_vec();
+                Either::Right(self.after(wait, move |txn| txn.get_many_now(&keys, snapshot)))
+            }
+        }
     }
 
     fn get_range(
@@ -1083,8 +1159,19 @@ impl KvTransaction for MemoryTransaction {
         request: &RangeRequest,
         snapshot: bool,
     ) -> impl Future<Output = Result<RangeResult, KvError>> + Send {
-        let (result, latency) = self.with_reads(1, true, |data, state| data.get_range(state, request, snapshot));
-        self.delayed(result, latency)
+        match self.read_version_wait() {
+            None => {
+                let (result, latency) =
+                    self.with_reads(1, true, |data, state| data.get_range(state, request, snapshot));
+                Either::Left(self.delayed(result, latency))
+            }
+            Some(wait) => {
+                let request = request.clone();
+                Either::Right(self.after(wait, move |txn| {
+                    txn.with_reads(1, true, |data, state| data.get_range(state, &request, snapshot))
+                }))
+            }
+        }
     }
 
     fn get_ranges(
@@ -1092,9 +1179,19 @@ impl KvTransaction for MemoryTransaction {
         requests: &[RangeRequest],
         snapshot: bool,
     ) -> impl Future<Output = Result<Vec<RangeResult>, KvError>> + Send {
-        let (result, latency) =
-            self.with_reads(requests.len(), true, |data, state| data.get_ranges(state, requests, snapshot));
-        self.delayed(result, latency)
+        match self.read_version_wait() {
+            None => {
+                let (result, latency) =
+                    self.with_reads(requests.len(), true, |data, state| data.get_ranges(state, requests, snapshot));
+                Either::Left(self.delayed(result, latency))
+            }
+            Some(wait) => {
+                let requests = requests.to_vec();
+                Either::Right(self.after(wait, move |txn| {
+                    txn.with_reads(requests.len(), true, |data, state| data.get_ranges(state, &requests, snapshot))
+                }))
+            }
+        }
     }
 
     fn set(&self, key: &[u8], value: &[u8]) {
