@@ -10,6 +10,8 @@
 //! expiry is exact.
 #![cfg(feature = "node")]
 
+#[path = "../../tests/contenders/mod.rs"]
+mod contenders;
 #[path = "support/fake_kubernetes.rs"]
 mod fake_kubernetes;
 
@@ -17,7 +19,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fake_kubernetes::{start as fake_api, TOKEN};
+use contenders::{contend, Race};
+use fake_kubernetes::{start as fake_api, Trouble, TOKEN};
+use sundial::entropy::Entropy;
 use sundial::leader::{LeaderElection, LeaderLease};
 use sundial::name::ResourceName;
 use sundial::time::{from_micros, ManualClock};
@@ -132,6 +136,41 @@ async fn an_observer_times_a_renewal_it_read_late_from_when_it_read_it() {
     clock.advance(Duration::from_secs(1));
     assert!(!lease.is_held());
     assert_eq!(b.try_acquire(&resource(), TTL).await.unwrap().term(), 2, "taken over once it lapsed");
+}
+
+/// Contenders racing for one Lease at the same time, their requests interleaving: time
+/// passes while each request is on its way, requests are refused, and writes' answers are
+/// lost after the write was applied. At no moment may two contenders believe they hold the
+/// Lease, and every grant's term is higher than all before it.
+#[tokio::test]
+async fn interleaved_contenders_never_hold_the_lease_twice() {
+    let mut grants = 0;
+    for seed in 0..40u64 {
+        let (fake, base) = fake_api().await;
+        let clock = setup_clock();
+        *fake.trouble.lock() = Some(Trouble {
+            entropy: Entropy::from_seed(seed),
+            clock: clock.clone(),
+            latency_max: Duration::from_millis(500),
+            refused: 100,
+            answer_lost: 200,
+        });
+        let race = Race::new(3);
+        let contenders: Vec<_> = (0..3)
+            .map(|i| {
+                let election = election(&base, &clock, &format!("pod-{i}"));
+                let (race, clock) = (race.clone(), clock.clone());
+                tokio::spawn(async move {
+                    contend(election, i, race, clock, (resource(), TTL), ("kubernetes", seed, 40)).await;
+                })
+            })
+            .collect();
+        for contender in contenders {
+            contender.await.unwrap();
+        }
+        grants += race.grants();
+    }
+    assert!(grants > 100, "the Lease changed hands often: {grants} grants");
 }
 
 #[tokio::test]

@@ -29,6 +29,56 @@ pub(crate) struct Fake {
     /// Hold the next read before serving it: say so on the first sender, serve it once
     /// the second one says so (a read on its way while others write).
     pub(crate) hold_next_read: Mutex<Option<(tokio::sync::oneshot::Sender<()>, tokio::sync::oneshot::Receiver<()>)>>,
+    /// Trouble drawn per request, when set.
+    pub(crate) trouble: Mutex<Option<Trouble>>,
+}
+
+/// Trouble for each request, drawn from a seed: time passing while it is on its way
+/// (before it is served and after), a refusal (503, nothing done), and for writes an
+/// answer lost after the write was applied (503, yet done).
+pub(crate) struct Trouble {
+    pub(crate) entropy: sundial::entropy::Entropy,
+    pub(crate) clock: sundial::time::ManualClock,
+    pub(crate) latency_max: std::time::Duration,
+    /// Per thousand requests.
+    pub(crate) refused: u64,
+    /// Per thousand writes.
+    pub(crate) answer_lost: u64,
+}
+
+/// What trouble one request meets.
+#[derive(Default)]
+struct Drawn {
+    /// Time passing, and turns given to other tasks (whole requests of others can come and
+    /// go meanwhile), before the request is served and after.
+    before: (std::time::Duration, u64),
+    after: (std::time::Duration, u64),
+    refused: bool,
+    answer_lost: bool,
+}
+
+impl Fake {
+    fn draw(&self) -> Drawn {
+        let mut trouble = self.trouble.lock();
+        let Some(t) = trouble.as_mut() else { return Drawn::default() };
+        let max = t.latency_max.as_micros() as u64 + 1;
+        Drawn {
+            before: (std::time::Duration::from_micros(t.entropy.below(max)), t.entropy.below(40)),
+            after: (std::time::Duration::from_micros(t.entropy.below(max)), t.entropy.below(40)),
+            refused: t.entropy.below(1000) < t.refused,
+            answer_lost: t.entropy.below(1000) < t.answer_lost,
+        }
+    }
+
+    /// Time passes, and other tasks run meanwhile.
+    async fn on_its_way(&self, (wait, turns): (std::time::Duration, u64)) {
+        if let Some(t) = self.trouble.lock().as_ref() {
+            t.clock.advance(wait);
+        }
+        for _ in 0..=turns {
+            tokio::task::yield_now().await;
+        }
+    }
 }
 
 pub(crate) type Shared = Arc<Fake>;
@@ -54,7 +104,14 @@ async fn read(
         let _ = held.send(());
         let _ = serve.await;
     }
-    fake.leases.lock().get(&(ns, name)).cloned().map(Json).ok_or(StatusCode::NOT_FOUND)
+    let drawn = fake.draw();
+    fake.on_its_way(drawn.before).await;
+    if drawn.refused {
+        return Err(StatusCode::SERVICE_UNAVAILABLE);
+    }
+    let lease = fake.leases.lock().get(&(ns, name)).cloned();
+    fake.on_its_way(drawn.after).await;
+    lease.map(Json).ok_or(StatusCode::NOT_FOUND)
 }
 
 fn stored(fake: &Fake, ns: &str, mut lease: Lease) -> Lease {
@@ -72,14 +129,26 @@ async fn create(
     if let Some(status) = refused(&headers, &fake) {
         return Err(status);
     }
-    let mut leases = fake.leases.lock();
-    let key = (ns.clone(), lease.metadata.name.clone());
-    if leases.contains_key(&key) {
-        return Err(StatusCode::CONFLICT);
+    let drawn = fake.draw();
+    fake.on_its_way(drawn.before).await;
+    if drawn.refused {
+        return Err(StatusCode::SERVICE_UNAVAILABLE);
     }
-    let lease = stored(&fake, &ns, lease);
-    leases.insert(key, lease.clone());
-    Ok((StatusCode::CREATED, Json(lease)))
+    let created = {
+        let mut leases = fake.leases.lock();
+        let key = (ns.clone(), lease.metadata.name.clone());
+        if leases.contains_key(&key) {
+            return Err(StatusCode::CONFLICT);
+        }
+        let lease = stored(&fake, &ns, lease);
+        leases.insert(key, lease.clone());
+        lease
+    };
+    fake.on_its_way(drawn.after).await;
+    if drawn.answer_lost {
+        return Err(StatusCode::SERVICE_UNAVAILABLE);
+    }
+    Ok((StatusCode::CREATED, Json(created)))
 }
 
 async fn replace(
@@ -91,15 +160,27 @@ async fn replace(
     if let Some(status) = refused(&headers, &fake) {
         return Err(status);
     }
-    let mut leases = fake.leases.lock();
-    let key = (ns.clone(), name);
-    let current = leases.get(&key).ok_or(StatusCode::NOT_FOUND)?;
-    if current.metadata.resource_version != lease.metadata.resource_version {
-        return Err(StatusCode::CONFLICT);
+    let drawn = fake.draw();
+    fake.on_its_way(drawn.before).await;
+    if drawn.refused {
+        return Err(StatusCode::SERVICE_UNAVAILABLE);
     }
-    let lease = stored(&fake, &ns, lease);
-    leases.insert(key, lease.clone());
-    Ok(Json(lease))
+    let replaced = {
+        let mut leases = fake.leases.lock();
+        let key = (ns.clone(), name);
+        let current = leases.get(&key).ok_or(StatusCode::NOT_FOUND)?;
+        if current.metadata.resource_version != lease.metadata.resource_version {
+            return Err(StatusCode::CONFLICT);
+        }
+        let lease = stored(&fake, &ns, lease);
+        leases.insert(key, lease.clone());
+        lease
+    };
+    fake.on_its_way(drawn.after).await;
+    if drawn.answer_lost {
+        return Err(StatusCode::SERVICE_UNAVAILABLE);
+    }
+    Ok(Json(replaced))
 }
 
 /// A fake API server; its base URL.
