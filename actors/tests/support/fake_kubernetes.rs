@@ -120,6 +120,25 @@ fn stored(fake: &Fake, ns: &str, mut lease: Lease) -> Lease {
     lease
 }
 
+/// A write, with the trouble drawn for it: refused before `apply`, or its answer lost
+/// after.
+async fn write(
+    fake: &Fake,
+    apply: impl FnOnce(&mut BTreeMap<(String, String), Lease>) -> Result<Lease, StatusCode>,
+) -> Result<Lease, StatusCode> {
+    let drawn = fake.draw();
+    fake.on_its_way(drawn.before).await;
+    if drawn.refused {
+        return Err(StatusCode::SERVICE_UNAVAILABLE);
+    }
+    let written = apply(&mut fake.leases.lock())?;
+    fake.on_its_way(drawn.after).await;
+    if drawn.answer_lost {
+        return Err(StatusCode::SERVICE_UNAVAILABLE);
+    }
+    Ok(written)
+}
+
 async fn create(
     State(fake): State<Shared>,
     headers: HeaderMap,
@@ -129,25 +148,16 @@ async fn create(
     if let Some(status) = refused(&headers, &fake) {
         return Err(status);
     }
-    let drawn = fake.draw();
-    fake.on_its_way(drawn.before).await;
-    if drawn.refused {
-        return Err(StatusCode::SERVICE_UNAVAILABLE);
-    }
-    let created = {
-        let mut leases = fake.leases.lock();
+    let created = write(&fake, |leases| {
         let key = (ns.clone(), lease.metadata.name.clone());
         if leases.contains_key(&key) {
             return Err(StatusCode::CONFLICT);
         }
         let lease = stored(&fake, &ns, lease);
         leases.insert(key, lease.clone());
-        lease
-    };
-    fake.on_its_way(drawn.after).await;
-    if drawn.answer_lost {
-        return Err(StatusCode::SERVICE_UNAVAILABLE);
-    }
+        Ok(lease)
+    })
+    .await?;
     Ok((StatusCode::CREATED, Json(created)))
 }
 
@@ -160,13 +170,7 @@ async fn replace(
     if let Some(status) = refused(&headers, &fake) {
         return Err(status);
     }
-    let drawn = fake.draw();
-    fake.on_its_way(drawn.before).await;
-    if drawn.refused {
-        return Err(StatusCode::SERVICE_UNAVAILABLE);
-    }
-    let replaced = {
-        let mut leases = fake.leases.lock();
+    let replaced = write(&fake, |leases| {
         let key = (ns.clone(), name);
         let current = leases.get(&key).ok_or(StatusCode::NOT_FOUND)?;
         if current.metadata.resource_version != lease.metadata.resource_version {
@@ -174,12 +178,9 @@ async fn replace(
         }
         let lease = stored(&fake, &ns, lease);
         leases.insert(key, lease.clone());
-        lease
-    };
-    fake.on_its_way(drawn.after).await;
-    if drawn.answer_lost {
-        return Err(StatusCode::SERVICE_UNAVAILABLE);
-    }
+        Ok(lease)
+    })
+    .await?;
     Ok(Json(replaced))
 }
 
