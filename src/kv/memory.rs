@@ -31,11 +31,13 @@
 //! Handles are cheap clones sharing one store. [`MemoryKv::client`] makes a handle whose
 //! operations are attributed to a named client, which is what partitions apply to.
 
-use futures_util::future::Either;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+
+use futures_util::future::Either;
 
 // Every transaction of every client takes the store's one lock: parking_lot's hands it
 // over with less overhead under contention (3 % more fires/s, 6 % less CPU per fire in the
@@ -142,7 +144,7 @@ struct Shared {
     transaction_size_limit: usize,
     /// Whether latency is injected (`faults.latency_max` is not zero), readable without
     /// the state's lock: a transaction's first read asks it.
-    latency_on: std::sync::atomic::AtomicBool,
+    latency_on: AtomicBool,
 }
 
 /// A key's recent versions, oldest first; `None` is a deletion. The newest version is
@@ -555,7 +557,7 @@ impl MemoryKv {
             held_notices: None,
             stats: MemoryKvStats::default(),
         };
-        let latency_on = std::sync::atomic::AtomicBool::new(!state.faults.latency_max.is_zero());
+        let latency_on = AtomicBool::new(!state.faults.latency_max.is_zero());
         let transaction_size_limit = options.transaction_size_limit;
         let shared = Shared { state: Mutex::new(state), clock, sleeper, transaction_size_limit, latency_on };
         Self { shared: Arc::new(shared), client: None, exempt: false }
@@ -587,7 +589,7 @@ impl MemoryKv {
     /// Replaces the injected faults.
     pub fn set_faults(&self, faults: KvFaults) {
         let mut state = self.shared.state.lock();
-        self.shared.latency_on.store(!faults.latency_max.is_zero(), std::sync::atomic::Ordering::Relaxed);
+        self.shared.latency_on.store(!faults.latency_max.is_zero(), Ordering::Relaxed);
         state.faults = faults;
     }
 
@@ -1057,10 +1059,7 @@ impl MemoryTransaction {
     /// read returns would have been written before the caller asked.
     fn read_version_wait(&self) -> Option<Duration> {
         let kv = &self.inner.kv;
-        if kv.exempt
-            || !kv.shared.latency_on.load(std::sync::atomic::Ordering::Relaxed)
-            || self.inner.data.lock().read_version.is_some()
-        {
+        if kv.exempt || !kv.shared.latency_on.load(Ordering::Relaxed) || self.inner.data.lock().read_version.is_some() {
             return None;
         }
         let mut state = kv.shared.state.lock();
@@ -1072,7 +1071,7 @@ impl MemoryTransaction {
     fn after<T: Send + 'static>(
         &self,
         wait: Duration,
-        perform: impl FnOnce(&MemoryTransaction) -> (Result<T, KvError>, Option<Duration>) + Send + 'static,
+        perform: impl FnOnce(&MemoryTransaction) -> (Result<T, KvError>, Latency) + Send + 'static,
     ) -> impl Future<Output = Result<T, KvError>> + Send {
         let txn = self.clone();
         let waiting = self.inner.kv.shared.sleeper.sleep(wait);
