@@ -18,7 +18,7 @@ use sundial::options::SchedulerOptions;
 use sundial::store::codec;
 use sundial::store::keys::Keyspace;
 use sundial::store::records::RunRecord;
-use sundial::store::{KvJobStore, RunDeletedHook, StoreOptions};
+use sundial::store::{JobStatus, KvJobStore, RunDeletedHook, StoreOptions};
 use sundial::time::{add_duration, Clock};
 use sundial_actors::clock::{TokioClock, TokioSleeper};
 use sundial_actors::node::{Node, NodeConfig};
@@ -31,7 +31,7 @@ use crate::check::{self, Checked, DeletedRun, Samples};
 use crate::faults::{self, Fault, FaultPlan};
 use crate::options::SimOptions;
 use crate::sim_job::{Incarnation, SimJob, SIM_JOB_TYPE};
-use crate::trace::{event_line, EventKind, EventLog, Trace};
+use crate::trace::{event_line, Event, EventKind, EventLog, Trace};
 use crate::workload::{self, epoch, Op, Workload};
 
 type Store = KvJobStore<MemoryKv>;
@@ -900,7 +900,7 @@ impl World {
             .iter()
             .flat_map(|s| s.triggers.iter().map(|t| (s.definition.name.to_string(), t.name.clone())))
             .collect();
-        let checked = check::check(&check::Inputs {
+        let inputs = check::Inputs {
             triggers: &triggers,
             options: &self.options,
             workload: &self.workload,
@@ -917,46 +917,16 @@ impl World {
             final_jobs: &statuses,
             changed_at: &self.changed_at,
             in_flux: &self.retrying.keys().chain(self.held.keys()).cloned().collect(),
+        };
+        // The checkers and the trace read the same finished run: the checkers on a second
+        // thread (both are pure functions of it, so the outcome does not depend on which
+        // ends first).
+        let (checked, trace) = std::thread::scope(|scope| {
+            let checking = scope.spawn(|| check::check(&inputs));
+            let trace = trace_of(inputs.options.keep_trace, &events, &history, &deleted, &statuses);
+            let checked = checking.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (checked, trace)
         });
-        let mut trace = Trace::new(self.options.keep_trace);
-        for event in &events {
-            trace.push(event_line(event));
-        }
-        for run in &history {
-            let deleted_at = deleted.get(&run.id).map(|at| format!(" deleted={}", at.timestamp_micros()));
-            trace.push(format!(
-                "history {} {} {} sched={} {:?} attempt={} {:?} on {} start={} end={:?} code={:?} {:?}{}",
-                run.id,
-                run.job,
-                run.trigger.as_deref().unwrap_or("-"),
-                run.scheduled_us,
-                run.cause,
-                run.attempt,
-                run.state,
-                run.node,
-                run.started_us,
-                run.finished_us,
-                run.error_code,
-                run.error_message,
-                deleted_at.unwrap_or_default(),
-            ));
-        }
-        {
-            for status in statuses {
-                for trigger in status.triggers {
-                    trace.push(format!(
-                        "trigger {}/{} {:?}{} next={:?} fired={} error={:?}",
-                        status.definition.name,
-                        trigger.name,
-                        trigger.state,
-                        if trigger.paused || status.paused { " paused" } else { "" },
-                        trigger.next_fire.map(|t| t.timestamp_micros()),
-                        trigger.fire_count,
-                        trigger.error,
-                    ));
-                }
-            }
-        }
         let (trace_hash, lines) = trace.finish();
         let fires = history.iter().filter(|r| r.cause == RunCause::Schedule).count() as u64;
         let mut jobs: BTreeMap<String, JobTally> = BTreeMap::new();
@@ -987,6 +957,55 @@ impl World {
             jobs,
         }
     }
+}
+
+/// The run's trace: every event, then every run record (with when retention deleted it),
+/// then every trigger's final state.
+fn trace_of(
+    keep: bool,
+    events: &[Event],
+    history: &[RunRecord],
+    deleted: &BTreeMap<Uuid, DateTime<Utc>>,
+    statuses: &[JobStatus],
+) -> Trace {
+    let mut trace = Trace::new(keep);
+    for event in events {
+        trace.push(event_line(event));
+    }
+    for run in history {
+        let deleted_at = deleted.get(&run.id).map(|at| format!(" deleted={}", at.timestamp_micros()));
+        trace.push(format!(
+            "history {} {} {} sched={} {:?} attempt={} {:?} on {} start={} end={:?} code={:?} {:?}{}",
+            run.id,
+            run.job,
+            run.trigger.as_deref().unwrap_or("-"),
+            run.scheduled_us,
+            run.cause,
+            run.attempt,
+            run.state,
+            run.node,
+            run.started_us,
+            run.finished_us,
+            run.error_code,
+            run.error_message,
+            deleted_at.unwrap_or_default(),
+        ));
+    }
+    for status in statuses {
+        for trigger in &status.triggers {
+            trace.push(format!(
+                "trigger {}/{} {:?}{} next={:?} fired={} error={:?}",
+                status.definition.name,
+                trigger.name,
+                trigger.state,
+                if trigger.paused || status.paused { " paused" } else { "" },
+                trigger.next_fire.map(|t| t.timestamp_micros()),
+                trigger.fire_count,
+                trigger.error,
+            ));
+        }
+    }
+    trace
 }
 
 /// An operation's log line, and whether the store refused it as unavailable.
