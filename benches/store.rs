@@ -102,6 +102,7 @@ fn request<'a>(node: &'a str, now: DateTime<Utc>, known: &'a BTreeSet<uuid::Uuid
         scheduled: true,
         busy_jobs: &NO_JOBS,
         steal: true,
+        trust_caught_up: true,
         known_heads: None,
     }
 }
@@ -117,7 +118,7 @@ fn pollers_benchmark(fires: usize) {
             register(&store, fires, 1, "once 2027-01-15T08:00:00Z", "j").await;
             let due: DateTime<Utc> = "2027-01-15T08:00:00Z".parse().unwrap();
             for p in 0..pollers {
-                store.heartbeat(&format!("node-{p}"), due, None).await.unwrap();
+                store.heartbeat(&format!("node-{p}"), due, None, false).await.unwrap();
             }
             let before = kv.stats();
             let started = Instant::now();
@@ -176,7 +177,7 @@ async fn cycle_cost(registered: usize, cycles: usize) -> (Duration, f64) {
     register(&store, registered / 100, 100, "cron 0 0 3 * * *", "idle").await;
     // Let old versions go: nothing reads them any more.
     clock.advance(Duration::from_secs(6));
-    store.heartbeat("node-0", t0(), None).await.unwrap();
+    store.heartbeat("node-0", t0(), None, false).await.unwrap();
     let bytes_per_trigger = (LIVE.load(Ordering::Relaxed) - live_before) as f64 / registered as f64;
     let mut hot = JobDefinition::new(JobName::new("hot").unwrap(), JobTypeKey::new("bench::Job").unwrap());
     hot.allow_concurrent = true;
@@ -212,7 +213,7 @@ async fn fire_cost(triggers: usize, seconds: usize) -> (Duration, Duration) {
     let clock = ManualClock::new(t0());
     let (store, _kv) = new_store(&clock);
     register(&store, triggers / 100, 100, "cron * * * * * *", "cron").await;
-    store.heartbeat("node-0", t0(), None).await.unwrap();
+    store.heartbeat("node-0", t0(), None, false).await.unwrap();
     let known = BTreeSet::new();
     let (mut acquiring, mut completing, mut fires) = (Duration::ZERO, Duration::ZERO, 0usize);
     for second in 1..=seconds {

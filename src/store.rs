@@ -45,7 +45,7 @@ use uuid::Uuid;
 
 pub use acquire::{fire_run_id, AcquireRequest, AcquiredRun, Acquisition, RunSet};
 pub use complete::{Completion, CompletionResult, RunOutcome};
-pub use due::{steal_read_due, DueFilter, DueHeads, DueOutlook, StealRota};
+pub use due::{steal_read_due, steal_read_trusts, DueFilter, DueHeads, DueOutlook, StealRota};
 pub use history::{RETENTION_BATCH, SCAN_BUDGET};
 pub use nodes::{Heartbeat, ReapResult};
 pub(crate) use prefetch::Prefetched;
@@ -647,6 +647,7 @@ pub trait JobStore: Clone + Send + Sync + 'static {
         node: &str,
         now: DateTime<Utc>,
         last_known: Option<u64>,
+        caught_up: bool,
     ) -> impl std::future::Future<Output = Result<Heartbeat, StoreError>> + Send;
     /// Forwards to [`KvJobStore::watch_wake`], which states the contract.
     fn watch_wake(
@@ -838,8 +839,9 @@ impl<K: Kv> JobStore for KvJobStore<K> {
         node: &str,
         now: DateTime<Utc>,
         last_known: Option<u64>,
+        caught_up: bool,
     ) -> impl std::future::Future<Output = Result<Heartbeat, StoreError>> + Send {
-        KvJobStore::heartbeat(self, node, now, last_known)
+        KvJobStore::heartbeat(self, node, now, last_known, caught_up)
     }
     fn watch_wake(
         &self,

@@ -252,7 +252,7 @@ async fn a_node_without_a_triggers_calendar_puts_it_in_error_rather_than_ignore_
 async fn store_of_nodes(nodes: &[&str]) -> KvJobStore<MemoryKv> {
     let store = store();
     for node in nodes {
-        store.heartbeat(node, conformance::t0(), None).await.unwrap();
+        store.heartbeat(node, conformance::t0(), None, false).await.unwrap();
     }
     store
 }
@@ -309,13 +309,59 @@ async fn a_fire_stolen_from_a_shard_wakes_its_home_node_for_the_next_one() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_node_whose_recent_heartbeat_says_it_caught_up_is_not_stolen_from() {
+    let store = store_of_nodes(&["a", "b"]).await;
+    let t0 = conformance::t0();
+    let triggers: Vec<(String, &str)> = (0..16).map(|i| (format!("t{i}"), "cron * * * * * *")).collect();
+    let triggers: Vec<(&str, &str)> = triggers.iter().map(|(name, cron)| (name.as_str(), *cron)).collect();
+    let mut ticking = conformance::job("ticking", &triggers);
+    ticking.allow_concurrent = true;
+    store.schedule(&[ticking], t0).await;
+    let known = BTreeSet::new();
+    let millis = |ms: i64| t0 + chrono::TimeDelta::milliseconds(ms);
+    let steal_at = |now| {
+        let store = &store;
+        let known = &known;
+        async move {
+            let request = conformance::request("b", now, 64, known);
+            store.acquire_with_outlook(&request, Duration::from_secs(1), 100).await.unwrap()
+        }
+    };
+    // a never took its fires, but says it caught up, 0.5 s ago by b's clock: b believes it
+    // (a's shards are not even read) and takes only its own fires.
+    store.heartbeat("a", millis(4_500), Some(0), true).await.unwrap();
+    let believed = steal_at(millis(5_000)).await;
+    assert!(!believed.runs.is_empty(), "b's own fires: {believed:?}");
+    assert_eq!(believed.stolen, 0, "{believed:?}");
+    // Unless b is told not to believe it.
+    let mut doubting = conformance::request("b", millis(5_100), 64, &known);
+    doubting.trust_caught_up = false;
+    let doubted = store.acquire_with_outlook(&doubting, Duration::from_secs(1), 100).await.unwrap();
+    assert!(doubted.stolen > 0, "{doubted:?}");
+    // 1.5 s after that heartbeat (more than the grace of 1 s) a may be dead: b steals.
+    let stale = steal_at(millis(6_000)).await;
+    assert!(stale.stolen > 0, "{stale:?}");
+    // A fresh heartbeat that does not say so: b steals.
+    store.heartbeat("a", millis(8_000), Some(0), false).await.unwrap();
+    assert!(steal_at(millis(8_500)).await.stolen > 0);
+    // One that says so from a clock 20 s ahead of b's: not believed.
+    store.heartbeat("a", millis(30_000), Some(0), true).await.unwrap();
+    assert!(steal_at(millis(10_000)).await.stolen > 0);
+    // Believed again once the clocks agree; and only when stealing: a has no say over b's
+    // own shards, whose fires b took throughout.
+    store.heartbeat("a", millis(12_000), Some(0), true).await.unwrap();
+    let again = steal_at(millis(12_500)).await;
+    assert!(!again.runs.is_empty() && again.stolen == 0, "{again:?}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_node_leaving_or_joining_the_shard_owners_wakes_the_others() {
     use futures_util::FutureExt;
     let store = store();
     let t0 = conformance::t0();
     let mut seqs = BTreeMap::new();
     for node in ["a", "b", "c", "d"] {
-        seqs.insert(node, store.heartbeat(node, t0, None).await.unwrap().seq);
+        seqs.insert(node, store.heartbeat(node, t0, None, false).await.unwrap().seq);
     }
     // Declared lost: every live node's shards may grow.
     let wake_a = store.watch_wake("a").await.unwrap();
@@ -339,12 +385,12 @@ async fn a_node_leaving_or_joining_the_shard_owners_wakes_the_others() {
     // at once (the one it tells the other nodes of new due work by). Its later heartbeats,
     // and the others', wake no one.
     let wake_a = store.watch_wake("a").await.unwrap();
-    let e_joined = store.heartbeat("e", t0, None).await.unwrap();
+    let e_joined = store.heartbeat("e", t0, None, false).await.unwrap();
     assert!(matches!(wake_a.now_or_never(), Some(Ok(()))));
     let mut wake_a = store.watch_wake("a").await.unwrap();
     let mut wake_e = store.watch_wake("e").await.unwrap();
-    store.heartbeat("e", conformance::secs(1), Some(e_joined.times_declared_lost)).await.unwrap();
-    store.heartbeat("a", conformance::secs(1), None).await.unwrap();
+    store.heartbeat("e", conformance::secs(1), Some(e_joined.times_declared_lost), false).await.unwrap();
+    store.heartbeat("a", conformance::secs(1), None, false).await.unwrap();
     assert!(wake_a.as_mut().now_or_never().is_none(), "an ordinary heartbeat");
     assert!(wake_e.as_mut().now_or_never().is_none(), "an ordinary heartbeat");
 }
@@ -362,7 +408,7 @@ async fn a_run_started_while_its_node_is_reaped_never_outlives_the_record() {
         let mut racing = conformance::job("racing", &[("t", "cron * * * * * *")]);
         racing.allow_concurrent = true;
         store.schedule(&[racing], conformance::t0()).await;
-        let beat = store.heartbeat("x", conformance::t0(), None).await.unwrap();
+        let beat = store.heartbeat("x", conformance::t0(), None, false).await.unwrap();
         // Acquiring at once (knowing no runs: the node has none), not after a history read.
         let known = BTreeSet::new();
         let request = conformance::request("x", conformance::secs(1), 16, &known);
@@ -395,7 +441,7 @@ async fn recovery_runs_of_a_reap_retried_after_ambiguous_commits_have_distinct_i
     recovering.requests_recovery = true;
     recovering.allow_concurrent = true;
     store.schedule(&[recovering], conformance::t0()).await;
-    let beat = store.heartbeat("dying", conformance::secs(0), None).await.unwrap();
+    let beat = store.heartbeat("dying", conformance::secs(0), None, false).await.unwrap();
     let runs = conformance::acquire(&store, "dying", conformance::secs(1), 16).await;
     assert_eq!(runs.len(), 3);
     kv.set_faults(KvFaults { unknown_result_committed: 1.0, ..KvFaults::default() });

@@ -24,8 +24,8 @@ use sundial::kv::{AsKvError, KvError};
 use sundial::name::JobName;
 use sundial::rules::{acquire_slots, AcquisitionBatch, AcquisitionLead};
 use sundial::store::{
-    steal_read_due, AcquireRequest, AcquiredRun, Acquisition, DueFilter, DueHeads, DueOutlook, JobStore, RunOutcome,
-    StealRota, StoreError, SyncOutcome,
+    steal_read_due, steal_read_trusts, AcquireRequest, AcquiredRun, Acquisition, DueFilter, DueHeads, DueOutlook,
+    JobStore, RunOutcome, StealRota, StoreError, SyncOutcome,
 };
 use sundial::time::{Clock, MonotonicInstant};
 use tokio::sync::oneshot;
@@ -130,6 +130,10 @@ pub(crate) struct PollerState<S: JobStore> {
     last_steal_check: Option<sundial::time::MonotonicInstant>,
     /// Its turn at reading them, by the node list its last acquisition read.
     steal_rota: Option<StealRota>,
+    /// The last cycle took every fire due in this node's home shards, and no job was busy
+    /// here: the next heartbeat says so, and the other nodes skip these shards when they
+    /// look for late fires (see [`caught_up`]).
+    caught_up: bool,
     /// The armed watch on this node's wake key (shared store, while serving): another
     /// node that gives this node's home shards new due work wakes it, instead of leaving
     /// the fire for its next poll. Dropping it cancels the watch.
@@ -215,6 +219,7 @@ impl<S: JobStore> Actor for PollerActor<S> {
             refill_pending: false,
             last_steal_check: None,
             steal_rota: None,
+            caught_up: false,
             wake_watch: None,
             ticker: Ticker::spawn(move |tick| {
                 let _ = myself.send_message(PollerMsg::Tick(tick));
@@ -364,7 +369,7 @@ async fn watch_wake<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut Polle
 async fn heartbeat<S: JobStore>(state: &mut PollerState<S>, now: chrono::DateTime<chrono::Utc>) -> bool {
     let shared = state.shared.clone();
     let began = shared.clock.monotonic();
-    match shared.store.heartbeat(&shared.node_id, now, state.known_times_declared_lost).await {
+    match shared.store.heartbeat(&shared.node_id, now, state.known_times_declared_lost, state.caught_up).await {
         Ok(beat) => {
             shared.heartbeat_committed(began);
             if beat.was_declared_lost {
@@ -402,6 +407,7 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
     let poll_interval = shared.options.poll_interval;
     if shared.lifecycle() != Lifecycle::Serving {
         state.known_due = None;
+        state.caught_up = false;
         // Pending local retries are dropped when the node stops (SPEC §8).
         state.local.drop_retries();
         if shared.lifecycle() == Lifecycle::Draining && shared.shared_store && !state.running.is_empty() {
@@ -451,6 +457,7 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
         state.known_due = None;
         Taken::NoSlots
     };
+    state.caught_up = caught_up(&taken, now) && state.local.busy_jobs().is_empty();
     if let Taken::Full = taken {
         return Duration::ZERO;
     }
@@ -490,6 +497,19 @@ enum Taken {
     Failed,
     /// It did not run: no run slot is free, or this cycle's heartbeat failed.
     NoSlots,
+}
+
+/// Whether an acquisition at `now` that ended as `taken` left nothing due in this node's
+/// home shards: it ran (a free slot, a recent heartbeat), did not fill its batch, and the
+/// outlook after it has no fire due by `now`. A node that says so in its heartbeat is
+/// trusted by the others not to need its shards read for late fires while that
+/// heartbeat is recent; fires it leaves waiting for jobs busy here would never be taken
+/// then, so the caller also requires that none is.
+fn caught_up(taken: &Taken, now: chrono::DateTime<chrono::Utc>) -> bool {
+    match taken {
+        Taken::Done(Some(outlook)) => outlook.first.is_none_or(|first| first > now),
+        Taken::Done(None) | Taken::Full | Taken::Failed | Taken::NoSlots => false,
+    }
 }
 
 /// Acquires up to `slots` (at least one) due fires at `now` and starts their runs.
@@ -537,6 +557,7 @@ async fn acquire_and_start<S: JobStore>(
         scheduled,
         busy_jobs: &busy_jobs,
         steal,
+        trust_caught_up: steal_read_trusts(now, STEAL_CHECK),
         // The store uses them only with this request's filter and the same home shards.
         known_heads: known.as_ref().map(|k| &k.heads),
     };

@@ -386,6 +386,74 @@ async fn a_live_node_that_falls_behind_has_its_fires_stolen_on_time() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn heartbeats_say_whether_a_node_keeps_up_with_its_home_shards() {
+    // Nodes that take their fires on time say so in their heartbeats (the others then skip
+    // their shards when looking for late fires); a node whose run slots are all taken
+    // while fires wait says it is behind.
+    let clock = Arc::new(TokioClock::new(t0()));
+    let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
+    let (a, store) = node(&kv, &clock, "keeps-up-a", 51).await;
+    let (_b, _) = node(&kv, &clock, "keeps-up-b", 52).await;
+    assert!(a.schedule(concurrent_ticks(16)).await.iter().all(Result::is_ok));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let records = store.nodes().await.unwrap();
+    assert_eq!(records.len(), 2);
+    assert!(records.iter().all(|r| r.caught_up), "{records:?}");
+
+    let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
+    let options = SchedulerOptions { max_concurrent_runs: 1, ..fast_options() };
+    let (full, store) = node_with_options(&kv, &clock, "one-slot", 53, registry(), options).await;
+    let mut long = cron_job("long-ticks", "long", "cron * * * * * *");
+    long.allow_concurrent = true;
+    assert!(full.schedule(vec![long]).await.iter().all(Result::is_ok));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let records = store.nodes().await.unwrap();
+    assert!(records.iter().all(|r| r.node == "one-slot" && !r.caught_up), "{records:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn fires_no_node_was_woken_for_are_found_though_every_node_vouches_for_its_shards() {
+    // A store that never acquired knows no nodes and wakes none when it enqueues; the home
+    // nodes of those fires, idle, say in their heartbeats that they have caught up, and the
+    // others believe them at most steal turns. Every fourth turn (10 s) a node reads every
+    // shard anyway: with eight nodes, waiting for the home node's own turn would take up
+    // to a round of 20 s.
+    let clock = Arc::new(TokioClock::new(t0()));
+    let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
+    let options = SchedulerOptions { node_timeout: Duration::from_secs(600), ..fast_options() };
+    let mut nodes = Vec::new();
+    for i in 0..8u64 {
+        nodes.push(node_with_options(&kv, &clock, &format!("vouch-{i}"), 60 + i, registry(), options.clone()).await);
+    }
+    let adhoc = JobName::new("adhoc").unwrap();
+    let mut def = JobDefinition::new(adhoc.clone(), JobTypeKey::new("noop").unwrap());
+    def.allow_concurrent = true;
+    nodes[0].0.schedule_one(def).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let writer = KvJobStore::new(
+        kv.client("writer"),
+        registry().calendars().clone(),
+        Entropy::from_seed(7),
+        StoreOptions::default(),
+    );
+    let records = writer.nodes().await.unwrap();
+    assert!(records.len() == 8 && records.iter().all(|r| r.caught_up), "{records:?}");
+    let pairs: Vec<_> = (0..32).map(|_| (adhoc.clone(), Default::default())).collect();
+    for result in writer.enqueue(&pairs, sundial::time::Clock::now(clock.as_ref())).await {
+        result.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let runs = writer.runs(&JobRunQuery { job: Some(adhoc), limit: 100, ..JobRunQuery::default() }).await.unwrap();
+    assert_eq!(runs.len(), 32, "each enqueued fire ran once");
+    let latest = runs.iter().map(|run| run.started_at - run.run.scheduled_at).max().unwrap();
+    // Late enough to steal after 2 s, then within four turns.
+    assert!(latest <= chrono::TimeDelta::seconds(13), "the latest started {latest} late");
+    for (node, _) in nodes {
+        node.stop(Duration::from_secs(1)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn nodes_take_turns_at_looking_for_late_fires_yet_a_cut_off_nodes_fires_wait_little() {
     // Four nodes read the other nodes' shards in turns of 2.5 s: the cluster looks twice
     // every 5 s, where each node looking every 5 s made it four times. A node cut off

@@ -27,7 +27,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use futures_util::future::try_join;
 use uuid::Uuid;
 
-use super::due::{DueFilter, DueHeads, DueOutlook, RawOutlook, ShardHead, StealRota};
+use super::due::{DueFilter, DueHeads, DueOutlook, NodeShards, RawOutlook, ShardHead, StealRota, Vouching};
 use super::jobs::instant;
 use super::keys::{fnv, DUE_SHARDS};
 use super::records::{JobRecord, NodeRecord, RunRecord, TriggerKind, TriggerRecord};
@@ -82,7 +82,9 @@ pub struct AcquireRequest<'a> {
     pub max: usize,
     /// Lateness that counts as misfire.
     pub misfire_threshold: Duration,
-    /// How late a fire in another node's shard must be before this node takes it.
+    /// How late a fire in another node's shard must be before this node takes it; also how
+    /// recent (by this node's clock) a heartbeat saying its node has caught up must be for
+    /// that node's shards to be left unread when stealing.
     pub steal_grace: Duration,
     /// Also take fires of this node's shards due up to this far after `now`; their runs
     /// start at their scheduled time (the caller waits), so acquisition is off the
@@ -107,6 +109,12 @@ pub struct AcquireRequest<'a> {
     /// Also look at the other nodes' shards, for fires `steal_grace` late. Reading them
     /// costs a read per shard: a poller asks now and then, not at every fire of its own.
     pub steal: bool,
+    /// With `steal`, leave unread the shards of each node whose last heartbeat, at most
+    /// `steal_grace` from `now`, said it had caught up with them ([`NodeRecord::caught_up`]):
+    /// it takes their fires itself, and were it to die, its heartbeat grows too old to
+    /// believe as soon as its fires grow late enough to steal. A poller sets this at most of
+    /// its reads, not all (see [`super::steal_read_trusts`]).
+    pub trust_caught_up: bool,
     /// This node's home shards' first due entries as an earlier acquisition of its own
     /// returned them ([`Acquisition::heads`]), to use instead of reading each home shard's
     /// first entry again. The caller passes them only while nothing but that acquisition
@@ -501,10 +509,11 @@ impl<K: Kv> KvJobStore<K> {
         tx: &Tx<'_, K::Transaction>,
         request: &AcquireRequest<'_>,
     ) -> Result<Candidates, StoreError> {
-        let (homes, rota) = self.homes_of(tx, request.node).await?;
         let now = micros(request.now);
         let grace =
             TimeDelta::from_std(request.steal_grace).map_or(i64::MAX, |g| g.num_microseconds().unwrap_or(i64::MAX));
+        let vouching = (request.steal && request.trust_caught_up).then_some(Vouching { now_us: now, within_us: grace });
+        let NodeShards { home: homes, rota, vouched } = self.homes_of(tx, request.node, vouching).await?;
         let lookahead = TimeDelta::from_std(request.lookahead).map_or(0, |l| l.num_microseconds().unwrap_or(0));
         let mut candidates = Vec::new();
         let filter = request.filter();
@@ -514,7 +523,11 @@ impl<K: Kv> KvJobStore<K> {
         let heads = match known {
             Some(known) => known.to_vec(),
             None => {
-                let read: BTreeSet<u16> = (0..DUE_SHARDS).filter(|&s| request.steal || homes[usize::from(s)]).collect();
+                // Stealing, the shards of nodes that vouch for them are left out: their late
+                // fires would be taken by their home node before they are late enough.
+                let stolen_from = |s: u16| request.steal && !vouched.get(usize::from(s)).is_some_and(|v| *v);
+                let read: BTreeSet<u16> =
+                    (0..DUE_SHARDS).filter(|&s| homes[usize::from(s)] || stolen_from(s)).collect();
                 self.first_due(tx, vec![None; usize::from(DUE_SHARDS)], &read, filter).await?
             }
         };

@@ -56,6 +56,47 @@ pub(super) struct HomeShards {
     rota: StealRota,
 }
 
+impl HomeShards {
+    fn of(nodes: Vec<String>) -> Self {
+        let homes = shard_homes(&nodes);
+        let home = (0..usize::from(DUE_SHARDS)).map(|shard| homes.get(shard) == Some(&0)).collect();
+        let rota = StealRota::of(&nodes);
+        HomeShards { nodes, homes, home, rota }
+    }
+}
+
+/// The shards as one node sees them, by the node list one transaction read.
+#[derive(Debug)]
+pub(super) struct NodeShards {
+    /// Which shards are the node's home.
+    pub(super) home: Vec<bool>,
+    /// Its turn at stealing.
+    pub(super) rota: StealRota,
+    /// Which shards another node vouches for: their home node's recent heartbeat said it
+    /// had caught up with them (empty when none does, or when not asked).
+    pub(super) vouched: Vec<bool>,
+}
+
+/// When a node takes another's heartbeat at its word that it has caught up with its home
+/// shards ([`NodeRecord::caught_up`]): while the heartbeat is at most `within_us` from
+/// `now_us` on the reader's clock, either way. A node that died (or stalled) is believed
+/// that long after its last heartbeat, plus by how much its clock was ahead; one whose
+/// clock is further off either way is never believed, and its shards are read as
+/// everyone's were before heartbeats said anything.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Vouching {
+    /// The reader's now (µs).
+    pub(super) now_us: i64,
+    /// How far from it a heartbeat may be (µs).
+    pub(super) within_us: i64,
+}
+
+impl Vouching {
+    fn trusts(&self, record: &NodeRecord) -> bool {
+        record.caught_up && record.heartbeat_us.abs_diff(self.now_us) <= self.within_us.unsigned_abs()
+    }
+}
+
 /// A node's turn at reading the other nodes' shards for late fires (to steal them): the
 /// shard-owning nodes take turns, so a cluster reads them about once per turn, not once
 /// per node. Turns go in an order hashed from the node ids, so nodes named alike (one
@@ -103,11 +144,30 @@ pub fn steal_read_due(since: Option<Duration>, now: DateTime<Utc>, every: Durati
         return false;
     }
     let Some(rota) = rota else { return true };
-    let turn_length = every / 2;
-    let turn_us = i64::try_from(turn_length.as_micros()).unwrap_or(i64::MAX).max(1);
-    let turn = u64::try_from(now.timestamp_micros().div_euclid(turn_us)).unwrap_or(0);
-    let round = turn_length.saturating_mul(u32::try_from(rota.nodes).unwrap_or(u32::MAX));
-    rota.has_turn(turn) || since >= round.saturating_add(every)
+    let round = (every / 2).saturating_mul(u32::try_from(rota.nodes).unwrap_or(u32::MAX));
+    rota.has_turn(steal_turn(now, every)) || since >= round.saturating_add(every)
+}
+
+/// The number of the steal turn (half of `every` long, counted from the epoch) `now` is in.
+fn steal_turn(now: DateTime<Utc>, every: Duration) -> u64 {
+    let turn_us = i64::try_from((every / 2).as_micros()).unwrap_or(i64::MAX).max(1);
+    u64::try_from(now.timestamp_micros().div_euclid(turn_us)).unwrap_or(0)
+}
+
+/// One steal turn in this many reads the shards of the nodes that vouch for them too.
+const DOUBTING_TURNS: u64 = 4;
+
+/// Whether a steal read at `now` (`every` as for [`steal_read_due`], whose turns this
+/// counts) may leave unread the shards whose node vouches for them, its recent heartbeat
+/// saying it took every fire due there (see
+/// [`AcquireRequest::trust_caught_up`](super::AcquireRequest::trust_caught_up)): at every
+/// turn but one in four. The reads at those turns find fires a node does not know are in
+/// its shards, because whoever wrote them woke another node (by a stale node list) or
+/// none (a store that never acquired): such a fire waits up to four turns (10 s with a
+/// `STEAL_CHECK` of 5 s) once late enough to steal, where the fires of dead and lagging
+/// nodes, which vouch for nothing, wait one or two as before.
+pub fn steal_read_trusts(now: DateTime<Utc>, every: Duration) -> bool {
+    steal_turn(now, every) % DOUBTING_TURNS != 0
 }
 
 /// Each shard's home among `nodes` (an index into `nodes`; empty without nodes): (shard,
@@ -324,7 +384,7 @@ impl<K: Kv> KvJobStore<K> {
         window: Duration,
         limit: usize,
     ) -> Result<RawOutlook, StoreError> {
-        let (homes, _) = self.homes_of(tx, node).await?;
+        let NodeShards { home: homes, .. } = self.homes_of(tx, node, None).await?;
         let heads = self.first_due(tx, vec![None; usize::from(DUE_SHARDS)], &(0..DUE_SHARDS).collect(), filter).await?;
         self.count_due(tx, &heads, &homes, window, limit).await
     }
@@ -359,22 +419,27 @@ impl<K: Kv> KvJobStore<K> {
     }
 
     /// Which shards are home to `node` among the live nodes that are not draining, and its
-    /// turn at stealing among them (snapshot).
+    /// turn at stealing among them (snapshot). With `vouching` (now on `node`'s clock, and
+    /// how recent a heartbeat must be), also which shards the others vouch for (see
+    /// [`NodeShards::vouched`]).
     pub(super) async fn homes_of(
         &self,
         tx: &Tx<'_, K::Transaction>,
         node: &str,
-    ) -> Result<(Vec<bool>, StealRota), StoreError> {
+        vouching: Option<Vouching>,
+    ) -> Result<NodeShards, StoreError> {
         let (begin, end) = self.keys.nodes();
         let node_records = tx.txn.get_range(&RangeRequest::new(begin, end), true).await?;
         let mut nodes = vec![node.to_owned()];
+        let mut vouches = vec![false];
         for (_, value) in &node_records.pairs {
             let record: NodeRecord = codec::decode(value, "node record")?;
             if record.owns_shards() && record.node != node {
+                vouches.push(vouching.is_some_and(|v| v.trusts(&record)));
                 nodes.push(record.node);
             }
         }
-        Ok(self.home_shards(nodes))
+        Ok(self.home_shards(nodes, &vouches))
     }
 
     /// Writes `new` (replacing `old`) as [`Tx::put_trigger`] does and, when that gives it a
@@ -427,17 +492,20 @@ impl<K: Kv> KvJobStore<K> {
     }
 
     /// Which shards are home to `nodes[0]` among `nodes`, and its turn at stealing (cached
-    /// for the last list).
-    pub(super) fn home_shards(&self, nodes: Vec<String>) -> (Vec<bool>, StealRota) {
+    /// for the last list), and the shards whose home is a node `vouches` (one flag per
+    /// node of `nodes`) marks.
+    pub(super) fn home_shards(&self, nodes: Vec<String>, vouches: &[bool]) -> NodeShards {
         let mut cache = self.homes.lock();
-        if let Some(cached) = cache.as_ref().filter(|c| c.nodes == nodes) {
-            return (cached.home.clone(), cached.rota);
-        }
-        let homes = shard_homes(&nodes);
-        let home: Vec<bool> = (0..usize::from(DUE_SHARDS)).map(|shard| homes.get(shard) == Some(&0)).collect();
-        let rota = StealRota::of(&nodes);
-        *cache = Some(HomeShards { nodes, homes, home: home.clone(), rota });
-        (home, rota)
+        let cached = match cache.take() {
+            Some(cached) if cached.nodes == nodes => cache.insert(cached),
+            _ => cache.insert(HomeShards::of(nodes)),
+        };
+        let vouched = if vouches.contains(&true) {
+            cached.homes.iter().map(|&node| vouches.get(node).copied().unwrap_or(false)).collect()
+        } else {
+            Vec::new()
+        };
+        NodeShards { home: cached.home.clone(), rota: cached.rota, vouched }
     }
 }
 
@@ -505,6 +573,21 @@ mod tests {
         // One node: every 5 s.
         let (per_turn, per_node) = steal_reads(1);
         assert_eq!((per_turn.len(), per_node), (40, vec![40]));
+    }
+
+    #[test]
+    fn one_steal_turn_in_four_reads_the_shards_nodes_vouch_for() {
+        let every = Duration::from_secs(5);
+        let at = |ms: i64| DateTime::from_timestamp_millis(1_800_000_000_000 + ms).unwrap();
+        let doubting: Vec<i64> =
+            (0..40).map(|turn| turn * 2500 + 1200).filter(|&ms| !steal_read_trusts(at(ms), every)).collect();
+        assert_eq!(doubting.len(), 10, "{doubting:?}");
+        assert!(doubting.windows(2).all(|pair| pair[1] - pair[0] == 10_000), "every 10 s: {doubting:?}");
+        // The same answer all through a turn, on every node's clock that agrees.
+        let first = doubting[0];
+        let turn_start = first - 1200;
+        assert!((turn_start..turn_start + 2500).step_by(100).all(|ms| !steal_read_trusts(at(ms), every)));
+        assert!(steal_read_trusts(at(turn_start + 2500), every));
     }
 
     #[test]

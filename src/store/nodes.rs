@@ -57,7 +57,10 @@ pub struct ReapResult {
 impl<K: Kv> KvJobStore<K> {
     /// Records a heartbeat of `node` (registering it on first use) and reads its cancel
     /// requests (snapshot). `last_known` is the `times_declared_lost` of this node's
-    /// previous heartbeat (`None` for the first one of a process).
+    /// previous heartbeat (`None` for the first one of a process). `caught_up` says the
+    /// node's last acquisition left no fire due in its home shards, with run slots to spare
+    /// (see [`NodeRecord::caught_up`]); a node that cannot vouch for that passes false,
+    /// and the others then read its shards for late fires as usual.
     ///
     /// A process that heartbeated before (`last_known` is `Some`) and finds no record was
     /// declared lost or had stopped, and the leader has since deleted the record (it does
@@ -71,6 +74,7 @@ impl<K: Kv> KvJobStore<K> {
         node: &str,
         now: DateTime<Utc>,
         last_known: Option<u64>,
+        caught_up: bool,
     ) -> Result<Heartbeat, StoreError> {
         // Before the commit: if it lands while reported failed, the node's record exists,
         // and a later deletion must not read as "a store of its own".
@@ -85,14 +89,16 @@ impl<K: Kv> KvJobStore<K> {
                 (None, None) => 0,
                 (None, Some(known)) => known + 1,
             };
+            // A process drains once, to its end; a new one (`None`) serves again.
+            let draining = last_known.is_some() && old.as_ref().is_some_and(|n| n.draining);
             let record = NodeRecord {
                 node: node.to_owned(),
                 heartbeat_seq: seq,
                 heartbeat_us: micros(now),
                 alive: true,
                 times_declared_lost,
-                // A process drains once, to its end; a new one (`None`) serves again.
-                draining: last_known.is_some() && old.as_ref().is_some_and(|n| n.draining),
+                draining,
+                caught_up: caught_up && !draining,
             };
             txn.set(&key, &codec::encode(&record));
             let tx = self.tx(txn);

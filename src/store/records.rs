@@ -216,7 +216,8 @@ pub struct NodeRecord {
     pub node: String,
     /// Increases with every heartbeat; observers time how long it stays unchanged.
     pub heartbeat_seq: u64,
-    /// Wall time of the last heartbeat (informational; liveness never trusts it).
+    /// Wall time of the last heartbeat, on the node's clock. Liveness never trusts it; the
+    /// other nodes use it only to know when to stop taking `caught_up` at its word.
     pub heartbeat_us: i64,
     /// False once declared lost or deregistered.
     pub alive: bool,
@@ -228,6 +229,10 @@ pub struct NodeRecord {
     /// its runs, so the others take its home shards on time instead of as late fires.
     /// Cleared by the first heartbeat of a new process.
     pub draining: bool,
+    /// At its last heartbeat the node had taken every fire due in its home shards: the
+    /// others skip its shards when they look for late fires to steal, while this heartbeat
+    /// is recent by their clocks (see `AcquireRequest::steal_grace`).
+    pub caught_up: bool,
 }
 
 impl NodeRecord {

@@ -130,6 +130,7 @@ pub(crate) fn request<'a>(
         scheduled: true,
         busy_jobs: &NO_JOBS,
         steal: true,
+        trust_caught_up: true,
         known_heads: None,
     }
 }
@@ -485,11 +486,11 @@ pub(crate) async fn lost_nodes_are_reaped_and_their_runs_recovered_exactly_once<
     let mut plain = job("plain", &[("t", "cron * * * * * *")]);
     plain.allow_concurrent = true;
     store.schedule(&[recovering, plain], t0()).await;
-    let first = store.heartbeat("dying", secs(0), None).await.unwrap();
+    let first = store.heartbeat("dying", secs(0), None, false).await.unwrap();
     let runs = acquire(store, "dying", secs(1), 16).await;
     assert_eq!(runs.len(), 2);
     // A heartbeat after the observation: no declaration.
-    store.heartbeat("dying", secs(1), Some(first.times_declared_lost)).await.unwrap();
+    store.heartbeat("dying", secs(1), Some(first.times_declared_lost), false).await.unwrap();
     assert!(!store.reap_node("dying", first.seq, secs(2), 100, None).await.unwrap().declared);
     let observed = store.nodes().await.unwrap().into_iter().find(|n| n.node == "dying").unwrap();
     assert!(observed.alive);
@@ -545,7 +546,7 @@ pub(crate) async fn lost_nodes_are_reaped_and_their_runs_recovered_exactly_once<
     assert!(acquire(store, "healthy", secs(101), 64).await.iter().all(|r| r.run.cause != RunCause::Recovery));
     // The node comes back and learns it was declared lost, even if this heartbeat's own
     // commit is ambiguous and retried.
-    let back = store.heartbeat("dying", secs(102), Some(first.times_declared_lost)).await.unwrap();
+    let back = store.heartbeat("dying", secs(102), Some(first.times_declared_lost), false).await.unwrap();
     assert!(back.was_declared_lost);
     assert!(back.times_declared_lost > first.times_declared_lost);
     assert!(!acquire(store, "dying", secs(103), 16).await.is_empty(), "alive again, it takes fires");
@@ -557,7 +558,7 @@ pub(crate) async fn records_of_stopped_nodes_are_deleted_once_reaped<K: Kv>(stor
     abandoning.allow_concurrent = true;
     store.schedule(&[abandoning], t0()).await;
     // A node stops gracefully with a run still `Running` (it ignored cancellation).
-    let beat = store.heartbeat("leaving", secs(0), None).await.unwrap();
+    let beat = store.heartbeat("leaving", secs(0), None, false).await.unwrap();
     let runs = acquire(store, "leaving", secs(1), 16).await;
     assert_eq!(runs.len(), 1);
     store.deregister_node("leaving").await.unwrap();
@@ -575,7 +576,7 @@ pub(crate) async fn records_of_stopped_nodes_are_deleted_once_reaped<K: Kv>(stor
     assert!(acquire(store, "leaving", secs(6), 16).await.is_empty());
     assert!(!acquire(store, "own-store", secs(6), 16).await.is_empty());
     // Started again under the same id (a new process: `None`), it simply registers.
-    let fresh = store.heartbeat("leaving", secs(7), None).await.unwrap();
+    let fresh = store.heartbeat("leaving", secs(7), None, false).await.unwrap();
     assert!(!fresh.was_declared_lost);
     assert!(fresh.seq > 0 && beat.seq > 0);
 }
@@ -588,11 +589,16 @@ pub(crate) async fn cancel_requests_reach_the_running_node_until_the_run_ends<K:
     assert_eq!(results[1].as_ref().unwrap_err().code(), "SCHEDULING_NOTFOUND_004");
     assert_eq!(store.cancel_requests("n7").await.unwrap(), vec![run.run.id]);
     assert_eq!(store.cancel_requests("n7").await.unwrap(), vec![run.run.id], "read-only until the run ends");
-    let beat = store.heartbeat("n7", secs(1), None).await.unwrap();
+    let beat = store.heartbeat("n7", secs(1), None, false).await.unwrap();
     assert_eq!(beat.cancel_requests, vec![run.run.id], "a heartbeat brings the node its requests");
     complete(store, run.run.id, "n7", RunOutcome::Canceled { message: "requested".into() }, secs(2)).await;
     assert!(store.cancel_requests("n7").await.unwrap().is_empty());
-    assert!(store.heartbeat("n7", secs(2), Some(beat.times_declared_lost)).await.unwrap().cancel_requests.is_empty());
+    assert!(store
+        .heartbeat("n7", secs(2), Some(beat.times_declared_lost), false)
+        .await
+        .unwrap()
+        .cancel_requests
+        .is_empty());
     assert_eq!(store.request_cancel(&[run.run.id]).await[0].as_ref().unwrap_err().code(), "SCHEDULING_NOTFOUND_004");
     // In one batch of completions, each clears its own request and no other run's.
     let mut many = job("many", &[("t", "cron * * * * * *")]);
@@ -1008,7 +1014,7 @@ pub(crate) async fn a_restarted_process_reclaims_the_runs_its_predecessor_left<K
     let mut recovering = job("again", &[("t", "cron 0 * * * * *")]);
     recovering.requests_recovery = true;
     store.schedule(&[recovering, job("other", &[("t", "cron 0 * * * * *")])], t0()).await;
-    store.heartbeat("phoenix", secs(59), None).await.unwrap();
+    store.heartbeat("phoenix", secs(59), None, false).await.unwrap();
     let old = acquire(store, "phoenix", secs(60), 16).await;
     assert_eq!(old.len(), 2);
     // The new process already runs one run of its own when it reclaims.
@@ -1130,8 +1136,8 @@ pub(crate) async fn the_due_outlook_splits_home_fires_from_the_others<K: Kv>(sto
     );
     assert_eq!(store.due_outlook("a", DueFilter::EVERY, day, 5).await.unwrap().count, 5, "counted up to the limit");
     // Two live nodes share the shards.
-    store.heartbeat("a", t0(), None).await.unwrap();
-    store.heartbeat("b", t0(), None).await.unwrap();
+    store.heartbeat("a", t0(), None, false).await.unwrap();
+    store.heartbeat("b", t0(), None, false).await.unwrap();
     let a = store.due_outlook("a", DueFilter::EVERY, day, 1_000).await.unwrap();
     let b = store.due_outlook("b", DueFilter::EVERY, day, 1_000).await.unwrap();
     assert_eq!(a.count + b.count, 40, "each fire is home to one node: {a:?} {b:?}");
@@ -1173,8 +1179,8 @@ pub(crate) async fn known_shard_heads_spare_reads_and_are_read_again_when_they_m
         def.allow_concurrent = true;
         def
     };
-    store.heartbeat("a", t0(), None).await.unwrap();
-    store.heartbeat("b", t0(), None).await.unwrap();
+    store.heartbeat("a", t0(), None, false).await.unwrap();
+    store.heartbeat("b", t0(), None, false).await.unwrap();
     store.schedule(&[forty("h", &|i| 10 + i % 7)], t0()).await;
     let first = store.acquire_with_outlook(&ahead("a", secs(5), None), day, 1_000).await.unwrap();
     assert!(first.runs.is_empty());
