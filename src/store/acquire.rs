@@ -30,7 +30,7 @@ use uuid::Uuid;
 use super::due::{DueFilter, DueHeads, DueOutlook, NodeShards, RawOutlook, ShardHead, StealRota, Vouching};
 use super::jobs::instant;
 use super::keys::{fnv, DUE_SHARDS};
-use super::records::{JobRecord, NodeRecord, RunRecord, TriggerKind, TriggerRecord};
+use super::records::{JobRecord, NodeView, RunRecord, TriggerKind, TriggerRecord};
 use super::{
     codec, data_text, decode_job, decode_trigger, job_run_of, micros, parse_data, KvJobStore, Prefetched, StoreError,
     Tx, BATCH_DATA_BUDGET,
@@ -110,10 +110,11 @@ pub struct AcquireRequest<'a> {
     /// costs a read per shard: a poller asks now and then, not at every fire of its own.
     pub steal: bool,
     /// With `steal`, leave unread the shards of each node whose last heartbeat, at most
-    /// `steal_grace` from `now`, said it had caught up with them ([`NodeRecord::caught_up`]):
-    /// it takes their fires itself, and were it to die, its heartbeat grows too old to
-    /// believe as soon as its fires grow late enough to steal. A poller sets this at most of
-    /// its reads, not all (see [`super::steal_read_trusts`]).
+    /// `steal_grace` from `now`, said it had caught up with them
+    /// ([`NodeRecord::caught_up`](super::records::NodeRecord::caught_up)): it takes their
+    /// fires itself, and were it to die, its heartbeat grows too old to believe as soon as
+    /// its fires grow late enough to steal. A poller sets this at most of its reads, not
+    /// all (see [`super::steal_read_trusts`]).
     pub trust_caught_up: bool,
     /// This node's home shards' first due entries as an earlier acquisition of its own
     /// returned them ([`Acquisition::heads`]), to use instead of reading each home shard's
@@ -425,7 +426,7 @@ impl<K: Kv> KvJobStore<K> {
         let Some(bytes) = tx.txn.get(&self.keys.node(node), false).await? else {
             return Ok(!self.has_registered(node));
         };
-        let record: NodeRecord = codec::decode(&bytes, "node record")?;
+        let record: NodeView<'_> = codec::decode(&bytes, "node record")?;
         Ok(record.alive)
     }
 

@@ -2,7 +2,7 @@
 //! strict: an unknown version, trailing bytes or a malformed body is an error, never a
 //! guess.
 
-use serde::de::DeserializeOwned;
+use serde::Deserialize;
 use serde::Serialize;
 
 use super::StoreError;
@@ -33,20 +33,21 @@ pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     out
 }
 
-/// Decodes a value written by [`encode`]; `what` names it in errors.
+/// Decodes a value written by [`encode`]; `what` names it in errors. The value may borrow
+/// its strings from `bytes` (a view of a record read often, such as [`NodeView`](super::records::NodeView)).
 ///
 /// # Errors
 /// [`StoreError::Corrupt`] for an empty value, an unknown schema version, a malformed body
 /// or trailing bytes.
-pub fn decode<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, StoreError> {
+pub fn decode<'de, T: Deserialize<'de>>(bytes: &'de [u8], what: &str) -> Result<T, StoreError> {
     let Some((&version, body)) = bytes.split_first() else {
         return Err(StoreError::Corrupt(format!("{what}: empty value")));
     };
     if version != SCHEMA_VERSION {
         return Err(StoreError::Corrupt(format!("{what}: unknown schema version {version}")));
     }
-    let (value, read) =
-        bincode::serde::decode_from_slice(body, config()).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))?;
+    let (value, read) = bincode::serde::borrow_decode_from_slice(body, config())
+        .map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))?;
     if read != body.len() {
         return Err(StoreError::Corrupt(format!("{what}: {} trailing bytes", body.len() - read)));
     }

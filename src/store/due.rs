@@ -10,7 +10,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use super::acquire::mix64;
 use super::jobs::instant;
 use super::keys::{fnv, shard_of, DUE_SHARDS};
-use super::records::{NodeRecord, TriggerRecord};
+use super::records::{NodeView, TriggerRecord};
 use super::{codec, KvJobStore, StoreError, Tx};
 use crate::job::TriggerState;
 use crate::kv::{run, BoxFuture, Kv, KvTransaction, RangeRequest};
@@ -78,11 +78,11 @@ pub(super) struct NodeShards {
 }
 
 /// When a node takes another's heartbeat at its word that it has caught up with its home
-/// shards ([`NodeRecord::caught_up`]): while the heartbeat is at most `within_us` from
-/// `now_us` on the reader's clock, either way. A node that died (or stalled) is believed
-/// that long after its last heartbeat, plus by how much its clock was ahead; one whose
-/// clock is further off either way is never believed, and its shards are read as
-/// everyone's were before heartbeats said anything.
+/// shards ([`NodeRecord::caught_up`](super::records::NodeRecord::caught_up)): while the
+/// heartbeat is at most `within_us` from `now_us` on the reader's clock, either way. A
+/// node that died (or stalled) is believed that long after its last heartbeat, plus by
+/// how much its clock was ahead; one whose clock is further off either way is never
+/// believed, and its shards are read as everyone's were before heartbeats said anything.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Vouching {
     /// The reader's now (µs).
@@ -92,7 +92,7 @@ pub(super) struct Vouching {
 }
 
 impl Vouching {
-    fn trusts(&self, record: &NodeRecord) -> bool {
+    fn trusts(&self, record: &NodeView<'_>) -> bool {
         record.caught_up && record.heartbeat_us.abs_diff(self.now_us) <= self.within_us.unsigned_abs()
     }
 }
@@ -430,16 +430,15 @@ impl<K: Kv> KvJobStore<K> {
     ) -> Result<NodeShards, StoreError> {
         let (begin, end) = self.keys.nodes();
         let node_records = tx.txn.get_range(&RangeRequest::new(begin, end), true).await?;
-        let mut nodes = vec![node.to_owned()];
-        let mut vouches = vec![false];
+        // Read in place: most acquisitions find the list they found last time.
+        let mut others: Vec<(&str, bool)> = Vec::with_capacity(node_records.pairs.len());
         for (_, value) in &node_records.pairs {
-            let record: NodeRecord = codec::decode(value, "node record")?;
+            let record: NodeView<'_> = codec::decode(value, "node record")?;
             if record.owns_shards() && record.node != node {
-                vouches.push(vouching.is_some_and(|v| v.trusts(&record)));
-                nodes.push(record.node);
+                others.push((record.node, vouching.is_some_and(|v| v.trusts(&record))));
             }
         }
-        Ok(self.home_shards(nodes, &vouches))
+        Ok(self.home_shards(node, &others))
     }
 
     /// Writes `new` (replacing `old`) as [`Tx::put_trigger`] does and, when that gives it a
@@ -491,17 +490,27 @@ impl<K: Kv> KvJobStore<K> {
         Ok(Box::pin(async move { watch.await.map_err(StoreError::from) }))
     }
 
-    /// Which shards are home to `nodes[0]` among `nodes`, and its turn at stealing (cached
-    /// for the last list), and the shards whose home is a node `vouches` (one flag per
-    /// node of `nodes`) marks.
-    pub(super) fn home_shards(&self, nodes: Vec<String>, vouches: &[bool]) -> NodeShards {
+    /// Which shards are home to `node` among it and `others`, and its turn at stealing
+    /// (cached for the last list), and the shards whose home is one of `others` flagged
+    /// as vouching for them.
+    pub(super) fn home_shards(&self, node: &str, others: &[(&str, bool)]) -> NodeShards {
         let mut cache = self.homes.lock();
-        let cached = match cache.take() {
-            Some(cached) if cached.nodes == nodes => cache.insert(cached),
-            _ => cache.insert(HomeShards::of(nodes)),
+        let same = |nodes: &[String]| {
+            nodes.len() == others.len() + 1
+                && nodes[0] == node
+                && nodes[1..].iter().zip(others).all(|(cached, (other, _))| cached == other)
         };
-        let vouched = if vouches.contains(&true) {
-            cached.homes.iter().map(|&node| vouches.get(node).copied().unwrap_or(false)).collect()
+        let cached = match cache.take() {
+            Some(cached) if same(&cached.nodes) => cache.insert(cached),
+            _ => {
+                let nodes = std::iter::once(node).chain(others.iter().map(|(other, _)| *other));
+                cache.insert(HomeShards::of(nodes.map(str::to_owned).collect()))
+            }
+        };
+        let vouched = if others.iter().any(|(_, vouches)| *vouches) {
+            // Index 0 is this node, which vouches for nothing to itself.
+            let vouches = |home: usize| home.checked_sub(1).and_then(|i| others.get(i)).is_some_and(|(_, v)| *v);
+            cached.homes.iter().map(|&home| vouches(home)).collect()
         } else {
             Vec::new()
         };
