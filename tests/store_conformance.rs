@@ -18,7 +18,7 @@ use sundial::entropy::Entropy;
 use sundial::job::TriggerState;
 use sundial::kv::memory::{KvFaults, MemoryKv, MemoryKvOptions};
 use sundial::kv::{BoxFuture, RetryOptions};
-use sundial::store::{KvJobStore, RunOutcome, StoreOptions};
+use sundial::store::{DueFilter, KvJobStore, RunOutcome, StoreOptions};
 use sundial::time::ManualClock;
 use sundial::time::Sleeper;
 
@@ -306,6 +306,31 @@ async fn a_fire_stolen_from_a_shard_wakes_its_home_node_for_the_next_one() {
     let late = store.acquire_with_outlook(&request, Duration::from_secs(1), 100).await.unwrap();
     assert!(late.stolen > 0, "{late:?}");
     assert!(matches!(wake_a.now_or_never(), Some(Ok(()))), "a's shards have new due entries");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_due_count_is_exact_up_to_any_limit() {
+    // 300 fires over the 64 shards, unevenly: each shard's share of a limit is read
+    // together, then the shards that held more are read on while under it.
+    let store = store();
+    let due = conformance::secs(10);
+    let once = format!("once {}", sundial::schedule::format_instant(due));
+    let jobs: Vec<_> = (0..3)
+        .map(|j| {
+            let names: Vec<String> = (0..100).map(|i| format!("t{i}")).collect();
+            let triggers: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), once.as_str())).collect();
+            let mut def = conformance::job(&format!("many-{j}"), &triggers);
+            def.allow_concurrent = true;
+            def
+        })
+        .collect();
+    let scheduled = store.schedule(&jobs, conformance::t0()).await;
+    assert!(scheduled.iter().all(Result::is_ok), "{scheduled:?}");
+    let day = Duration::from_secs(86_400);
+    for limit in (1..=320).step_by(7).chain([299, 300, 301]) {
+        let outlook = store.due_outlook("a", DueFilter::EVERY, day, limit).await.unwrap();
+        assert_eq!((outlook.first, outlook.count), (Some(due), limit.min(300)), "limit {limit}");
+    }
 }
 
 #[tokio::test(start_paused = true)]

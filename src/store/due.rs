@@ -13,7 +13,7 @@ use super::keys::{fnv, shard_of, DUE_SHARDS};
 use super::records::{NodeView, TriggerRecord};
 use super::{codec, KvJobStore, StoreError, Tx};
 use crate::job::TriggerState;
-use crate::kv::{run, BoxFuture, Kv, KvTransaction, RangeRequest};
+use crate::kv::{key_after, run, BoxFuture, Kv, KvTransaction, RangeRequest};
 
 /// What is due next, for one node: see [`KvJobStore::due_outlook`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -361,17 +361,29 @@ impl<K: Kv> KvJobStore<K> {
         let Some(first_home) = first else { return Ok(RawOutlook { first, count: 0, first_elsewhere }) };
         let window = TimeDelta::from_std(window).map_or(i64::MAX, |w| w.num_microseconds().unwrap_or(i64::MAX));
         let until = first_home.saturating_add(window);
-        let mut count = 0;
-        for ((shard, head), home) in (0..DUE_SHARDS).zip(heads).zip(homes) {
-            let Some(head) = head.as_ref().filter(|head| *home && head.due <= until && count < limit) else {
-                continue;
-            };
-            // Counted from the head: the entries skipped before it are not this node's to take.
-            let (_, end) = self.keys.due_until(shard, until);
-            let range = RangeRequest::new(head.key.clone(), end).limit(limit - count);
-            count += tx.txn.get_range(&range, true).await?.pairs.len();
+        // Counted from each head (the entries skipped before it are not this node's to
+        // take), every shard's share of the limit read together (one round trip, one walk
+        // along the keys), then on in the shards that had more, one by one, while under it.
+        let counted: Vec<(u16, &ShardHead)> = (0..DUE_SHARDS)
+            .zip(heads)
+            .zip(homes)
+            .filter_map(|((shard, head), home)| {
+                head.as_ref().filter(|head| *home && head.due <= until).map(|h| (shard, h))
+            })
+            .collect();
+        let share = limit.div_ceil(counted.len().max(1)).max(1);
+        let ranges: Vec<RangeRequest> = counted
+            .iter()
+            .map(|&(shard, head)| RangeRequest::new(head.key.clone(), self.keys.due_until(shard, until).1).limit(share))
+            .collect();
+        let reads = tx.txn.get_ranges(&ranges, true).await?;
+        let mut count: usize = reads.iter().map(|read| read.pairs.len()).sum();
+        for (range, read) in ranges.into_iter().zip(reads) {
+            let Some((last, _)) = read.pairs.last().filter(|_| read.more && count < limit) else { continue };
+            let rest = RangeRequest::new(key_after(last), range.end).limit(limit - count);
+            count += tx.txn.get_range(&rest, true).await?.pairs.len();
         }
-        Ok(RawOutlook { first, count, first_elsewhere })
+        Ok(RawOutlook { first, count: count.min(limit), first_elsewhere })
     }
 
     /// The outlook for `node`, leaving out what `filter` skips, as `tx` sees the due index
