@@ -283,16 +283,21 @@ async fn new_due_work_bumps_the_wake_key_of_its_home_node_only() {
     assert!(wake_b.as_mut().now_or_never().is_none());
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_fire_stolen_from_a_shard_wakes_its_home_node_for_the_next_one() {
-    use futures_util::FutureExt;
+/// Nodes a and b, and a concurrent job whose 16 triggers fire every second.
+async fn ticking_on_two_nodes() -> KvJobStore<MemoryKv> {
     let store = store_of_nodes(&["a", "b"]).await;
-    let t0 = conformance::t0();
     let triggers: Vec<(String, &str)> = (0..16).map(|i| (format!("t{i}"), "cron * * * * * *")).collect();
     let triggers: Vec<(&str, &str)> = triggers.iter().map(|(name, cron)| (name.as_str(), *cron)).collect();
     let mut ticking = conformance::job("ticking", &triggers);
     ticking.allow_concurrent = true;
-    store.schedule(&[ticking], t0).await;
+    store.schedule(&[ticking], conformance::t0()).await;
+    store
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fire_stolen_from_a_shard_wakes_its_home_node_for_the_next_one() {
+    use futures_util::FutureExt;
+    let store = ticking_on_two_nodes().await;
     let mut wake_a = store.watch_wake("a").await.unwrap();
     // On time, b takes the fires of its own shards only: a hears nothing.
     let known = BTreeSet::new();
@@ -335,13 +340,8 @@ async fn the_due_count_is_exact_up_to_any_limit() {
 
 #[tokio::test(start_paused = true)]
 async fn a_node_whose_recent_heartbeat_says_it_caught_up_is_not_stolen_from() {
-    let store = store_of_nodes(&["a", "b"]).await;
+    let store = ticking_on_two_nodes().await;
     let t0 = conformance::t0();
-    let triggers: Vec<(String, &str)> = (0..16).map(|i| (format!("t{i}"), "cron * * * * * *")).collect();
-    let triggers: Vec<(&str, &str)> = triggers.iter().map(|(name, cron)| (name.as_str(), *cron)).collect();
-    let mut ticking = conformance::job("ticking", &triggers);
-    ticking.allow_concurrent = true;
-    store.schedule(&[ticking], t0).await;
     let known = BTreeSet::new();
     let millis = |ms: i64| t0 + chrono::TimeDelta::milliseconds(ms);
     let steal_at = |now| {
