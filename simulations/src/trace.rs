@@ -118,10 +118,10 @@ impl EventLog {
     }
 }
 
-/// One line per event, stable across processes (no addresses, ids or hash-map orders).
-pub fn event_line(event: &Event) -> String {
+/// Writes an event's line (one per event, stable across processes: no addresses, ids or
+/// hash-map orders) to `line`.
+pub fn write_event(line: &mut String, event: &Event) {
     let at = event.at.timestamp_micros();
-    let mut line = String::new();
     match &event.kind {
         EventKind::Start(facts) => {
             let run = &facts.run;
@@ -133,13 +133,20 @@ pub fn event_line(event: &Event) -> String {
             };
             let _ = write!(
                 line,
-                "{at} start {} {} {} sched={} {cause} attempt={} retry_of={} on {}#{}{}",
+                "{at} start {} {} {} sched={} {cause} attempt={} retry_of=",
                 run.id,
                 run.job,
                 run.trigger.as_ref().map_or("-", |t| t.as_str()),
                 run.scheduled_at.timestamp_micros(),
                 run.attempt,
-                run.retry_of.map_or_else(|| "-".to_owned(), |id| id.to_string()),
+            );
+            let _ = match run.retry_of {
+                Some(id) => write!(line, "{id}"),
+                None => write!(line, "-"),
+            };
+            let _ = write!(
+                line,
+                " on {}#{}{}",
                 facts.node,
                 facts.incarnation,
                 if facts.ignores_cancel { " ignores-cancel" } else { "" },
@@ -155,7 +162,6 @@ pub fn event_line(event: &Event) -> String {
             let _ = write!(line, "{at} {text}");
         }
     }
-    line
 }
 
 /// The trace, hashed line by line as it is written; the lines themselves are kept only
@@ -163,21 +169,25 @@ pub fn event_line(event: &Event) -> String {
 pub struct Trace {
     hasher: Sha256,
     kept: Option<Vec<String>>,
+    /// The line being written (one buffer for every line).
+    line: String,
 }
 
 impl Trace {
     /// An empty trace that keeps its lines when `keep`.
     pub fn new(keep: bool) -> Self {
-        Self { hasher: Sha256::new(), kept: keep.then(Vec::new) }
+        Self { hasher: Sha256::new(), kept: keep.then(Vec::new), line: String::new() }
     }
 
-    /// Appends a line (without its newline).
-    pub fn push(&mut self, line: String) {
-        self.hasher.update(line.as_bytes());
-        self.hasher.update(b"\n");
+    /// Appends the line `write` writes (without its newline) to the buffer it is given.
+    pub fn push_with(&mut self, write: impl FnOnce(&mut String)) {
+        self.line.clear();
+        write(&mut self.line);
         if let Some(kept) = &mut self.kept {
-            kept.push(line);
+            kept.push(self.line.clone());
         }
+        self.line.push('\n');
+        self.hasher.update(self.line.as_bytes());
     }
 
     /// The hash (SHA-256 over every line and its newline, lowercase hex) and the kept

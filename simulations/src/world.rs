@@ -31,7 +31,7 @@ use crate::check::{self, Checked, DeletedRun, Samples};
 use crate::faults::{self, Fault, FaultPlan};
 use crate::options::SimOptions;
 use crate::sim_job::{Incarnation, SimJob, SIM_JOB_TYPE};
-use crate::trace::{event_line, Event, EventKind, EventLog, Trace};
+use crate::trace::{write_event, Event, EventKind, EventLog, Trace};
 use crate::workload::{self, epoch, Op, Workload};
 
 type Store = KvJobStore<MemoryKv>;
@@ -918,13 +918,15 @@ impl World {
             changed_at: &self.changed_at,
             in_flux: &self.retrying.keys().chain(self.held.keys()).cloned().collect(),
         };
-        // The checkers and the trace read the same finished run: the checkers on a second
-        // thread (both are pure functions of it, so the outcome does not depend on which
-        // ends first).
+        // The checkers and the trace read the same finished run: the checkers of runs on a
+        // second thread, the trace and then the checkers of fires on this one (all pure
+        // functions of the run, so the outcome does not depend on which ends first).
         let (checked, trace) = std::thread::scope(|scope| {
-            let checking = scope.spawn(|| check::check(&inputs));
+            let runs = scope.spawn(|| check::check_runs(&inputs));
             let trace = trace_of(inputs.options.keep_trace, &events, &history, &deleted, &statuses);
-            let checked = checking.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            let fires = check::check_fires(&inputs);
+            let mut checked = runs.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            checked.merge(fires);
             (checked, trace)
         });
         let (trace_hash, lines) = trace.finish();
@@ -968,41 +970,49 @@ fn trace_of(
     deleted: &BTreeMap<Uuid, DateTime<Utc>>,
     statuses: &[JobStatus],
 ) -> Trace {
+    use std::fmt::Write;
     let mut trace = Trace::new(keep);
     for event in events {
-        trace.push(event_line(event));
+        trace.push_with(|line| write_event(line, event));
     }
     for run in history {
-        let deleted_at = deleted.get(&run.id).map(|at| format!(" deleted={}", at.timestamp_micros()));
-        trace.push(format!(
-            "history {} {} {} sched={} {:?} attempt={} {:?} on {} start={} end={:?} code={:?} {:?}{}",
-            run.id,
-            run.job,
-            run.trigger.as_deref().unwrap_or("-"),
-            run.scheduled_us,
-            run.cause,
-            run.attempt,
-            run.state,
-            run.node,
-            run.started_us,
-            run.finished_us,
-            run.error_code,
-            run.error_message,
-            deleted_at.unwrap_or_default(),
-        ));
+        trace.push_with(|line| {
+            let _ = write!(
+                line,
+                "history {} {} {} sched={} {:?} attempt={} {:?} on {} start={} end={:?} code={:?} {:?}",
+                run.id,
+                run.job,
+                run.trigger.as_deref().unwrap_or("-"),
+                run.scheduled_us,
+                run.cause,
+                run.attempt,
+                run.state,
+                run.node,
+                run.started_us,
+                run.finished_us,
+                run.error_code,
+                run.error_message,
+            );
+            if let Some(at) = deleted.get(&run.id) {
+                let _ = write!(line, " deleted={}", at.timestamp_micros());
+            }
+        });
     }
     for status in statuses {
         for trigger in &status.triggers {
-            trace.push(format!(
-                "trigger {}/{} {:?}{} next={:?} fired={} error={:?}",
-                status.definition.name,
-                trigger.name,
-                trigger.state,
-                if trigger.paused || status.paused { " paused" } else { "" },
-                trigger.next_fire.map(|t| t.timestamp_micros()),
-                trigger.fire_count,
-                trigger.error,
-            ));
+            trace.push_with(|line| {
+                let _ = write!(
+                    line,
+                    "trigger {}/{} {:?}{} next={:?} fired={} error={:?}",
+                    status.definition.name,
+                    trigger.name,
+                    trigger.state,
+                    if trigger.paused || status.paused { " paused" } else { "" },
+                    trigger.next_fire.map(|t| t.timestamp_micros()),
+                    trigger.fire_count,
+                    trigger.error,
+                );
+            });
         }
     }
     trace

@@ -3,7 +3,8 @@
 //! samples of run states, and report every invariant broken, with the run ids and times
 //! involved.
 //!
-//! One module per kind of invariant; [`check`] runs them all.
+//! One module per kind of invariant; [`check_runs`] and [`check_fires`] run them all
+//! (each half on its own thread if the caller likes: they share nothing but the inputs).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -138,53 +139,168 @@ struct Execution<'a> {
     end: Option<(DateTime<Utc>, usize)>,
 }
 
-/// Runs every checker.
-pub fn check(inputs: &Inputs<'_>) -> Checked {
+/// The checkers that follow each run's execution in the event log: no run starts twice,
+/// non-concurrent runs never overlap, every fire is accounted for, nothing is stuck,
+/// overdue or missing its outcome, and history is kept. Independent of [`check_fires`]:
+/// the two may run on two threads.
+pub fn check_runs(inputs: &Inputs<'_>) -> Checked {
     let mut checked = Checked::default();
-    let definitions: BTreeMap<&JobName, &JobDefinition> = inputs.workload.jobs().map(|d| (&d.name, d)).collect();
-    let history: BTreeMap<Uuid, &RunRecord> = inputs.history.iter().map(|r| (r.id, r)).collect();
-    let executions = executions(inputs, &mut checked);
-    at_most_once(inputs, &mut checked);
+    let definitions = definitions(inputs);
+    let history = history_by_id(inputs);
+    let executions = executions(inputs.events, &mut checked);
     no_overlap(inputs, &definitions, &history, &executions, &mut checked);
     fires_accounted(inputs, &definitions, &executions, &mut checked);
-    fire_counts(inputs, &mut checked);
-    retries(inputs, &definitions, &history, &mut checked);
-    recovery(inputs, &definitions, &mut checked);
     nothing_stuck(inputs, &executions, &mut checked);
     outcomes_recorded(inputs, &definitions, &history, &executions, &mut checked);
     nothing_overdue(inputs, &executions, &mut checked);
     history_kept(inputs, &history, &executions, &mut checked);
+    checked
+}
+
+/// The checkers that read the store's history and the state samples only: each fire runs
+/// at most once, fire counts, retries and recovery follow their policies, and every
+/// sampled state transition is legal.
+pub fn check_fires(inputs: &Inputs<'_>) -> Checked {
+    let mut checked = Checked::default();
+    let definitions = definitions(inputs);
+    let history = history_by_id(inputs);
+    at_most_once(inputs, &mut checked);
+    fire_counts(inputs, &mut checked);
+    retries(inputs, &definitions, &history, &mut checked);
+    recovery(inputs, &definitions, &mut checked);
     checked.violations.extend(inputs.samples.finish(&history));
     *checked.checked.entry("state samples").or_default() += inputs.samples.count;
     checked
 }
 
-fn executions<'a>(inputs: &'a Inputs<'_>, checked: &mut Checked) -> BTreeMap<Uuid, Execution<'a>> {
-    let mut runs: BTreeMap<Uuid, Execution<'a>> = BTreeMap::new();
-    for (seq, event) in inputs.events.iter().enumerate() {
+impl Checked {
+    /// Adds what `other` found (its violations after these).
+    pub fn merge(&mut self, other: Checked) {
+        self.violations.extend(other.violations);
+        self.lost_node_overlaps.extend(other.lost_node_overlaps);
+        for (what, count) in other.checked {
+            *self.checked.entry(what).or_default() += count;
+        }
+        self.liveness_worst = self.liveness_worst.max(other.liveness_worst);
+    }
+}
+
+fn definitions<'a>(inputs: &Inputs<'a>) -> BTreeMap<&'a JobName, &'a JobDefinition> {
+    inputs.workload.jobs().map(|d| (&d.name, d)).collect()
+}
+
+fn history_by_id<'a>(inputs: &Inputs<'a>) -> BTreeMap<Uuid, &'a RunRecord> {
+    inputs.history.iter().map(|r| (r.id, r)).collect()
+}
+
+/// Each run's execution in `events`, by run id: its first start and the first end (or
+/// kill) logged after it. A run started again is a violation.
+fn executions<'a>(events: &'a [Event], checked: &mut Checked) -> BTreeMap<Uuid, Execution<'a>> {
+    // Starts and ends gathered, sorted by run and matched, and the map built from the
+    // sorted runs at once: a day's quarter of a million runs, not as many map inserts.
+    let mut starts: Vec<(Uuid, Execution<'a>)> = Vec::new();
+    let mut ends: Vec<(Uuid, usize, DateTime<Utc>)> = Vec::new();
+    for (seq, event) in events.iter().enumerate() {
         match &event.kind {
             EventKind::Start(facts) => {
-                if let Some(first) = runs.get(&facts.run.id) {
-                    checked.violations.push(format!(
-                        "run {} of {} started twice: on {} at {} and on {} at {}",
-                        facts.run.id, facts.run.job, first.facts.node, first.start, facts.node, event.at
-                    ));
-                    continue;
-                }
-                runs.insert(facts.run.id, Execution { facts, start: event.at, seq, end: None });
+                starts.push((facts.run.id, Execution { facts, start: event.at, seq, end: None }));
             }
-            EventKind::End { run, .. } | EventKind::Killed { run, .. } => {
-                if let Some(execution) = runs.get_mut(run) {
-                    execution.end.get_or_insert((event.at, seq));
-                }
-            }
+            EventKind::End { run, .. } | EventKind::Killed { run, .. } => ends.push((*run, seq, event.at)),
             EventKind::World(_) => {}
         }
     }
+    // Stable: a run's starts stay in log order.
+    starts.sort_by_key(|(id, _)| *id);
+    ends.sort_unstable_by_key(|&(run, seq, _)| (run, seq));
+    let mut ends = ends.into_iter().peekable();
+    let mut twice = Vec::new();
+    let mut runs = Vec::with_capacity(starts.len());
+    for same_run in starts.chunk_by(|a, b| a.0 == b.0) {
+        let (id, first) = &same_run[0];
+        for (_, again) in &same_run[1..] {
+            twice.push((
+                again.seq,
+                format!(
+                    "run {} of {} started twice: on {} at {} and on {} at {}",
+                    again.facts.run.id,
+                    again.facts.run.job,
+                    first.facts.node,
+                    first.start,
+                    again.facts.node,
+                    again.start
+                ),
+            ));
+        }
+        // Its end: the first logged after its first start.
+        while ends.next_if(|&(run, seq, _)| run < *id || run == *id && seq < first.seq).is_some() {}
+        let end = ends.next_if(|(run, _, _)| run == id).map(|(_, seq, at)| (at, seq));
+        runs.push((*id, Execution { end, ..first.clone() }));
+    }
+    twice.sort_unstable_by_key(|(seq, _)| *seq);
+    checked.violations.extend(twice.into_iter().map(|(_, line)| line));
     *checked.checked.entry("executions").or_default() += runs.len() as u64;
-    runs
+    runs.into_iter().collect()
 }
 
 fn time(micros: i64) -> DateTime<Utc> {
     from_micros(micros).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{DateTime, Utc};
+    use sundial::job::{JobRun, RunCause};
+    use uuid::Uuid;
+
+    use super::{executions, Checked};
+    use crate::trace::{Event, EventKind, StartFacts};
+
+    fn at(s: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(s, 0).unwrap()
+    }
+
+    fn start(s: i64, run: u128, node: &str) -> Event {
+        let run = JobRun {
+            id: Uuid::from_u128(run),
+            job: "job".parse().unwrap(),
+            trigger: None,
+            scheduled_at: at(0),
+            cause: RunCause::Manual,
+            attempt: 1,
+            retry_of: None,
+            data: Default::default(),
+        };
+        let facts = StartFacts { run, node: node.into(), incarnation: 1, ignores_cancel: false };
+        Event { at: at(s), kind: EventKind::Start(Box::new(facts)) }
+    }
+
+    fn end(s: i64, run: u128) -> Event {
+        Event { at: at(s), kind: EventKind::End { run: Uuid::from_u128(run), node: "a".into(), outcome: "ok" } }
+    }
+
+    #[test]
+    fn a_run_ends_at_its_first_end_after_its_first_start_and_starts_once() {
+        let events = vec![
+            end(1, 2),
+            start(2, 1, "a"),
+            start(3, 2, "a"),
+            start(4, 1, "b"),
+            end(5, 2),
+            Event { at: at(6), kind: EventKind::Killed { run: Uuid::from_u128(1), node: "a".into() } },
+            end(7, 1),
+            start(8, 3, "a"),
+        ];
+        let mut checked = Checked::default();
+        let runs = executions(&events, &mut checked);
+        // Per run: id, start (s), its position in the log, and its end (s, position).
+        let summary = |(id, e): (&Uuid, &super::Execution<'_>)| {
+            (id.as_u128(), e.start.timestamp(), e.seq, e.end.map(|(at, seq)| (at.timestamp(), seq)))
+        };
+        let runs: Vec<_> = runs.iter().map(summary).collect();
+        assert_eq!(runs, [(1, 2, 1, Some((6, 5))), (2, 3, 2, Some((5, 4))), (3, 8, 7, None)]);
+        let started_twice =
+            format!("run {} of job started twice: on a at {} and on b at {}", Uuid::from_u128(1), at(2), at(4));
+        assert_eq!(checked.violations, [started_twice]);
+        assert_eq!(checked.checked.get("executions"), Some(&3));
+    }
 }

@@ -26,7 +26,7 @@ pub(super) fn no_overlap(
     executions: &BTreeMap<Uuid, Execution<'_>>,
     checked: &mut Checked,
 ) {
-    let mut groups: BTreeMap<(String, String), Vec<&Execution<'_>>> = BTreeMap::new();
+    let mut groups: BTreeMap<(&JobName, &str), Vec<&Execution<'_>>> = BTreeMap::new();
     let mut switched: BTreeMap<&JobName, Vec<&Execution<'_>>> = BTreeMap::new();
     for execution in executions.values() {
         let Some(def) = definitions.get(&execution.facts.run.job) else { continue };
@@ -41,11 +41,11 @@ pub(super) fn no_overlap(
         if def.allow_concurrent {
             continue;
         }
-        let node = if def.run_on_every_instance { execution.facts.node.clone() } else { String::new() };
-        groups.entry((def.name.to_string(), node)).or_default().push(execution);
+        let node = if def.run_on_every_instance { execution.facts.node.as_str() } else { "" };
+        groups.entry((&def.name, node)).or_default().push(execution);
     }
     for ((job, _), runs) in groups {
-        exclusive(inputs, history, &job, runs, checked);
+        exclusive(inputs, history, job.as_str(), runs, checked);
     }
     for (job, runs) in switched {
         // A run missing from history is reported by `history_kept`; here it counts as local.
