@@ -121,8 +121,9 @@ pub struct AcquireRequest<'a> {
     /// first entry again. The caller passes them only while nothing but that acquisition
     /// can have written those shards since it read them (the engine: while the node's wake
     /// key has not fired and nothing it did itself wrote due entries). They are read again
-    /// anyway when `steal` is set, when the node's home shards have changed, or when this
-    /// request's filter differs from theirs.
+    /// anyway when `steal` is set without `trust_caught_up` (those reads find the fires no
+    /// node was woken for, in every shard), when the node's home shards have changed, or
+    /// when this request's filter differs from theirs.
     pub known_heads: Option<&'a DueHeads>,
 }
 
@@ -519,19 +520,18 @@ impl<K: Kv> KvJobStore<K> {
         let mut candidates = Vec::new();
         let filter = request.filter();
         // The home shards' heads an earlier acquisition of this node left, if they hold;
-        // otherwise each shard's first entry is read.
-        let known = request.known_heads.filter(|_| !request.steal).and_then(|known| known.heads_for(&homes, filter));
-        let heads = match known {
-            Some(known) => known.to_vec(),
-            None => {
-                // Stealing, the shards of nodes that vouch for them are left out: their late
-                // fires would be taken by their home node before they are late enough.
-                let stolen_from = |s: u16| request.steal && !vouched.get(usize::from(s)).is_some_and(|v| *v);
-                let read: BTreeSet<u16> =
-                    (0..DUE_SHARDS).filter(|&s| homes[usize::from(s)] || stolen_from(s)).collect();
-                self.first_due(tx, vec![None; usize::from(DUE_SHARDS)], &read, filter).await?
-            }
-        };
+        // otherwise each home shard's first entry is read. A doubting steal read reads
+        // them all afresh: it looks for the fires no node was woken for.
+        let doubting = request.steal && !request.trust_caught_up;
+        let known = request.known_heads.filter(|_| !doubting).and_then(|known| known.heads_for(&homes, filter));
+        // Stealing, the shards of nodes that vouch for them are left out: their late fires
+        // would be taken by their home node before they are late enough.
+        let stolen_from =
+            |s: u16| request.steal && !homes[usize::from(s)] && !vouched.get(usize::from(s)).is_some_and(|v| *v);
+        let read: BTreeSet<u16> =
+            (0..DUE_SHARDS).filter(|&s| (known.is_none() && homes[usize::from(s)]) || stolen_from(s)).collect();
+        let heads = known.map_or_else(|| vec![None; usize::from(DUE_SHARDS)], <[_]>::to_vec);
+        let heads = if read.is_empty() { heads } else { self.first_due(tx, heads, &read, filter).await? };
         let until = |shard: u16| {
             if homes[usize::from(shard)] {
                 now.saturating_add(lookahead)
@@ -544,7 +544,12 @@ impl<K: Kv> KvJobStore<K> {
         let active: Vec<(u16, &ShardHead)> = (0..DUE_SHARDS)
             .filter_map(|s| heads[usize::from(s)].as_ref().filter(|head| head.due <= until(s)).map(|head| (s, head)))
             .collect();
-        let recheck = if known.is_some() { active.iter().map(|(shard, _)| *shard).collect() } else { BTreeSet::new() };
+        // Known heads may be early (an entry since taken or skipped): the home shards with
+        // one due are read again after the acquisition.
+        let recheck = match known {
+            Some(_) => active.iter().map(|(shard, _)| *shard).filter(|&s| homes[usize::from(s)]).collect(),
+            None => BTreeSet::new(),
+        };
         // Each shard's fair share of the batch, twice over: a large batch reads about
         // twice what it takes, not every fire due within the lookahead. A shard cut short
         // says so (`truncated`), and the caller acquires again.

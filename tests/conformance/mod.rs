@@ -1157,8 +1157,9 @@ pub(crate) async fn the_due_outlook_splits_home_fires_from_the_others<K: Kv>(sto
 /// Home shard heads an acquisition returns spare the next one reading every home shard's
 /// first entry: they are trusted (a fire written since without the caller knowing stays
 /// unseen until the heads are read again), so they are read again whenever they may not
-/// hold for the request (a look at the other shards, new home shards, another filter),
-/// and a known head whose entry was removed since is read on from and replaced.
+/// hold for the request (new home shards, another filter) and by a doubting look at the
+/// other shards (the one that finds fires no node was woken for), and a known head whose
+/// entry was removed since is read on from and replaced.
 pub(crate) async fn known_shard_heads_spare_reads_and_are_read_again_when_they_may_not_hold<K: Kv>(
     store: &KvJobStore<K>,
 ) {
@@ -1215,13 +1216,25 @@ pub(crate) async fn known_shard_heads_spare_reads_and_are_read_again_when_they_m
     let taken = store.acquire_with_outlook(&other_filter, day, 1_000).await.unwrap();
     let a_extra = taken.runs.iter().filter(|r| r.run.job.as_str() == "x").count();
     assert!(a_extra > 0, "a's share of the new fires, once its filter changed");
-    // A look at the other shards: read again (b's share, 3 s late, is taken now).
+    // A look at the other shards trusting the nodes that vouch for theirs (with the same
+    // filter): b does not, so its shards are read (its shares, 3 s and 2 s late, are taken
+    // now); a's own heads still hold, so a's share of fires written since stays unseen.
+    let heads = taken.heads.expect("returned with the outlook");
+    store.schedule(&[forty("w", &|_| 11)], t0()).await;
+    let count = |runs: &[AcquiredRun], job: &str| runs.iter().filter(|r| r.run.job.as_str() == job).count();
     let mut steal = ahead("a", secs(13), Some(&heads));
-    steal.steal = true;
+    (steal.steal, steal.busy_jobs) = (true, &busy);
     let stolen = store.acquire_with_outlook(&steal, day, 1_000).await.unwrap();
-    assert_eq!(stolen.runs.iter().filter(|r| r.run.job.as_str() == "x").count(), 40 - a_extra, "b's share");
+    assert_eq!(count(&stolen.runs, "x"), 40 - a_extra, "b's share");
+    let b_share = count(&stolen.runs, "w");
+    // A doubting look reads every shard afresh, its own too: a's share is found.
+    let mut doubting = ahead("a", secs(13), stolen.heads.as_ref());
+    (doubting.steal, doubting.trust_caught_up, doubting.busy_jobs) = (true, false, &busy);
+    let found = store.acquire_with_outlook(&doubting, day, 1_000).await.unwrap();
+    let a_share = count(&found.runs, "w");
+    assert!(b_share > 0 && a_share > 0 && a_share + b_share == 40, "b's share {b_share}, then a's {a_share}");
     // New home shards (b stops owning shards): read again.
-    let heads = stolen.heads.expect("returned with the outlook");
+    let heads = found.heads.expect("returned with the outlook");
     store.schedule(&[forty("y", &|_| 14)], t0()).await;
     store.deregister_node("b").await.unwrap();
     let all_home = store.acquire_with_outlook(&ahead("a", secs(14), Some(&heads)), day, 1_000).await.unwrap();
