@@ -31,7 +31,7 @@ use crate::check::{self, Checked, DeletedRun, Samples};
 use crate::faults::{self, Fault, FaultPlan};
 use crate::options::SimOptions;
 use crate::sim_job::{Incarnation, SimJob, SIM_JOB_TYPE};
-use crate::trace::{write_event, Event, EventKind, EventLog, Trace};
+use crate::trace::{write_event, EventKind, EventLog, Trace};
 use crate::workload::{self, epoch, Op, Workload};
 
 type Store = KvJobStore<MemoryKv>;
@@ -871,6 +871,17 @@ impl World {
 
     async fn finish(mut self) -> Outcome {
         self.sample().await;
+        // The log is complete, and its part of the trace (the first) needs nothing else: it
+        // is written on a second thread while this one reads the store.
+        let events = self.log.take();
+        let keep_trace = self.options.keep_trace;
+        let events_trace = std::thread::spawn(move || {
+            let mut trace = Trace::new(keep_trace);
+            for event in &events {
+                trace.push_with(|line| write_event(line, event));
+            }
+            (trace, events)
+        });
         let mut history = self.history().await;
         // Runs retention deleted (a deletion that did not commit left its run in the store).
         let kept: BTreeSet<Uuid> = history.iter().map(|r| r.id).collect();
@@ -894,12 +905,12 @@ impl World {
             })
             .collect();
         live.sort_by(|a, b| a.node.cmp(&b.node));
-        let events = self.log.take();
         let statuses = self.observer.statuses().await.unwrap_or_default();
         let triggers: std::collections::BTreeSet<(String, String)> = statuses
             .iter()
             .flat_map(|s| s.triggers.iter().map(|t| (s.definition.name.to_string(), t.name.clone())))
             .collect();
+        let (trace, events) = events_trace.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         let inputs = check::Inputs {
             triggers: &triggers,
             options: &self.options,
@@ -918,17 +929,21 @@ impl World {
             changed_at: &self.changed_at,
             in_flux: &self.retrying.keys().chain(self.held.keys()).cloned().collect(),
         };
-        // The checkers and the trace read the same finished run: the checkers of runs on a
-        // second thread, the trace and then the checkers of fires on this one (all pure
-        // functions of the run, so the outcome does not depend on which ends first).
-        let (checked, trace) = std::thread::scope(|scope| {
-            let runs = scope.spawn(|| check::check_runs(&inputs));
-            let trace = trace_of(inputs.options.keep_trace, &events, &history, &deleted, &statuses);
-            let fires = check::check_fires(&inputs);
+        // The checkers and the rest of the trace read the same finished run: the checkers of
+        // runs on a second thread, the trace and then the checkers of fires on this one (all
+        // pure functions of the run, so the outcome does not depend on which ends first).
+        let executions = check::SharedExecutions::new();
+        let (by_checkers, trace) = std::thread::scope(|scope| {
+            let runs = scope.spawn(|| check::check_runs(&inputs, &executions));
+            let trace = trace_of(trace, &history, &deleted, &statuses);
+            let fires = check::check_fires(&inputs, &executions);
             let mut checked = runs.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
             checked.merge(fires);
             (checked, trace)
         });
+        // Runs started twice first: the other findings may follow from them.
+        let mut checked = executions.into_inner().map(check::Executions::into_checked).unwrap_or_default();
+        checked.merge(by_checkers);
         let (trace_hash, lines) = trace.finish();
         let fires = history.iter().filter(|r| r.cause == RunCause::Schedule).count() as u64;
         let mut jobs: BTreeMap<String, JobTally> = BTreeMap::new();
@@ -961,20 +976,15 @@ impl World {
     }
 }
 
-/// The run's trace: every event, then every run record (with when retention deleted it),
-/// then every trigger's final state.
+/// The rest of the run's trace after its events (`trace`): every run record (with when
+/// retention deleted it), then every trigger's final state.
 fn trace_of(
-    keep: bool,
-    events: &[Event],
+    mut trace: Trace,
     history: &[RunRecord],
     deleted: &BTreeMap<Uuid, DateTime<Utc>>,
     statuses: &[JobStatus],
 ) -> Trace {
     use std::fmt::Write;
-    let mut trace = Trace::new(keep);
-    for event in events {
-        trace.push_with(|line| write_event(line, event));
-    }
     for run in history {
         trace.push_with(|line| {
             let _ = write!(

@@ -4,7 +4,8 @@
 //! involved.
 //!
 //! One module per kind of invariant; [`check_runs`] and [`check_fires`] run them all
-//! (each half on its own thread if the caller likes: they share nothing but the inputs).
+//! (each half on its own thread if the caller likes: they share nothing but the inputs and
+//! the runs' [`Executions`], which whichever half needs them first builds).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -139,28 +140,55 @@ struct Execution<'a> {
     end: Option<(DateTime<Utc>, usize)>,
 }
 
-/// The checkers that follow each run's execution in the event log: no run starts twice,
-/// non-concurrent runs never overlap, every fire is accounted for, nothing is stuck,
-/// overdue or missing its outcome, and history is kept. Independent of [`check_fires`]:
-/// the two may run on two threads.
-pub fn check_runs(inputs: &Inputs<'_>) -> Checked {
+/// Each run's execution as the event log tells it (see [`Executions::follow`]), built once
+/// for both halves of the checkers: the first to ask builds it, the other waits for it.
+pub type SharedExecutions<'a> = std::sync::OnceLock<Executions<'a>>;
+
+/// The runs' executions in the event log, by run id, and the runs it shows started twice.
+#[derive(Debug)]
+pub struct Executions<'a> {
+    runs: BTreeMap<Uuid, Execution<'a>>,
+    /// What following the runs found: a run started twice is a violation.
+    checked: Checked,
+}
+
+impl<'a> Executions<'a> {
+    /// Follows every run through `events`: its first start and the first end (or kill)
+    /// logged after it.
+    pub fn follow(events: &'a [Event]) -> Self {
+        let mut checked = Checked::default();
+        let runs = executions(events, &mut checked);
+        Self { runs, checked }
+    }
+
+    /// The violations following the runs found (runs started twice), to report with the
+    /// checkers' own.
+    pub fn into_checked(self) -> Checked {
+        self.checked
+    }
+}
+
+/// The checkers that follow each run's execution in the event log: non-concurrent runs
+/// never overlap, every fire is accounted for, and nothing is stuck or missing its outcome.
+/// Independent of [`check_fires`]: the two may run on two threads, sharing `executions`.
+pub fn check_runs<'a>(inputs: &Inputs<'a>, executions: &SharedExecutions<'a>) -> Checked {
     let mut checked = Checked::default();
     let definitions = definitions(inputs);
     let history = history_by_id(inputs);
-    let executions = executions(inputs.events, &mut checked);
-    no_overlap(inputs, &definitions, &history, &executions, &mut checked);
-    fires_accounted(inputs, &definitions, &executions, &mut checked);
-    nothing_stuck(inputs, &executions, &mut checked);
-    outcomes_recorded(inputs, &definitions, &history, &executions, &mut checked);
-    nothing_overdue(inputs, &executions, &mut checked);
-    history_kept(inputs, &history, &executions, &mut checked);
+    let executions = &executions.get_or_init(|| Executions::follow(inputs.events)).runs;
+    no_overlap(inputs, &definitions, &history, executions, &mut checked);
+    fires_accounted(inputs, &definitions, executions, &mut checked);
+    nothing_stuck(inputs, executions, &mut checked);
+    outcomes_recorded(inputs, &definitions, &history, executions, &mut checked);
     checked
 }
 
-/// The checkers that read the store's history and the state samples only: each fire runs
-/// at most once, fire counts, retries and recovery follow their policies, and every
-/// sampled state transition is legal.
-pub fn check_fires(inputs: &Inputs<'_>) -> Checked {
+/// The checkers that read the store's history and the state samples (each fire runs at
+/// most once, fire counts, retries and recovery follow their policies, every sampled state
+/// transition is legal), then those that compare the runs' executions with the history
+/// (nothing overdue, history kept): they come last, when [`check_runs`] on another thread
+/// has built the executions.
+pub fn check_fires<'a>(inputs: &Inputs<'a>, executions: &SharedExecutions<'a>) -> Checked {
     let mut checked = Checked::default();
     let definitions = definitions(inputs);
     let history = history_by_id(inputs);
@@ -170,6 +198,9 @@ pub fn check_fires(inputs: &Inputs<'_>) -> Checked {
     recovery(inputs, &definitions, &mut checked);
     checked.violations.extend(inputs.samples.finish(&history));
     *checked.checked.entry("state samples").or_default() += inputs.samples.count;
+    let executions = &executions.get_or_init(|| Executions::follow(inputs.events)).runs;
+    nothing_overdue(inputs, executions, &mut checked);
+    history_kept(inputs, &history, executions, &mut checked);
     checked
 }
 
@@ -252,7 +283,7 @@ mod tests {
     use sundial::job::{JobRun, RunCause};
     use uuid::Uuid;
 
-    use super::{executions, Checked};
+    use super::Executions;
     use crate::trace::{Event, EventKind, StartFacts};
 
     fn at(s: i64) -> DateTime<Utc> {
@@ -290,16 +321,17 @@ mod tests {
             end(7, 1),
             start(8, 3, "a"),
         ];
-        let mut checked = Checked::default();
-        let runs = executions(&events, &mut checked);
+        let executions = Executions::follow(&events);
         // Per run: id, start (s), its position in the log, and its end (s, position).
         let summary = |(id, e): (&Uuid, &super::Execution<'_>)| {
             (id.as_u128(), e.start.timestamp(), e.seq, e.end.map(|(at, seq)| (at.timestamp(), seq)))
         };
-        let runs: Vec<_> = runs.iter().map(summary).collect();
+        let runs: Vec<_> = executions.runs.iter().map(summary).collect();
         assert_eq!(runs, [(1, 2, 1, Some((6, 5))), (2, 3, 2, Some((5, 4))), (3, 8, 7, None)]);
         let started_twice =
             format!("run {} of job started twice: on a at {} and on b at {}", Uuid::from_u128(1), at(2), at(4));
+        // Reported once, by whoever holds the executions both halves of the checkers read.
+        let checked = executions.into_checked();
         assert_eq!(checked.violations, [started_twice]);
         assert_eq!(checked.checked.get("executions"), Some(&3));
     }
