@@ -649,7 +649,7 @@ async fn task_floor(count: usize) -> f64 {
 }
 
 /// sundial's CPU per fire, split into the engine's store work, its run actor starts, and
-/// the rest (run actors' messages and shutdown, the job tasks, timers, the runtime). The
+/// the rest (the run actors' tasks: their jobs, ends and shutdown; timers, the runtime). The
 /// engine's parts are timed on its clock, so they count time its threads waited for a core
 /// too: when they add up to more than the process's CPU, other processes shared the cores
 /// and there is no split to give.
@@ -663,7 +663,7 @@ fn where_the_time_goes(cpu: f64, engine: Option<[f64; 3]>) -> String {
         ),
         Some([acquire, complete, start]) => format!(
             "sundial: CPU {cpu:.1} µs = store acquisition {acquire:.1} + store completion {complete:.1} \
-             + run actor starts {start:.1} + the rest {:.1} (run actors' messages and shutdown, job tasks, runtime)",
+             + run actor starts {start:.1} + the rest {:.1} (run actors' jobs, ends and shutdown, runtime)",
             cpu - acquire - complete - start
         ),
         None => format!("sundial: CPU {cpu:.1} µs"),

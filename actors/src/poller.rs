@@ -33,7 +33,7 @@ use uuid::Uuid;
 
 use sundial::local::LocalTriggers;
 
-use crate::execute::{AbortOnDrop, CancelReason};
+use crate::execute::{AbortOnDrop, CancelReason, RunCancel};
 use crate::node::{Lifecycle, NodeShared};
 use crate::run::{RunActor, RunArgs, RunMsg};
 use crate::stats::{EngineWork, StoreOp};
@@ -90,9 +90,15 @@ pub(crate) enum PollerMsg {
     Woken(bool),
 }
 
+/// A run running here: its actor, and its cancellation (the actor takes no messages).
+struct RunningRun {
+    actor: ActorRef<RunMsg>,
+    cancel: RunCancel,
+}
+
 pub(crate) struct PollerState<S: JobStore> {
     shared: Arc<NodeShared<S>>,
-    running: BTreeMap<Uuid, ActorRef<RunMsg>>,
+    running: BTreeMap<Uuid, RunningRun>,
     /// The run each running run actor runs: its end (the actor's termination, which
     /// reaches this supervisor anyway) frees the run's slot.
     run_of_actor: BTreeMap<ActorId, Uuid>,
@@ -285,7 +291,7 @@ impl<S: JobStore> Actor for PollerActor<S> {
                 let mut canceled = Vec::new();
                 for id in ids {
                     if let Some(run) = state.running.get(&id) {
-                        let _ = run.send_message(RunMsg::Cancel(reason));
+                        run.cancel.cancel(reason);
                         canceled.push(id);
                     }
                 }
@@ -296,7 +302,7 @@ impl<S: JobStore> Actor for PollerActor<S> {
             }
             PollerMsg::CancelAll(reason, reply) => {
                 for run in state.running.values() {
-                    let _ = run.send_message(RunMsg::Cancel(reason));
+                    run.cancel.cancel(reason);
                 }
                 let _ = reply.send(state.running.len());
             }
@@ -305,10 +311,11 @@ impl<S: JobStore> Actor for PollerActor<S> {
     }
 
     async fn post_stop(&self, _myself: ActorRef<PollerMsg>, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
-        // Runs stop in run-id order (deterministic); they were canceled and waited for by
-        // the stop sequence, so only abandoned ones remain.
+        // Runs are killed in run-id order (deterministic); they were canceled and waited
+        // for by the stop sequence, so only abandoned ones remain, and killing one drops its
+        // job (a run actor is busy with its job until it ends, so a stop would wait for it).
         for run in state.running.values() {
-            run.stop(None);
+            run.actor.kill();
         }
         Ok(())
     }
@@ -388,7 +395,7 @@ async fn heartbeat<S: JobStore>(state: &mut PollerState<S>, now: chrono::DateTim
             // reads them next cycle (a request stays until its run ends).
             for id in beat.cancel_requests {
                 if let Some(run) = state.running.get(&id) {
-                    let _ = run.send_message(RunMsg::Cancel(CancelReason::Requested));
+                    run.cancel.cancel(CancelReason::Requested);
                 }
             }
             true
@@ -902,14 +909,15 @@ async fn start_run<S: JobStore>(
         // this actor's messages, and a run whose actor never starts is forgotten below.
         state.local.note_started(id, &acquired.run.job, acquired.exclusive);
     }
-    let args = RunArgs { shared, acquired, poller: myself.clone(), reply, local };
+    let cancel = RunCancel::new();
+    let args = RunArgs { shared, acquired, cancel: cancel.clone(), poller: myself.clone(), reply, local };
     // Unnamed: a name would be registered in ractor's process-wide registry and removed
     // again for every run (about 2 µs of a fire's CPU), and nothing looks a run up by
     // name; the poller knows its runs by actor id, and the run's span carries its id.
     match Actor::spawn_linked(None, RunActor::new(), args, myself.get_cell()).await {
         Ok((run, _)) => {
             state.run_of_actor.insert(run.get_id(), id);
-            state.running.insert(id, run);
+            state.running.insert(id, RunningRun { actor: run, cancel });
         }
         Err(error) => {
             tracing::error!(run_id = %id, %error, "could not start a run actor");

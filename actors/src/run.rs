@@ -1,8 +1,13 @@
-//! `RunActor`: one per run. Starts the job on its own task (so the mailbox stays free for
-//! cancel requests), and when it ends records the completion in the store — holding it and
-//! retrying while the store is unavailable, so nothing a run produced is dropped — then
-//! publishes the end event, answers a waiting `trigger` caller, and stops (its termination
-//! tells the poller, its supervisor, that the run's slot is free).
+//! `RunActor`: one per run. Runs the job on its own task, from its start to its end: when
+//! the job ends it records the completion in the store — holding it and retrying while the
+//! store is unavailable, so nothing a run produced is dropped — then publishes the end
+//! event, answers a waiting `trigger` caller, and stops (its termination tells the poller,
+//! its supervisor, that the run's slot is free).
+//!
+//! The whole run is the actor's `post_start`, so a run is one task, not an actor idling
+//! beside a task of its job. It takes no messages: cancel requests, timeouts and the node's
+//! stop reach the job through the run's token ([`RunCancel`], which the poller and the node
+//! keep), and a run abandoned at the node's stop is killed, which drops its job.
 
 use std::sync::{Arc, OnceLock};
 
@@ -16,25 +21,21 @@ use sundial::time::Clock;
 use tokio::sync::oneshot;
 
 use crate::events::{CloudEvent, RunFacts, Topic};
-use crate::execute::{prepare, AbortOnDrop, CancelReason, RunCancel, RunGates, StartHook};
+use crate::execute::{prepare, CancelReason, RunCancel, RunGates, StartHook};
 use crate::job::RunContext;
 use crate::node::NodeShared;
 use crate::poller::PollerMsg;
 
-/// Messages to a run.
+/// A run actor takes no messages (see the module's documentation).
 #[derive(Debug)]
-pub(crate) enum RunMsg {
-    /// Cancel the run's token (first reason counts).
-    Cancel(CancelReason),
-    /// The job ended; it started at the given time (its scheduled instant, when it was
-    /// acquired ahead).
-    Finished(RunOutcome, chrono::DateTime<chrono::Utc>),
-}
+pub(crate) enum RunMsg {}
 
 /// What a run starts with.
 pub(crate) struct RunArgs<S: JobStore> {
     pub(crate) shared: Arc<NodeShared<S>>,
     pub(crate) acquired: AcquiredRun,
+    /// The run's cancellation, which the poller keeps too.
+    pub(crate) cancel: RunCancel,
     pub(crate) poller: ActorRef<PollerMsg>,
     /// A `trigger` caller waiting for this (first) attempt's outcome.
     pub(crate) reply: Option<oneshot::Sender<RunOutcome>>,
@@ -42,12 +43,17 @@ pub(crate) struct RunArgs<S: JobStore> {
     pub(crate) local: bool,
 }
 
+/// A run actor's state: its arguments. Dropped when the actor ends, however it ends
+/// (killed ones skip `post_stop`), which takes the run out of the node's registry.
 pub(crate) struct RunState_<S: JobStore> {
     args: RunArgs<S>,
-    cancel: RunCancel,
-    /// The job's task (from `post_start`); dropped with this state, so a killed run actor
-    /// aborts its job.
-    _task: Option<AbortOnDrop<()>>,
+}
+
+impl<S: JobStore> Drop for RunState_<S> {
+    fn drop(&mut self) {
+        // After its completion, or when killed before its job ended (abandoned at node stop).
+        self.args.shared.unregister_run(self.args.acquired.run.id);
+    }
 }
 
 /// The run actor (stateless; everything is in its state).
@@ -68,143 +74,127 @@ impl<S: JobStore> Actor for RunActor<S> {
     /// that spawns run actors waits for this, one run after another, so the job's
     /// preparation is left to `post_start`, on the run actor's own task.
     async fn pre_start(&self, _myself: ActorRef<RunMsg>, args: RunArgs<S>) -> Result<Self::State, ActorProcessingErr> {
-        let cancel = RunCancel::new();
-        args.shared.register_run(args.acquired.run.id, cancel.clone());
-        Ok(RunState_ { args, cancel, _task: None })
+        args.shared.register_run(args.acquired.run.id, args.cancel.clone());
+        Ok(RunState_ { args })
     }
 
-    /// Prepares the job and starts its task (before any message is handled, so a cancel
-    /// request finds the task started).
+    /// The whole run: waits for its instant, runs the job, records its end, and stops.
     async fn post_start(&self, myself: ActorRef<RunMsg>, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
-        let args = &state.args;
-        let shared = args.shared.clone();
-        let cancel = state.cancel.clone();
-        let run = args.acquired.run.clone();
-        let ctx = RunContext { run: run.clone(), node: shared.node_id.clone(), cancel: cancel.token() };
-        let timeout = args.acquired.timeout;
-        let job = shared.registry.make(&args.acquired.job_type);
-        let middleware = shared.middleware.clone();
-        let task_cancel = cancel.clone();
-        let task_shared = shared.clone();
-        // Acquired ahead of time: the job's task is ready and waits for the scheduled
-        // instant (and never starts when canceled meanwhile). A node whose heartbeat is
-        // stale may already be declared lost, its runs given to others: it starts nothing.
-        if shared.shared_store && crate::fence::heartbeat_is_stale(&shared) {
-            cancel.cancel(CancelReason::Fenced);
-        }
-        // Armed until the gate opens (just before the job starts), or the task is dropped.
-        let armed = shared.starts.arm(run.scheduled_at);
-        // The job's end is reported once the runs due with it have started.
-        let end: BoxFuture<'static, ()> = Box::pin(armed.instant().settled());
-        let early = (run.scheduled_at - shared.clock.now()).to_std().unwrap_or_default();
-        let gate: BoxFuture<'static, ()> = if early.is_zero() {
-            Box::pin(async move { drop(armed) })
-        } else {
-            let (sleep, token) = (shared.start_timer.sleep(early), task_cancel.token());
-            Box::pin(async move {
-                tokio::select! {
-                    biased;
-                    () = sleep => {}
-                    () = token.cancelled() => {}
-                }
-                drop(armed);
-            })
-        };
-        // The start time only goes into events: without a publisher nothing reads the
-        // clock or does anything else when the job starts.
-        let started_at: Arc<OnceLock<DateTime<Utc>>> = Arc::default();
-        let on_start = shared.publisher.is_enabled().then(|| {
-            let (shared, run, started_at) = (shared.clone(), run.clone(), started_at.clone());
-            Box::new(move || -> BoxFuture<'static, ()> {
-                let at = shared.clock.now();
-                let _ = started_at.set(at);
-                Box::pin(async move { publish_started(&shared, &run, at).await })
-            }) as StartHook
-        });
-        let gates = RunGates { start: gate, end, on_start };
-        let prepared = job.map(|job| prepare(job, ctx, task_cancel, middleware, gates, timeout));
-        let task = tokio::spawn(async move {
-            let shared = task_shared;
-            let outcome = match prepared {
-                Some(prepared) => prepared.await,
-                // The store only hands out runs of registered types, but a type can vanish
-                // between acquisition and start only through a bug: fail the run loudly.
-                None => {
-                    let at = shared.clock.now();
-                    let _ = started_at.set(at);
-                    publish_started(&shared, &run, at).await;
-                    RunOutcome::Failed {
-                        code: Some(sundial::error::ErrorCode::JobTypeNotFound.as_str().to_owned()),
-                        message: "job type not registered on this node".into(),
-                    }
-                }
-            };
-            let started_at = started_at.get().copied().unwrap_or_else(|| shared.clock.now());
-            // Recording the end (a store transaction, events, this actor's shutdown) comes
-            // after the other runs due at this instant have started: the run waited for
-            // them (its end gate) before it ended.
-            let _ = myself.send_message(RunMsg::Finished(outcome, started_at));
-        });
-        state._task = Some(AbortOnDrop(task));
+        let (outcome, started_at) = run_job(&state.args).await;
+        finish(&mut state.args, outcome, started_at).await;
+        // The poller frees the run's slot when it learns this actor terminated.
+        myself.stop(None);
         Ok(())
     }
 
     async fn handle(
         &self,
-        myself: ActorRef<RunMsg>,
+        _: ActorRef<RunMsg>,
         message: RunMsg,
-        state: &mut Self::State,
+        _: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        match message {
-            RunMsg::Cancel(reason) => state.cancel.cancel(reason),
-            RunMsg::Finished(outcome, started_at) => {
-                let shared = &state.args.shared;
-                let run = &state.args.acquired.run;
-                let finished_at = shared.clock.now();
-                let completion =
-                    Completion { run_id: run.id, node: shared.node_id.clone(), outcome: outcome.clone(), finished_at };
-                let recorded = shared.complete(completion).await;
-                let stored_state = recorded.state;
-                if let Some(due) = recorded.next_due {
-                    // A fire this end made due (a blocked one, the interval's next, a
-                    // retry) may be sooner than the poller's next cycle.
-                    let _ = state.args.poller.send_message(PollerMsg::DueAt(due));
-                }
-                let (error_code, error_message) = match &outcome {
-                    RunOutcome::Succeeded => (None, None),
-                    RunOutcome::Failed { code, message } => (code.clone(), Some(message.clone())),
-                    RunOutcome::Canceled { message } => (None, Some(message.clone())),
-                };
-                let facts = RunFacts {
-                    state: Some(stored_state),
-                    started_at: Some(started_at),
-                    finished_at: Some(finished_at),
-                    error_code,
-                    error_message,
-                };
-                shared
-                    .publish(|id| {
-                        CloudEvent::for_run(Topic::of_end(stored_state), id, finished_at, run, facts, &shared.node_id)
-                    })
-                    .await;
-                if let Some(reply) = state.args.reply.take() {
-                    let _ = reply.send(outcome);
-                }
-                if state.args.local {
-                    let failed = stored_state == RunState::Failed;
-                    let _ = state.args.poller.send_message(PollerMsg::LocalRunFinished(run.clone(), failed));
-                }
-                // The poller frees the run's slot when it learns this actor terminated.
-                myself.stop(None);
+        match message {}
+    }
+}
+
+/// Prepares the job, waits for the run's instant, and runs it; returns its outcome and
+/// when it started (its scheduled instant, when it was acquired ahead).
+async fn run_job<S: JobStore>(args: &RunArgs<S>) -> (RunOutcome, DateTime<Utc>) {
+    let shared = &args.shared;
+    let cancel = &args.cancel;
+    let run = &args.acquired.run;
+    let ctx = RunContext { run: run.clone(), node: shared.node_id.clone(), cancel: cancel.token() };
+    let timeout = args.acquired.timeout;
+    let job = shared.registry.make(&args.acquired.job_type);
+    // Acquired ahead of time: the run waits for the scheduled instant (and its job never
+    // starts when canceled meanwhile). A node whose heartbeat is stale may already be
+    // declared lost, its runs given to others: it starts nothing.
+    if shared.shared_store && crate::fence::heartbeat_is_stale(shared) {
+        cancel.cancel(CancelReason::Fenced);
+    }
+    // Armed until the gate opens (just before the job starts), or the run is dropped.
+    let armed = shared.starts.arm(run.scheduled_at);
+    // The job's end is reported once the runs due with it have started.
+    let end: BoxFuture<'static, ()> = Box::pin(armed.instant().settled());
+    let early = (run.scheduled_at - shared.clock.now()).to_std().unwrap_or_default();
+    let gate: BoxFuture<'static, ()> = if early.is_zero() {
+        Box::pin(async move { drop(armed) })
+    } else {
+        let (sleep, token) = (shared.start_timer.sleep(early), cancel.token());
+        Box::pin(async move {
+            tokio::select! {
+                biased;
+                () = sleep => {}
+                () = token.cancelled() => {}
+            }
+            drop(armed);
+        })
+    };
+    // The start time only goes into events: without a publisher nothing reads the clock
+    // or does anything else when the job starts.
+    let started_at: Arc<OnceLock<DateTime<Utc>>> = Arc::default();
+    let on_start = shared.publisher.is_enabled().then(|| {
+        let (shared, run, started_at) = (shared.clone(), run.clone(), started_at.clone());
+        Box::new(move || -> BoxFuture<'static, ()> {
+            let at = shared.clock.now();
+            let _ = started_at.set(at);
+            Box::pin(async move { publish_started(&shared, &run, at).await })
+        }) as StartHook
+    });
+    let gates = RunGates { start: gate, end, on_start };
+    let outcome = match job {
+        Some(job) => prepare(job, ctx, cancel.clone(), shared.middleware.clone(), gates, timeout).await,
+        // The store only hands out runs of registered types, but a type can vanish between
+        // acquisition and start only through a bug: fail the run loudly.
+        None => {
+            let at = shared.clock.now();
+            let _ = started_at.set(at);
+            publish_started(shared, run, at).await;
+            RunOutcome::Failed {
+                code: Some(sundial::error::ErrorCode::JobTypeNotFound.as_str().to_owned()),
+                message: "job type not registered on this node".into(),
             }
         }
-        Ok(())
-    }
+    };
+    (outcome, started_at.get().copied().unwrap_or_else(|| shared.clock.now()))
+}
 
-    async fn post_stop(&self, _myself: ActorRef<RunMsg>, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
-        // After its completion, or when stopped before its job ended (abandoned at node stop).
-        state.args.shared.unregister_run(state.args.acquired.run.id);
-        Ok(())
+/// Records the run's end (after the other runs due at its instant have started: the run
+/// waited for them, its end gate), tells the poller what it needs to know, publishes the
+/// end event and answers a waiting `trigger` caller.
+async fn finish<S: JobStore>(args: &mut RunArgs<S>, outcome: RunOutcome, started_at: DateTime<Utc>) {
+    let shared = &args.shared;
+    let run = &args.acquired.run;
+    let finished_at = shared.clock.now();
+    let completion = Completion { run_id: run.id, node: shared.node_id.clone(), outcome: outcome.clone(), finished_at };
+    let recorded = shared.complete(completion).await;
+    let stored_state = recorded.state;
+    if let Some(due) = recorded.next_due {
+        // A fire this end made due (a blocked one, the interval's next, a retry) may be
+        // sooner than the poller's next cycle.
+        let _ = args.poller.send_message(PollerMsg::DueAt(due));
+    }
+    let (error_code, error_message) = match &outcome {
+        RunOutcome::Succeeded => (None, None),
+        RunOutcome::Failed { code, message } => (code.clone(), Some(message.clone())),
+        RunOutcome::Canceled { message } => (None, Some(message.clone())),
+    };
+    let facts = RunFacts {
+        state: Some(stored_state),
+        started_at: Some(started_at),
+        finished_at: Some(finished_at),
+        error_code,
+        error_message,
+    };
+    shared
+        .publish(|id| CloudEvent::for_run(Topic::of_end(stored_state), id, finished_at, run, facts, &shared.node_id))
+        .await;
+    if let Some(reply) = args.reply.take() {
+        let _ = reply.send(outcome);
+    }
+    if args.local {
+        let failed = stored_state == RunState::Failed;
+        let _ = args.poller.send_message(PollerMsg::LocalRunFinished(run.clone(), failed));
     }
 }
 
