@@ -113,6 +113,13 @@ impl<S: JobStore> NodeShared<S> {
         self.runs.lock().remove(&id);
     }
 
+    /// Cancels the run `id` if it runs here (a run that ended meanwhile is left alone).
+    pub(crate) fn cancel_run(&self, id: Uuid, reason: CancelReason) {
+        if let Some(cancel) = self.runs.lock().get(&id) {
+            cancel.cancel(reason);
+        }
+    }
+
     /// Cancels every run here (in run-id order); returns how many were not canceled yet.
     pub(crate) fn cancel_all_runs(&self, reason: CancelReason) -> usize {
         let runs = self.runs.lock();

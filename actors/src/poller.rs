@@ -33,7 +33,7 @@ use uuid::Uuid;
 
 use sundial::local::LocalTriggers;
 
-use crate::execute::{AbortOnDrop, CancelReason, RunCancel};
+use crate::execute::{AbortOnDrop, CancelReason};
 use crate::node::{Lifecycle, NodeShared};
 use crate::run::{RunActor, RunArgs, RunMsg};
 use crate::stats::{EngineWork, StoreOp};
@@ -90,15 +90,11 @@ pub(crate) enum PollerMsg {
     Woken(bool),
 }
 
-/// A run running here: its actor, and its cancellation (the actor takes no messages).
-struct RunningRun {
-    actor: ActorRef<RunMsg>,
-    cancel: RunCancel,
-}
-
 pub(crate) struct PollerState<S: JobStore> {
     shared: Arc<NodeShared<S>>,
-    running: BTreeMap<Uuid, RunningRun>,
+    /// The actor of each run running here. A run actor takes no messages: runs are
+    /// canceled through the node's registry of their cancellations.
+    running: BTreeMap<Uuid, ActorRef<RunMsg>>,
     /// The run each running run actor runs: its end (the actor's termination, which
     /// reaches this supervisor anyway) frees the run's slot.
     run_of_actor: BTreeMap<ActorId, Uuid>,
@@ -290,8 +286,8 @@ impl<S: JobStore> Actor for PollerActor<S> {
             PollerMsg::CancelLocal(ids, reason, reply) => {
                 let mut canceled = Vec::new();
                 for id in ids {
-                    if let Some(run) = state.running.get(&id) {
-                        run.cancel.cancel(reason);
+                    if state.running.contains_key(&id) {
+                        state.shared.cancel_run(id, reason);
                         canceled.push(id);
                     }
                 }
@@ -301,9 +297,7 @@ impl<S: JobStore> Actor for PollerActor<S> {
                 let _ = reply.send(state.running.len());
             }
             PollerMsg::CancelAll(reason, reply) => {
-                for run in state.running.values() {
-                    run.cancel.cancel(reason);
-                }
+                state.shared.cancel_all_runs(reason);
                 let _ = reply.send(state.running.len());
             }
         }
@@ -315,7 +309,7 @@ impl<S: JobStore> Actor for PollerActor<S> {
         // for by the stop sequence, so only abandoned ones remain, and killing one drops its
         // job (a run actor is busy with its job until it ends, so a stop would wait for it).
         for run in state.running.values() {
-            run.actor.kill();
+            run.kill();
         }
         Ok(())
     }
@@ -394,8 +388,8 @@ async fn heartbeat<S: JobStore>(state: &mut PollerState<S>, now: chrono::DateTim
             // Cancel requests for runs here (read with the heartbeat); a failed heartbeat
             // reads them next cycle (a request stays until its run ends).
             for id in beat.cancel_requests {
-                if let Some(run) = state.running.get(&id) {
-                    run.cancel.cancel(CancelReason::Requested);
+                if state.running.contains_key(&id) {
+                    shared.cancel_run(id, CancelReason::Requested);
                 }
             }
             true
@@ -909,15 +903,14 @@ async fn start_run<S: JobStore>(
         // this actor's messages, and a run whose actor never starts is forgotten below.
         state.local.note_started(id, &acquired.run.job, acquired.exclusive);
     }
-    let cancel = RunCancel::new();
-    let args = RunArgs { shared, acquired, cancel: cancel.clone(), poller: myself.clone(), reply, local };
+    let args = RunArgs { shared, acquired, poller: myself.clone(), reply, local };
     // Unnamed: a name would be registered in ractor's process-wide registry and removed
     // again for every run (about 2 µs of a fire's CPU), and nothing looks a run up by
     // name; the poller knows its runs by actor id, and the run's span carries its id.
     match Actor::spawn_linked(None, RunActor::new(), args, myself.get_cell()).await {
         Ok((run, _)) => {
             state.run_of_actor.insert(run.get_id(), id);
-            state.running.insert(id, RunningRun { actor: run, cancel });
+            state.running.insert(id, run);
         }
         Err(error) => {
             tracing::error!(run_id = %id, %error, "could not start a run actor");

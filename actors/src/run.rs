@@ -6,8 +6,8 @@
 //!
 //! The whole run is the actor's `post_start`, so a run is one task, not an actor idling
 //! beside a task of its job. It takes no messages: cancel requests, timeouts and the node's
-//! stop reach the job through the run's token ([`RunCancel`], which the poller and the node
-//! keep), and a run abandoned at the node's stop is killed, which drops its job.
+//! stop reach the job through the run's token ([`RunCancel`], in the node's registry of
+//! runs), and a run abandoned at the node's stop is killed, which drops its job.
 
 use std::sync::{Arc, OnceLock};
 
@@ -34,8 +34,6 @@ pub(crate) enum RunMsg {}
 pub(crate) struct RunArgs<S: JobStore> {
     pub(crate) shared: Arc<NodeShared<S>>,
     pub(crate) acquired: AcquiredRun,
-    /// The run's cancellation, which the poller keeps too.
-    pub(crate) cancel: RunCancel,
     pub(crate) poller: ActorRef<PollerMsg>,
     /// A `trigger` caller waiting for this (first) attempt's outcome.
     pub(crate) reply: Option<oneshot::Sender<RunOutcome>>,
@@ -43,13 +41,18 @@ pub(crate) struct RunArgs<S: JobStore> {
     pub(crate) local: bool,
 }
 
-/// A run actor's state: its arguments. Dropped when the actor ends, however it ends
-/// (killed ones skip `post_stop`), which takes the run out of the node's registry.
-pub(crate) struct RunState_<S: JobStore> {
+/// A run actor's state: the run, until `post_start` takes it. Ractor hands an ended
+/// actor's state to its supervisor, the poller, which every fire waits for: the run is
+/// dropped on its own task instead, once it ended or was killed.
+pub(crate) struct RunState_<S: JobStore>(Option<Run<S>>);
+
+/// A registered run: dropping it takes the run out of the node's registry.
+struct Run<S: JobStore> {
     args: RunArgs<S>,
+    cancel: RunCancel,
 }
 
-impl<S: JobStore> Drop for RunState_<S> {
+impl<S: JobStore> Drop for Run<S> {
     fn drop(&mut self) {
         // After its completion, or when killed before its job ended (abandoned at node stop).
         self.args.shared.unregister_run(self.args.acquired.run.id);
@@ -74,14 +77,17 @@ impl<S: JobStore> Actor for RunActor<S> {
     /// that spawns run actors waits for this, one run after another, so the job's
     /// preparation is left to `post_start`, on the run actor's own task.
     async fn pre_start(&self, _myself: ActorRef<RunMsg>, args: RunArgs<S>) -> Result<Self::State, ActorProcessingErr> {
-        args.shared.register_run(args.acquired.run.id, args.cancel.clone());
-        Ok(RunState_ { args })
+        let cancel = RunCancel::new();
+        args.shared.register_run(args.acquired.run.id, cancel.clone());
+        Ok(RunState_(Some(Run { args, cancel })))
     }
 
     /// The whole run: waits for its instant, runs the job, records its end, and stops.
     async fn post_start(&self, myself: ActorRef<RunMsg>, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
-        let (outcome, started_at) = run_job(&state.args).await;
-        finish(&mut state.args, outcome, started_at).await;
+        if let Some(mut run) = state.0.take() {
+            let (outcome, started_at) = run_job(&run).await;
+            finish(&mut run.args, outcome, started_at).await;
+        }
         // The poller frees the run's slot when it learns this actor terminated.
         myself.stop(None);
         Ok(())
@@ -99,9 +105,8 @@ impl<S: JobStore> Actor for RunActor<S> {
 
 /// Prepares the job, waits for the run's instant, and runs it; returns its outcome and
 /// when it started (its scheduled instant, when it was acquired ahead).
-async fn run_job<S: JobStore>(args: &RunArgs<S>) -> (RunOutcome, DateTime<Utc>) {
+async fn run_job<S: JobStore>(Run { args, cancel }: &Run<S>) -> (RunOutcome, DateTime<Utc>) {
     let shared = &args.shared;
-    let cancel = &args.cancel;
     let run = &args.acquired.run;
     let ctx = RunContext { run: run.clone(), node: shared.node_id.clone(), cancel: cancel.token() };
     let timeout = args.acquired.timeout;
