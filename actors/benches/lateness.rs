@@ -34,7 +34,7 @@ use apalis_cron::{CronScheduler, Tick};
 use chrono::{DateTime, TimeDelta, Timelike, Utc};
 use sundial::entropy::Entropy;
 use sundial::job::{JobDefinition, JobTriggerDefinition, JobTypeKey};
-use sundial::kv::memory::{MemoryKv, MemoryKvOptions};
+use sundial::kv::memory::{MemoryKv, MemoryKvOptions, MemoryKvStats};
 use sundial::name::{JobName, TriggerName};
 use sundial::options::SchedulerOptions;
 use sundial::store::{KvJobStore, StoreOptions};
@@ -115,6 +115,9 @@ struct Summary {
     /// Fires that ran per second the scheduler was running (warm-up included): at a load
     /// it cannot keep up with, how many fires per second it does run.
     ran_per_second: f64,
+    /// sundial only: what the embedded store did (commits, conflicts) and the fires that
+    /// ran meanwhile (warm-up included).
+    store: Option<(MemoryKvStats, usize)>,
 }
 
 impl Summary {
@@ -152,6 +155,7 @@ impl Summary {
             missed: rounds.iter().map(|r| r.missed).sum(),
             duplicated: rounds.iter().map(|r| r.duplicated).sum(),
             ran_per_second: weighted(&|r: &Summary| r.ran_per_second),
+            store: None,
         }
     }
 }
@@ -195,6 +199,7 @@ fn summarize(records: &[(String, i64, i64)], from: i64, to: i64, expected: usize
         missed,
         duplicated,
         ran_per_second: f64::NAN,
+        store: None,
     }
 }
 
@@ -210,7 +215,7 @@ async fn sundial_node(
     schedule: &str,
     options: SchedulerOptions,
     fires: usize,
-) -> (sundial_actors::scheduler::JobScheduler<KvJobStore<MemoryKv>>, Records, Arc<dyn Clock>) {
+) -> (sundial_actors::scheduler::JobScheduler<KvJobStore<MemoryKv>>, Records, Arc<dyn Clock>, MemoryKv) {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let records = records_for(fires);
     let (c, r) = (clock.clone(), records.clone());
@@ -219,7 +224,8 @@ async fn sundial_node(
         .build()
         .unwrap();
     let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
-    let store = KvJobStore::new(kv, registry.calendars().clone(), Entropy::from_seed(1), StoreOptions::default());
+    let store =
+        KvJobStore::new(kv.clone(), registry.calendars().clone(), Entropy::from_seed(1), StoreOptions::default());
     let mut config = NodeConfig::new(store, registry, options, node, clock.clone(), Entropy::from_seed(2));
     config.start_timer = Arc::new(PreciseSleeper::new());
     let scheduler = Node::start(config, None).await.unwrap();
@@ -238,7 +244,7 @@ async fn sundial_node(
     for chunk in defs.chunks(100) {
         assert!(scheduler.schedule(chunk.to_vec()).await.iter().all(Result::is_ok));
     }
-    (scheduler, records, clock)
+    (scheduler, records, clock, kv)
 }
 
 async fn sundial_cron(load: usize, seconds: i64, node: &str) -> Summary {
@@ -247,7 +253,7 @@ async fn sundial_cron(load: usize, seconds: i64, node: &str) -> Summary {
         acquire_batch_size: load.clamp(16, 2_000) as u32,
         ..SchedulerOptions::default()
     };
-    let (scheduler, records, clock) =
+    let (scheduler, records, clock, kv) =
         sundial_node(node, load, "cron * * * * * *", options, expected_fires(load, seconds)).await;
     let cpu_before = process_cpu();
     let serving = Instant::now();
@@ -287,6 +293,7 @@ async fn sundial_cron(load: usize, seconds: i64, node: &str) -> Summary {
         cpu_per_fire_us: cpu,
         engine_per_fire_us: engine_per_fire,
         ran_per_second: records.len() as f64 / running.as_secs_f64(),
+        store: Some((kv.stats(), records.len())),
         ..summarize(&records, from.timestamp_micros(), to.timestamp_micros(), load * seconds as usize)
     }
 }
@@ -362,7 +369,7 @@ async fn sundial_burst(count: usize) -> (Duration, usize) {
         acquire_batch_size: 2_000,
         ..SchedulerOptions::default()
     };
-    let (scheduler, records, clock) = sundial_node("burst-node", count, &schedule, options, count).await;
+    let (scheduler, records, clock, _) = sundial_node("burst-node", count, &schedule, options, count).await;
     scheduler.serve();
     tokio::time::sleep((due - clock.now()).to_std().unwrap_or_default() + Duration::from_secs(3)).await;
     scheduler.stop(Duration::from_secs(5)).await;
@@ -494,6 +501,17 @@ fn main() {
         where_the_time_goes(ours.cpu_per_fire_us, ours.engine_per_fire_us),
         cpu_text(peer.cpu_per_fire_us)
     );
+    if let Some((stats, fires)) = ours.store {
+        let fires = fires.max(1) as f64;
+        println!(
+            "store: {} commits, {} conflicts ({:.3} and {:.4} per fire that ran), {} read-only commits",
+            stats.commits,
+            stats.conflicts,
+            stats.commits as f64 / fires,
+            stats.conflicts as f64 / fires,
+            stats.read_only_commits
+        );
+    }
     if ours.cpu_per_fire_us.is_finite() {
         // The most the workers could run at this cost, all of them busy all the time: what
         // the work per fire allows, apart from how it is spread over the cores.
