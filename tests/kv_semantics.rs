@@ -20,7 +20,7 @@ use sundial::kv::{
     TRANSACTION_LIFE_VERSIONS_MAX,
 };
 use sundial::time::NoSleep;
-use sundial::time::{from_micros, ManualClock};
+use sundial::time::{from_micros, Clock, ManualClock, MonotonicInstant};
 
 fn clock() -> ManualClock {
     ManualClock::new(from_micros(1_800_000_000_000_000).unwrap())
@@ -33,7 +33,7 @@ fn store() -> (MemoryKv, ManualClock) {
 
 fn store_with(faults: KvFaults, size_limit: usize) -> (MemoryKv, ManualClock) {
     let clock = clock();
-    let options = MemoryKvOptions { seed: 7, transaction_size_limit: size_limit, faults };
+    let options = MemoryKvOptions { seed: 7, transaction_size_limit: size_limit, faults, ..MemoryKvOptions::default() };
     (MemoryKv::with_options(Arc::new(clock.clone()), Arc::new(NoSleep), options), clock)
 }
 
@@ -758,4 +758,37 @@ async fn ranges_read_together_see_what_each_read_alone_sees() {
     }
     reader.get(b"k0001", true).await.unwrap();
     assert_eq!(kv.stats().ranges_read - ranges_before, 2 * 2 * 7, "each range once, read together or alone");
+}
+
+/// A clock whose monotonic time moves on a microsecond at every read of it.
+#[derive(Debug, Default)]
+struct Ticking(std::sync::atomic::AtomicU64);
+
+impl Clock for Ticking {
+    fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        from_micros(1_800_000_000_000_000).unwrap()
+    }
+
+    fn monotonic(&self) -> MonotonicInstant {
+        let micros = self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        MonotonicInstant::from_origin(Duration::from_micros(micros))
+    }
+}
+
+#[tokio::test]
+async fn the_lock_is_measured_only_when_asked() {
+    for measure_lock in [false, true] {
+        let options = MemoryKvOptions { measure_lock, ..MemoryKvOptions::default() };
+        let kv = MemoryKv::with_options(Arc::new(Ticking::default()), Arc::new(NoSleep), options);
+        put(&kv, &[("a", "1"), ("b", "2")]).await;
+        assert_eq!(get(&kv, "a").await.as_deref(), Some("1"), "the store works the same either way");
+        let stats = kv.stats();
+        if measure_lock {
+            // Each hold reads the clock when it begins and when it ends: a tick at least.
+            assert!(stats.lock_held >= Duration::from_micros(2), "two holds at least: {:?}", stats.lock_held);
+        } else {
+            assert_eq!(stats.lock_held, Duration::ZERO);
+        }
+        assert_eq!(stats.lock_waited, Duration::ZERO, "one client never waits");
+    }
 }

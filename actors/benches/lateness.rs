@@ -10,7 +10,10 @@
 //! time until the last one started (the peer's are workers whose cron matches that one
 //! second); and, in the full run, 100,000 fires/s sustained for 20 s, then the CPU a bare
 //! ractor actor's whole life costs (the floor of an actor per run) beside a bare tokio
-//! task's.
+//! task's. The sustained run also prints what the embedded store did meanwhile: its
+//! commits and conflicts, and how long its one lock was held and waited for, per fire
+//! (every read and commit takes that lock, so its hold bounds the fires per second
+//! whatever the cores).
 //!
 //! Run: `cargo bench -p sundial-actors --bench lateness` (`-- --quick`: smaller, shorter;
 //! `-- --load N`: that cron load and the burst only; `-- --burst`: only the burst;
@@ -115,9 +118,21 @@ struct Summary {
     /// Fires that ran per second the scheduler was running (warm-up included): at a load
     /// it cannot keep up with, how many fires per second it does run.
     ran_per_second: f64,
-    /// sundial only: what the embedded store did (commits, conflicts) and the fires that
-    /// ran meanwhile (warm-up included).
+    /// sundial only: what the embedded store did while the node served (commits,
+    /// conflicts, its lock) and the fires that ran meanwhile (warm-up included).
     store: Option<(MemoryKvStats, usize)>,
+}
+
+/// What the store did from `before` to `after`, in the counters the bench prints.
+fn store_since(before: MemoryKvStats, after: MemoryKvStats) -> MemoryKvStats {
+    MemoryKvStats {
+        commits: after.commits - before.commits,
+        read_only_commits: after.read_only_commits - before.read_only_commits,
+        conflicts: after.conflicts - before.conflicts,
+        lock_held: after.lock_held.saturating_sub(before.lock_held),
+        lock_waited: after.lock_waited.saturating_sub(before.lock_waited),
+        ..after
+    }
 }
 
 impl Summary {
@@ -223,7 +238,9 @@ async fn sundial_node(
         .add_job_type_as("bench.record", move || Recording { clock: c.clone(), records: r.clone() })
         .build()
         .unwrap();
-    let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
+    // The lock's hold is measured (a few clock reads per hold): it is the store's serial part.
+    let options_kv = MemoryKvOptions { measure_lock: true, ..MemoryKvOptions::default() };
+    let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), options_kv);
     let store =
         KvJobStore::new(kv.clone(), registry.calendars().clone(), Entropy::from_seed(1), StoreOptions::default());
     let mut config = NodeConfig::new(store, registry, options, node, clock.clone(), Entropy::from_seed(2));
@@ -256,6 +273,7 @@ async fn sundial_cron(load: usize, seconds: i64, node: &str) -> Summary {
     let (scheduler, records, clock, kv) =
         sundial_node(node, load, "cron * * * * * *", options, expected_fires(load, seconds)).await;
     let cpu_before = process_cpu();
+    let store_before = kv.stats();
     let serving = Instant::now();
     scheduler.serve();
     // Warm up, then measure whole seconds. A node that starts with thousands of fires due
@@ -293,7 +311,7 @@ async fn sundial_cron(load: usize, seconds: i64, node: &str) -> Summary {
         cpu_per_fire_us: cpu,
         engine_per_fire_us: engine_per_fire,
         ran_per_second: records.len() as f64 / running.as_secs_f64(),
-        store: Some((kv.stats(), records.len())),
+        store: Some((store_since(store_before, kv.stats()), records.len())),
         ..summarize(&records, from.timestamp_micros(), to.timestamp_micros(), load * seconds as usize)
     }
 }
@@ -510,6 +528,17 @@ fn main() {
             stats.commits as f64 / fires,
             stats.conflicts as f64 / fires,
             stats.read_only_commits
+        );
+        // The lock is held by one client at a time: its hold per fire bounds the fires per
+        // second whatever the cores, and the waits are threads blocked behind it.
+        let (held, waited) =
+            (stats.lock_held.as_secs_f64() * 1e6 / fires, stats.lock_waited.as_secs_f64() * 1e6 / fires);
+        let running = fires / ours.ran_per_second;
+        println!(
+            "store lock: held {held:.1} µs a fire ({:.0} % of the time the node ran; the lock alone allows at \
+             most {:.0} fires/s), waited for {waited:.1} µs a fire",
+            stats.lock_held.as_secs_f64() / running * 100.0,
+            1e6 / held
         );
     }
     if ours.cpu_per_fire_us.is_finite() {

@@ -44,6 +44,7 @@ use futures_util::future::Either;
 // sustained bench), and it has no poisoning to handle (each critical section leaves the
 // state consistent before it could panic).
 use parking_lot::{Mutex, MutexGuard};
+use std::ops::{Deref, DerefMut};
 use std::time::Duration;
 
 use super::atomic::{self, AtomicOp};
@@ -84,11 +85,15 @@ pub struct MemoryKvOptions {
     pub transaction_size_limit: usize,
     /// Injected faults.
     pub faults: KvFaults,
+    /// Whether to measure how long the store's lock is held and waited for
+    /// ([`MemoryKvStats::lock_held`]), on the injected clock: a few clock reads per hold
+    /// of the lock. Off by default; benchmarks turn it on.
+    pub measure_lock: bool,
 }
 
 impl Default for MemoryKvOptions {
     fn default() -> Self {
-        Self { seed: 0, transaction_size_limit: TRANSACTION_SIZE_MAX, faults: KvFaults::default() }
+        Self { seed: 0, transaction_size_limit: TRANSACTION_SIZE_MAX, faults: KvFaults::default(), measure_lock: false }
     }
 }
 
@@ -120,6 +125,13 @@ pub struct MemoryKvStats {
     /// Range reads served, each request once whatever it returned (on FoundationDB, one
     /// request to a storage server each).
     pub ranges_read: u64,
+    /// With [`MemoryKvOptions::measure_lock`]: how long the store's one lock was held, by
+    /// all clients together. Every read and every commit of every transaction takes it, so
+    /// at most one second of this passes per second: the store's serial part.
+    pub lock_held: Duration,
+    /// With [`MemoryKvOptions::measure_lock`]: how long clients waited for the lock while
+    /// another held it, all together (blocked threads: on a node, tokio workers).
+    pub lock_waited: Duration,
 }
 
 /// The in-process FoundationDB emulator. Cheap to clone; clones share the store.
@@ -145,6 +157,55 @@ struct Shared {
     /// Whether latency is injected (`faults.latency_max` is not zero), readable without
     /// the state's lock: a transaction's first read asks it.
     latency_on: AtomicBool,
+    /// See [`MemoryKvOptions::measure_lock`].
+    measure_lock: bool,
+}
+
+impl Shared {
+    /// The state, locked (and the hold measured, when asked).
+    fn lock(&self) -> StateGuard<'_> {
+        if !self.measure_lock {
+            return StateGuard { guard: self.state.lock(), held_since: None };
+        }
+        let (mut guard, waited) = match self.state.try_lock() {
+            Some(guard) => (guard, Duration::ZERO),
+            None => {
+                let asked = self.clock.monotonic();
+                let guard = self.state.lock();
+                (guard, self.clock.monotonic().saturating_duration_since(asked))
+            }
+        };
+        guard.stats.lock_waited += waited;
+        StateGuard { guard, held_since: Some((self.clock.monotonic(), self.clock.as_ref())) }
+    }
+}
+
+/// The locked state. Adds the time it was held to the stats when measured.
+struct StateGuard<'a> {
+    guard: MutexGuard<'a, State>,
+    held_since: Option<(MonotonicInstant, &'a dyn Clock)>,
+}
+
+impl Deref for StateGuard<'_> {
+    type Target = State;
+
+    fn deref(&self) -> &State {
+        &self.guard
+    }
+}
+
+impl DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.guard
+    }
+}
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        if let Some((since, clock)) = self.held_since {
+            self.guard.stats.lock_held += clock.monotonic().saturating_duration_since(since);
+        }
+    }
 }
 
 /// A key's recent versions, oldest first; `None` is a deletion. The newest version is
@@ -559,7 +620,9 @@ impl MemoryKv {
         };
         let latency_on = AtomicBool::new(!state.faults.latency_max.is_zero());
         let transaction_size_limit = options.transaction_size_limit;
-        let shared = Shared { state: Mutex::new(state), clock, sleeper, transaction_size_limit, latency_on };
+        let measure_lock = options.measure_lock;
+        let shared =
+            Shared { state: Mutex::new(state), clock, sleeper, transaction_size_limit, latency_on, measure_lock };
         Self { shared: Arc::new(shared), client: None, exempt: false }
     }
 
@@ -588,19 +651,19 @@ impl MemoryKv {
 
     /// Replaces the injected faults.
     pub fn set_faults(&self, faults: KvFaults) {
-        let mut state = self.shared.state.lock();
+        let mut state = self.shared.lock();
         self.shared.latency_on.store(!faults.latency_max.is_zero(), Ordering::Relaxed);
         state.faults = faults;
     }
 
     /// Makes every operation of every client fail with 1031 (`true`) or work again.
     pub fn set_unavailable(&self, unavailable: bool) {
-        self.shared.state.lock().unavailable = unavailable;
+        self.shared.lock().unavailable = unavailable;
     }
 
     /// Cuts client `name` off from the store (its operations fail with 1031), or heals it.
     pub fn set_partitioned(&self, name: &str, partitioned: bool) {
-        let mut state = self.shared.state.lock();
+        let mut state = self.shared.lock();
         if partitioned {
             state.partitioned.insert(name.to_owned());
         } else {
@@ -610,28 +673,28 @@ impl MemoryKv {
 
     /// Advances versions by `by` at once, as an FDB recovery does (about 100 s).
     pub fn jump_versions(&self, by: Version) {
-        self.shared.state.lock().version_offset += by;
+        self.shared.lock().version_offset += by;
     }
 
     /// The last commit version.
     pub fn committed_version(&self) -> Version {
-        self.shared.state.lock().version
+        self.shared.lock().version
     }
 
     /// What the emulator has done so far.
     pub fn stats(&self) -> MemoryKvStats {
-        self.shared.state.lock().stats
+        self.shared.lock().stats
     }
 
     /// How many keys hold a value now.
     pub fn key_count(&self) -> usize {
-        self.shared.state.lock().data.values().filter(|v| v.last().is_some_and(|(_, value)| value.is_some())).count()
+        self.shared.lock().data.values().filter(|v| v.last().is_some_and(|(_, value)| value.is_some())).count()
     }
 
     /// How many key versions are stored (current values plus versions kept for live
     /// transactions); shows that old versions are collected.
     pub fn stored_versions(&self) -> usize {
-        self.shared.state.lock().data.values().map(|versions| versions.len()).sum()
+        self.shared.lock().data.values().map(|versions| versions.len()).sum()
     }
 
     /// The current version: the clock's microseconds (plus any injected jump), never
@@ -642,8 +705,8 @@ impl MemoryKv {
     }
 
     /// Locks the store, lands due late commits, and checks this client can reach it.
-    fn enter(&self) -> Result<MutexGuard<'_, State>, (MutexGuard<'_, State>, KvError)> {
-        let mut state = self.shared.state.lock();
+    fn enter(&self) -> Result<StateGuard<'_>, (StateGuard<'_>, KvError)> {
+        let mut state = self.shared.lock();
         self.land_late_commits(&mut state);
         let partitioned = self.client.as_deref().is_some_and(|c| state.partitioned.contains(c));
         if (state.unavailable || partitioned) && !self.exempt {
@@ -684,7 +747,7 @@ impl Kv for MemoryKv {
         let base = Duration::from_millis(10).saturating_mul(1 << attempt.saturating_sub(1).min(16)).min(max);
         // Full jitter from the seeded generator, so contending retries spread out
         // reproducibly.
-        let micros = self.shared.state.lock().entropy.below(base.as_micros() as u64 + 1);
+        let micros = self.shared.lock().entropy.below(base.as_micros() as u64 + 1);
         self.shared.sleeper.sleep(Duration::from_micros(micros))
     }
 
@@ -694,7 +757,7 @@ impl Kv for MemoryKv {
 
     /// Keeps the key ranges between `keys` in B-trees of their own.
     fn split_hint(&self, keys: &[Vec<u8>]) {
-        self.shared.state.lock().data.split_at(keys);
+        self.shared.lock().data.split_at(keys);
     }
 }
 
@@ -725,7 +788,7 @@ impl Drop for TxnInner {
     fn drop(&mut self) {
         let data = self.data.lock();
         if let (Some(version), false) = (data.read_version, data.finished) {
-            self.kv.shared.state.lock().unregister_read(version);
+            self.kv.shared.lock().unregister_read(version);
         }
     }
 }
@@ -1062,7 +1125,7 @@ impl MemoryTransaction {
         if kv.exempt || !kv.shared.latency_on.load(Ordering::Relaxed) || self.inner.data.lock().read_version.is_some() {
             return None;
         }
-        let mut state = kv.shared.state.lock();
+        let mut state = kv.shared.lock();
         kv.latency(&mut state)
     }
 
