@@ -142,6 +142,7 @@ fn pollers_benchmark(fires: usize) {
                                 node: node.clone(),
                                 outcome: RunOutcome::Succeeded,
                                 finished_at: due,
+                                holds_trigger: run.holds_trigger,
                             };
                             store.complete_run(&completion).await.unwrap();
                         }
@@ -199,6 +200,7 @@ async fn cycle_cost(registered: usize, cycles: usize) -> (Duration, f64) {
                 node: "node-0".into(),
                 outcome: RunOutcome::Succeeded,
                 finished_at: now,
+                holds_trigger: run.holds_trigger,
             };
             store.complete_run(&completion).await.unwrap();
         }
@@ -235,6 +237,7 @@ async fn fire_cost(triggers: usize, seconds: usize) -> (Duration, Duration) {
                     node: "node-0".into(),
                     outcome: RunOutcome::Succeeded,
                     finished_at: now,
+                    holds_trigger: run.holds_trigger,
                 })
                 .collect();
             let started = Instant::now();

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use sundial::calendar::Calendars;
 use sundial::entropy::Entropy;
-use sundial::job::TriggerState;
+use sundial::job::{JsonObject, TriggerState};
 use sundial::kv::memory::{KvFaults, MemoryKv, MemoryKvOptions};
 use sundial::kv::{BoxFuture, RetryOptions};
 use sundial::store::{DueFilter, KvJobStore, RunOutcome, StoreOptions};
@@ -163,6 +163,7 @@ async fn a_batch_reads_its_fires_and_its_runs_together_under_latency() {
         node: "node-0".into(),
         outcome: sundial::store::RunOutcome::Succeeded,
         finished_at: now,
+        holds_trigger: run.holds_trigger,
     };
     // Runs of concurrent jobs; a non-concurrent job's run also reads its blocked
     // triggers when it frees its slot, one read per run.
@@ -178,6 +179,32 @@ async fn a_batch_reads_its_fires_and_its_runs_together_under_latency() {
     // Their slots are read together; their blocked triggers one job at a time (~5 ms each).
     let completing = began.elapsed();
     assert!(completing < Duration::from_millis(400), "completing 50 exclusive runs took {completing:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_acquisition_says_which_runs_hold_their_trigger() {
+    let store = store();
+    let defs = [
+        conformance::job("tick", &[("cron", "cron * * * * * *")]),
+        conformance::job("poll", &[("every", "every 00:00:01")]),
+        conformance::job("adhoc", &[]),
+    ];
+    assert!(store.schedule(&defs, conformance::t0()).await.iter().all(Result::is_ok));
+    let known = BTreeSet::new();
+    let runs = store.acquire_due(&conformance::request("n1", conformance::secs(1), 10, &known)).await.unwrap();
+    let holds: BTreeMap<&str, Option<bool>> = runs.iter().map(|r| (r.run.job.as_str(), r.holds_trigger)).collect();
+    assert_eq!(holds, BTreeMap::from([("poll", Some(true)), ("tick", Some(false))]));
+    let manual = store
+        .begin_manual_run(
+            &conformance::name("adhoc"),
+            &JsonObject::new(),
+            "n1",
+            uuid::Uuid::from_u128(9),
+            conformance::secs(1),
+        )
+        .await
+        .unwrap();
+    assert_eq!(manual.holds_trigger, Some(false), "a run by hand has no trigger");
 }
 
 #[tokio::test(start_paused = true)]
@@ -204,6 +231,7 @@ async fn runs_an_acquisition_took_before_it_failed_are_adopted_not_lost() {
     assert_eq!(adopted.len(), 3, "{adopted:?}");
     for run in &adopted {
         assert_eq!((run.run.scheduled_at, run.run.attempt, run.job_type.as_str()), (now, 1, "test::Job"));
+        assert_eq!(run.holds_trigger, None, "whether it holds its trigger is not known to an adopted run");
     }
     let known: BTreeSet<_> = adopted.iter().map(|r| r.run.id).collect();
     // Adopted, not taken again, and not reclaimed as lost.

@@ -774,7 +774,13 @@ async fn run_local<S: JobStore>(
                 continue;
             }
         }
-        let acquired = AcquiredRun { run: fire.run, job_type: fire.job_type, timeout: fire.timeout, exclusive: false };
+        let acquired = AcquiredRun {
+            run: fire.run,
+            job_type: fire.job_type,
+            timeout: fire.timeout,
+            exclusive: false,
+            holds_trigger: None,
+        };
         start_run(myself, state, acquired, None, true).await;
     }
 }

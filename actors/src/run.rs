@@ -171,7 +171,13 @@ async fn finish<S: JobStore>(args: &mut RunArgs<S>, outcome: RunOutcome, started
     let shared = &args.shared;
     let run = &args.acquired.run;
     let finished_at = shared.clock.now();
-    let completion = Completion { run_id: run.id, node: shared.node_id.clone(), outcome: outcome.clone(), finished_at };
+    let completion = Completion {
+        run_id: run.id,
+        node: shared.node_id.clone(),
+        outcome: outcome.clone(),
+        finished_at,
+        holds_trigger: args.acquired.holds_trigger,
+    };
     let recorded = shared.complete(completion).await;
     let stored_state = recorded.state;
     if let Some(due) = recorded.next_due {

@@ -145,6 +145,11 @@ pub struct AcquiredRun {
     pub timeout: Option<Duration>,
     /// Whether the run holds its job's slot (the job is not concurrent).
     pub exclusive: bool,
+    /// Whether the run holds its trigger until it ends (a fixed-delay interval trigger,
+    /// whose next fire is planned from the run's end); `None` when not known (a run
+    /// adopted after an ambiguous commit). Its completion passes it back
+    /// ([`Completion::holds_trigger`](super::Completion::holds_trigger)).
+    pub holds_trigger: Option<bool>,
 }
 
 /// The run id of fire number `fire` of the trigger incarnation `uid`: a UUID v7 stamped
@@ -500,6 +505,7 @@ impl<K: Kv> KvJobStore<K> {
                 job_type: job.as_ref().map(|j| j.job_type.clone()).unwrap_or_default(),
                 timeout: job.as_ref().and_then(|j| j.timeout_us).map(Duration::from_micros),
                 exclusive: record.exclusive,
+                holds_trigger: None,
             });
         }
         Ok(adopted)
@@ -728,9 +734,11 @@ impl<K: Kv> KvJobStore<K> {
         tx.put_run(None, &record);
         tally.written += record.data.len() + trigger.data.len();
         self.count_runs_delta(tx, 1);
+        // Only here does a run come to hold its trigger: a fixed-delay interval's.
+        let holds_trigger = !trigger.kind.is_synthetic() && matches!(schedule.kind, ScheduleKind::Every { .. });
         if trigger.kind.is_synthetic() {
             tx.delete_trigger(&trigger);
-        } else if matches!(schedule.kind, ScheduleKind::Every { .. }) {
+        } else if holds_trigger {
             // Fixed delay: the next fire is computed when this run completes.
             let mut acquired = trigger.clone();
             acquired.state = TriggerState::Acquired;
@@ -753,6 +761,7 @@ impl<K: Kv> KvJobStore<K> {
             job_type: job.job_type.clone(),
             timeout: job.timeout_us.map(Duration::from_micros),
             exclusive,
+            holds_trigger: Some(holds_trigger),
         }))
     }
 

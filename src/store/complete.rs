@@ -68,6 +68,11 @@ pub struct Completion {
     pub outcome: RunOutcome,
     /// When.
     pub finished_at: DateTime<Utc>,
+    /// Whether the run holds its trigger, as the run's start said
+    /// ([`AcquiredRun::holds_trigger`]); `None` when not known. `Some(false)` spares the
+    /// completion a read of the trigger: only the acquisition that made a run can make it
+    /// hold its trigger, so a run that did not from its start never does.
+    pub holds_trigger: Option<bool>,
 }
 
 /// What a completion did.
@@ -193,7 +198,16 @@ impl<K: Kv> KvJobStore<K> {
         let runs = tx.prefetch_runs(completions.iter().map(|c| c.run_id)).await?;
         let stored = || runs.values().flatten().flatten();
         let jobs: BTreeSet<&str> = stored().map(|run| run.job.as_str()).collect();
-        let triggers = stored().filter_map(|run| Some(self.keys.trigger(&run.job, run.trigger.as_deref()?))).collect();
+        // The triggers of the runs that may hold theirs (`finish_interval_trigger`).
+        let triggers = completions
+            .iter()
+            .zip(runs.values())
+            .filter(|(completion, _)| completion.holds_trigger != Some(false))
+            .filter_map(|(_, run)| {
+                let run = run?.as_ref()?;
+                Some(self.keys.trigger(&run.job, run.trigger.as_deref()?))
+            })
+            .collect();
         // The slots the runs of non-concurrent jobs free, each job's once.
         let mut exclusive_jobs = BTreeSet::new();
         let slots = stored()
@@ -266,8 +280,10 @@ impl<K: Kv> KvJobStore<K> {
         let job = cache.job(tx, &stored.job).await?;
         let (blocked_left, unblocked_due) = self.release(tx, &stored, job.as_deref(), &mut reads.slots).await?;
         let finished = completion.finished_at;
-        let interval_due =
-            self.finish_interval_trigger(tx, &stored, job.as_deref(), finished, &mut reads.triggers).await?;
+        let interval_due = match completion.holds_trigger {
+            Some(false) => None,
+            _ => self.finish_interval_trigger(tx, &stored, job.as_deref(), finished, &mut reads.triggers).await?,
+        };
         let (mut retry_trigger, mut retry_due) = (None, None);
         if let (RunOutcome::Failed { .. }, false, Some(job)) = (&completion.outcome, stored.local, &job) {
             if let Some((name, due)) = self.write_retry(tx, &stored, job, retry_uid, completion.finished_at)? {
@@ -468,6 +484,7 @@ impl<K: Kv> KvJobStore<K> {
                         run: job_run_of(&existing)?,
                         job_type: record.job_type.clone(),
                         timeout,
+                        holds_trigger: Some(false),
                         exclusive,
                     });
                 }
@@ -501,7 +518,13 @@ impl<K: Kv> KvJobStore<K> {
             let run = RunRecord::running(&job_run, node, now, exclusive, false);
             tx.put_run(None, &run);
             self.count_runs_delta(&tx, 1);
-            Ok(AcquiredRun { run: job_run_of(&run)?, job_type: record.job_type.clone(), timeout, exclusive })
+            Ok(AcquiredRun {
+                run: job_run_of(&run)?,
+                job_type: record.job_type.clone(),
+                timeout,
+                exclusive,
+                holds_trigger: Some(false),
+            })
         })
         .await
     }

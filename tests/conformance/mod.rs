@@ -166,7 +166,27 @@ pub(crate) async fn complete<K: Kv>(
     outcome: RunOutcome,
     at: DateTime<Utc>,
 ) -> CompletionResult {
-    store.complete_run(&Completion { run_id: run, node: node.to_owned(), outcome, finished_at: at }).await.unwrap()
+    let completion = Completion { run_id: run, node: node.to_owned(), outcome, finished_at: at, holds_trigger: None };
+    store.complete_run(&completion).await.unwrap()
+}
+
+/// Completes `run` on `node` as a node does: passing back whether its start said it holds
+/// its trigger.
+pub(crate) async fn complete_as_started<K: Kv>(
+    store: &KvJobStore<K>,
+    run: &AcquiredRun,
+    node: &str,
+    outcome: RunOutcome,
+    at: DateTime<Utc>,
+) -> CompletionResult {
+    let completion = Completion {
+        run_id: run.run.id,
+        node: node.to_owned(),
+        outcome,
+        finished_at: at,
+        holds_trigger: run.holds_trigger,
+    };
+    store.complete_run(&completion).await.unwrap()
 }
 
 /// Starts a manual run of `job` on node `n1` with id `id`, scheduled at second `at`.
@@ -193,9 +213,14 @@ pub(crate) async fn a_cron_fire_is_acquired_once_and_the_trigger_advances<K: Kv>
     assert!(acquire(store, "n1", secs(10), 16).await.is_empty(), "taken once");
     let stored = store.run_record(run.run.id).await.unwrap().unwrap();
     assert_eq!((stored.state, stored.node.as_str()), (RunState::Running, "n1"));
-    let done = complete(store, run.run.id, "n1", RunOutcome::Succeeded, secs(11)).await;
+    // A cron trigger moves on without its run (unknown to a run adopted after an ambiguous
+    // commit, never claimed wrongly).
+    assert_ne!(run.holds_trigger, Some(true));
+    // Told so, the completion leaves the trigger alone (it does not even read it).
+    let done = complete_as_started(store, run, "n1", RunOutcome::Succeeded, secs(11)).await;
     assert!(done.recorded);
     assert_eq!(store.run_record(run.run.id).await.unwrap().unwrap().state, RunState::Succeeded);
+    assert_eq!(trigger_state(store, "report", "every-10s").await, (TriggerState::Waiting, Some(us(secs(20)))));
 }
 
 pub(crate) async fn misfire_policies_at_acquisition<K: Kv>(store: &KvJobStore<K>) {
@@ -266,13 +291,15 @@ pub(crate) async fn an_interval_trigger_waits_for_its_run_then_one_interval<K: K
     assert_eq!(trigger_state(store, "poll", "every").await, (TriggerState::Waiting, Some(us(secs(10)))));
     let runs = acquire(store, "n1", secs(10), 16).await;
     assert_eq!(runs.len(), 1);
+    assert_ne!(runs[0].holds_trigger, Some(false), "the trigger waits for its run");
     assert_eq!(trigger_state(store, "poll", "every").await, (TriggerState::Acquired, None));
     // Never blocked by its own run, never fired twice while it runs.
     assert!(acquire(store, "n1", secs(30), 16).await.is_empty());
     complete(store, runs[0].run.id, "n1", RunOutcome::Succeeded, secs(25)).await;
     assert_eq!(trigger_state(store, "poll", "every").await, (TriggerState::Waiting, Some(us(secs(35)))));
+    // The same with what the acquisition said (the first completion above did not know).
     let second = acquire(store, "n1", secs(35), 16).await;
-    complete(store, second[0].run.id, "n1", RunOutcome::Succeeded, secs(36)).await;
+    complete_as_started(store, &second[0], "n1", RunOutcome::Succeeded, secs(36)).await;
     assert_eq!(trigger_state(store, "poll", "every").await.0, TriggerState::Complete, "repeat count used up");
 }
 
@@ -609,7 +636,13 @@ pub(crate) async fn cancel_requests_reach_the_running_node_until_the_run_ends<K:
     let last: Vec<Uuid> = acquire(store, "n7", secs(5), 16).await.iter().map(|r| r.run.id).collect();
     let (a, b, c) = (runs[0], more[0], last[0]);
     assert!(store.request_cancel(&[a, c]).await.iter().all(Result::is_ok));
-    let ended = |id| Completion { run_id: id, node: "n7".into(), outcome: RunOutcome::Succeeded, finished_at: secs(6) };
+    let ended = |id| Completion {
+        run_id: id,
+        node: "n7".into(),
+        outcome: RunOutcome::Succeeded,
+        finished_at: secs(6),
+        holds_trigger: None,
+    };
     assert!(store.complete_runs(&[ended(a), ended(b)]).await.iter().all(Result::is_ok));
     assert_eq!(store.cancel_requests("n7").await.unwrap(), vec![c], "c still runs: its request stays");
     assert!(store.complete_runs(&[ended(c)]).await.iter().all(Result::is_ok));
@@ -1079,8 +1112,13 @@ pub(crate) async fn batched_completions_act_as_each_one_alone<K: Kv>(store: &KvJ
     let blocked = if runs.iter().any(|r| r.run.trigger.as_ref().unwrap().as_str() == "a") { "b" } else { "a" };
     assert_eq!(trigger_state(store, "serial", blocked).await.0, TriggerState::Blocked);
     let failure = RunOutcome::Failed { code: None, message: "boom".into() };
-    let completion =
-        |id: Uuid, outcome: RunOutcome| Completion { run_id: id, node: "n1".into(), outcome, finished_at: secs(3) };
+    let completion = |id: Uuid, outcome: RunOutcome| Completion {
+        run_id: id,
+        node: "n1".into(),
+        outcome,
+        finished_at: secs(3),
+        holds_trigger: None,
+    };
     let batch = [
         completion(id_of("serial"), RunOutcome::Succeeded),
         completion(id_of("flaky"), failure.clone()),
@@ -1398,12 +1436,14 @@ pub(crate) async fn oversized_inputs_are_refused_and_never_wedge_the_store<K: Kv
             node: "n1".into(),
             outcome: RunOutcome::Failed { code: Some("C".repeat(10_000)), message: message.clone() },
             finished_at: secs(11),
+            holds_trigger: runs[0].holds_trigger,
         },
         Completion {
             run_id: manual.unwrap().run.id,
             node: "n1".into(),
             outcome: RunOutcome::Succeeded,
             finished_at: secs(11),
+            holds_trigger: None,
         },
     ];
     let results = store.complete_runs(&completions).await;
@@ -1456,6 +1496,7 @@ pub(crate) async fn data_heavy_batches_are_split_to_fit_a_transaction<K: Kv>(sto
             node: "n1".into(),
             outcome: RunOutcome::Failed { code: None, message: "m".repeat(ERROR_MESSAGE_LEN_MAX) },
             finished_at: secs(11),
+            holds_trigger: run.holds_trigger,
         })
         .collect();
     let results = store.complete_runs(&completions).await;
