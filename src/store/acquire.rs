@@ -147,7 +147,8 @@ pub struct AcquiredRun {
     pub exclusive: bool,
     /// Whether the run holds its trigger until it ends (a fixed-delay interval trigger,
     /// whose next fire is planned from the run's end); `None` when not known (a run
-    /// adopted after an ambiguous commit). Its completion passes it back
+    /// adopted after an ambiguous commit; a local job's run, whose trigger lives on its
+    /// node). Its completion passes it back
     /// ([`Completion::holds_trigger`](super::Completion::holds_trigger)).
     pub holds_trigger: Option<bool>,
 }
