@@ -728,7 +728,9 @@ impl<K: Kv> KvJobStore<K> {
             exclusive,
             local: false,
         };
-        if tx.get_prefetched(&mut reads.guards, &self.keys.run(run_id), snapshot, Ok).await?.is_some() {
+        // A snapshot read: every transaction that creates a fire's run writes its trigger
+        // too, which this one read, so a run created since conflicts there already.
+        if tx.get_prefetched(&mut reads.guards, &self.keys.run(run_id), true, Ok).await?.is_some() {
             // The fire already ran: a second guard behind the trigger's state.
             return Ok(None);
         }
@@ -800,7 +802,8 @@ impl<K: Kv> KvJobStore<K> {
                 }
             }
         }
-        let (guards, slots) = try_join(tx.prefetch(guards, snapshot), tx.prefetch(slots, false)).await?;
+        // The guards at snapshot level (see `take_fire`).
+        let (guards, slots) = try_join(tx.prefetch(guards, true), tx.prefetch(slots, false)).await?;
         Ok(FireReads { triggers, guards, slots })
     }
 
