@@ -34,6 +34,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::future::Future;
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -44,6 +45,7 @@ use futures_util::future::Either;
 // sustained bench), and it has no poisoning to handle (each critical section leaves the
 // state consistent before it could panic).
 use parking_lot::{Mutex, MutexGuard};
+use rustc_hash::FxBuildHasher;
 use std::ops::{Deref, DerefMut};
 use std::time::Duration;
 
@@ -253,6 +255,12 @@ struct State {
     /// they fire, told in key order once all are applied, so that which watcher's task
     /// wakes first does not depend on the order of a transaction's writes.
     held_notices: Option<Vec<(Vec<u8>, WatchSender)>>,
+    /// The hashes of the keys written by each recent commit that had company (a live
+    /// transaction that could conflict with it), oldest first: a point read's conflict
+    /// check looks there before searching the B-trees, and finds most keys absent.
+    recent: VecDeque<(Version, KeyHashes)>,
+    /// Every commit with company after this version is in `recent`.
+    recent_floor: Version,
     /// Values replaced, deleted or collected under the lock, freed once it is released:
     /// freeing touches each allocation's page, a cache miss the lock need not wait on.
     graveyard: Vec<Box<[u8]>>,
@@ -282,7 +290,55 @@ struct Writes {
     cleared: Vec<(Vec<u8>, Vec<u8>)>,
     points: WriteSet<StoredKey, Point>,
     stamped_keys: Vec<(Vec<u8>, usize, Vec<u8>)>,
+    /// The hashes of the keys of `points`, worked out before the store is locked.
+    point_hashes: KeyHashes,
 }
+
+/// Hashes of one commit's written keys ([`key_hash`]): a few in a list (most commits
+/// write a few keys, and a set for each would cost them more than its lookups save), more
+/// in a set.
+enum KeyHashes {
+    Few(smallvec::SmallVec<[u64; 8]>),
+    Many(hashbrown::HashSet<u64, FxBuildHasher>),
+}
+
+/// Keys a commit writes beyond which [`KeyHashes`] keeps their hashes in a set.
+const FEW_KEYS_MAX: usize = 32;
+
+impl KeyHashes {
+    fn of<'a>(keys: impl ExactSizeIterator<Item = &'a [u8]>) -> Self {
+        if keys.len() <= FEW_KEYS_MAX {
+            Self::Few(keys.map(key_hash).collect())
+        } else {
+            Self::Many(keys.map(key_hash).collect())
+        }
+    }
+
+    fn insert(&mut self, hash: u64) {
+        match self {
+            Self::Few(hashes) => hashes.push(hash),
+            Self::Many(hashes) => {
+                hashes.insert(hash);
+            }
+        }
+    }
+
+    fn contains(&self, hash: u64) -> bool {
+        match self {
+            Self::Few(hashes) => hashes.contains(&hash),
+            Self::Many(hashes) => hashes.contains(&hash),
+        }
+    }
+}
+
+/// A key's hash in [`State::recent`].
+fn key_hash(key: &[u8]) -> u64 {
+    FxBuildHasher.hash_one(key)
+}
+
+/// At most this many recent commits are asked whether they wrote a key before its
+/// conflict check searches the B-tree instead.
+const RECENT_ASKED_MAX: usize = 16;
 
 /// The net effect of a transaction on one key.
 #[derive(Debug, Clone)]
@@ -407,6 +463,20 @@ impl State {
         Some(Duration::from_micros(micros))
     }
 
+    /// Whether a commit after `read_version` may have written `key`: `false` only when
+    /// every such commit is in `recent` and none of them wrote a key of its hash.
+    fn maybe_written_after(&self, read_version: Version, key: &[u8]) -> bool {
+        if read_version < self.recent_floor {
+            return true;
+        }
+        let first = self.recent.partition_point(|(v, _)| *v <= read_version);
+        if self.recent.len() - first > RECENT_ASKED_MAX {
+            return true;
+        }
+        let hash = key_hash(key);
+        self.recent.range(first..).any(|(_, hashes)| hashes.contains(hash))
+    }
+
     /// The version of the latest committed write of `key`, if it is still kept.
     fn last_write(&self, key: &[u8]) -> Option<Version> {
         self.data.get(key).and_then(|versions| versions.last()).map(|(v, _)| *v)
@@ -441,7 +511,7 @@ impl State {
         let written_since = self.version > rv;
         let point_conflict = written_since
             && writes.read_points.iter().any(|key| {
-                self.last_write(key).is_some_and(|v| v > rv)
+                (self.maybe_written_after(rv, key) && self.last_write(key).is_some_and(|v| v > rv))
                     || self
                         .range_log
                         .iter()
@@ -454,6 +524,8 @@ impl State {
         // With no other transaction live, every later one reads at this version or after:
         // none can read what a write hides, nor conflict with a write of this one.
         let alone = self.alone(own);
+        // The point writes' hashes came with them; the keys written otherwise join them.
+        let mut hashes = writes.point_hashes;
         let mut stamp = [0u8; 10];
         stamp[..8].copy_from_slice(&version.to_be_bytes());
         for (begin, end) in &writes.cleared {
@@ -464,6 +536,7 @@ impl State {
                 .map(|(key, _)| key.clone())
                 .collect();
             for key in keys {
+                hashes.insert(key_hash(&key));
                 self.write_version(key, version, None, alone);
             }
         }
@@ -493,16 +566,22 @@ impl State {
         let stamped_key = !writes.stamped_keys.is_empty();
         for (bytes, offset, value) in writes.stamped_keys {
             let key = atomic::stamped(&bytes, offset, &stamp);
+            hashes.insert(key_hash(&key));
             self.write_version(StoredKey::from_vec(key), version, Some(value), alone);
         }
         for (begin, end) in writes.write_conflicts {
             if is_point_range(&begin, &end) {
                 // A conflict on one key: a version with its value unchanged.
                 let value = self.value_at(&begin, version).map(<[u8]>::to_vec);
+                hashes.insert(key_hash(&begin));
                 self.write_version(StoredKey::from_vec(begin), version, value, alone);
             } else {
                 self.range_log.push_back((version, begin, end));
             }
+        }
+        if !alone {
+            // A commit alone needs no record: every later read version is at or above it.
+            self.recent.push_back((version, hashes));
         }
         self.version = version;
         self.stats.commits += 1;
@@ -597,6 +676,11 @@ impl State {
         while self.range_log.front().is_some_and(|(v, _, _)| *v <= horizon) {
             self.range_log.pop_front();
         }
+        while self.recent.front().is_some_and(|(v, _)| *v <= horizon) {
+            if let Some((version, _)) = self.recent.pop_front() {
+                self.recent_floor = version;
+            }
+        }
     }
 }
 
@@ -623,6 +707,8 @@ impl MemoryKv {
             late: Vec::new(),
             watchers: BTreeMap::new(),
             held_notices: None,
+            recent: VecDeque::new(),
+            recent_floor: 0,
             graveyard: Vec::new(),
             stats: MemoryKvStats::default(),
         };
@@ -1402,6 +1488,8 @@ impl MemoryTransaction {
         data.finished = true;
         let read_version = data.read_version;
         let watches = std::mem::take(&mut data.watches);
+        // Hashed before the store is locked, for the commit's record in `State::recent`.
+        let point_hashes = KeyHashes::of(data.points.keys());
         let mut state = match kv.enter() {
             Ok(state) => state,
             Err((mut state, error)) => {
@@ -1425,7 +1513,7 @@ impl MemoryTransaction {
                 data.resolve(key, stored).unwrap_or(None)
             })
             .collect();
-        let result = self.commit_locked(&mut data, &mut state, now_version);
+        let result = self.commit_locked(&mut data, &mut state, now_version, point_hashes);
         for ((key, notify), seen) in watches.into_iter().zip(seen) {
             match &result {
                 Ok(_) => state.arm_watch(key, seen, notify),
@@ -1450,6 +1538,7 @@ impl MemoryTransaction {
         data: &mut TxnData,
         state: &mut State,
         now_version: Version,
+        point_hashes: KeyHashes,
     ) -> Result<CommitInfo, KvError> {
         if let Some(error) = data.error.take() {
             return Err(error);
@@ -1471,6 +1560,7 @@ impl MemoryTransaction {
             cleared: std::mem::take(&mut data.cleared),
             points: std::mem::take(&mut data.points),
             stamped_keys: std::mem::take(&mut data.stamped_keys),
+            point_hashes,
         };
         let faults = if self.inner.kv.exempt { KvFaults::default() } else { state.faults.clone() };
         // FDB can only abort a transaction that has something to conflict on.
@@ -1544,6 +1634,39 @@ mod tests {
         assert_eq!(subtract(b"a", b"z", &[r("c", "e"), r("d", "g")]), vec![r("a", "c"), r("g", "z")]);
         assert_eq!(subtract(b"a", b"z", &[r("0", "b"), r("y", "~")]), vec![r("b", "y")]);
         assert_eq!(subtract(b"c", b"d", &[r("a", "z")]), Vec::<(Vec<u8>, Vec<u8>)>::new());
+    }
+
+    /// A point read's conflict check asks the recent commits' key hashes first; past
+    /// [`RECENT_ASKED_MAX`] commits since its read, or with none of them writing the key,
+    /// the answer must still be what a search of the store gives.
+    #[test]
+    fn point_conflicts_are_found_however_many_commits_came_between() {
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        runtime.block_on(async {
+            let clock = crate::time::ManualClock::new(crate::time::from_micros(1_800_000_000_000_000).unwrap());
+            let kv = MemoryKv::new(Arc::new(clock.clone()));
+            for (between, writer) in
+                [(1, Some(0)), (3, None), (RECENT_ASKED_MAX + 4, Some(2)), (RECENT_ASKED_MAX + 4, None)]
+            {
+                let reader = kv.create_transaction().unwrap();
+                reader.get(b"watched", false).await.unwrap();
+                for i in 0..between {
+                    clock.advance(Duration::from_millis(1));
+                    let other = kv.create_transaction().unwrap();
+                    let key = if writer == Some(i) { b"watched".to_vec() } else { format!("other{i}").into_bytes() };
+                    other.set(&key, b"v");
+                    other.commit().await.unwrap();
+                }
+                assert!(kv.shared.state.lock().recent.len() >= between, "commits with company are recorded");
+                reader.set(b"result", b"r");
+                let outcome = reader.commit().await;
+                match writer {
+                    Some(_) => assert_eq!(outcome.unwrap_err().code(), KvError::NOT_COMMITTED, "{between} commits"),
+                    None => assert!(outcome.is_ok(), "{between} commits, none wrote the key"),
+                }
+                assert!(kv.shared.state.lock().recent.is_empty(), "collected once no transaction is live");
+            }
+        });
     }
 
     #[test]

@@ -126,6 +126,11 @@ where
         }
     }
 
+    /// Every key, in the order it was first written.
+    pub(super) fn keys(&self) -> impl ExactSizeIterator<Item = &[u8]> {
+        self.map.keys().map(Borrow::borrow)
+    }
+
     pub(super) fn values(&self) -> impl Iterator<Item = &V> {
         self.map.values()
     }
