@@ -316,7 +316,9 @@ impl KeyHashes {
 
     fn insert(&mut self, hash: u64) {
         match self {
-            Self::Few(hashes) => hashes.push(hash),
+            Self::Few(hashes) if hashes.len() < FEW_KEYS_MAX => hashes.push(hash),
+            // A range clear can add thousands: they go into a set, as at the start.
+            Self::Few(hashes) => *self = Self::Many(hashes.iter().copied().chain([hash]).collect()),
             Self::Many(hashes) => {
                 hashes.insert(hash);
             }
@@ -1634,6 +1636,20 @@ mod tests {
         assert_eq!(subtract(b"a", b"z", &[r("c", "e"), r("d", "g")]), vec![r("a", "c"), r("g", "z")]);
         assert_eq!(subtract(b"a", b"z", &[r("0", "b"), r("y", "~")]), vec![r("b", "y")]);
         assert_eq!(subtract(b"c", b"d", &[r("a", "z")]), Vec::<(Vec<u8>, Vec<u8>)>::new());
+    }
+
+    #[test]
+    fn a_commits_key_hashes_stay_a_short_list_only_while_few() {
+        let keys: Vec<Vec<u8>> = (0..100u32).map(|i| i.to_be_bytes().to_vec()).collect();
+        let mut hashes = KeyHashes::of(keys[..3].iter().map(Vec::as_slice));
+        assert!(matches!(hashes, KeyHashes::Few(_)));
+        for key in &keys[3..] {
+            hashes.insert(key_hash(key));
+        }
+        assert!(matches!(hashes, KeyHashes::Many(_)), "a range clear's many keys go into a set");
+        assert!(keys.iter().all(|key| hashes.contains(key_hash(key))), "none is lost on the way");
+        assert!(!hashes.contains(key_hash(b"absent")));
+        assert!(matches!(KeyHashes::of(keys.iter().map(Vec::as_slice)), KeyHashes::Many(_)));
     }
 
     /// A point read's conflict check asks the recent commits' key hashes first; past
