@@ -17,6 +17,7 @@
 //!
 //! Run: `cargo bench -p sundial-actors --bench lateness` (`-- --quick`: smaller, shorter;
 //! `-- --load N`: that cron load and the burst only; `-- --burst`: only the burst;
+//! `-- --burst-size N`: N one-shots in the burst instead of 10,000;
 //! `-- --sustained`: only the 100,000 fires/s run; `-- --floor`: only the bare actor's
 //! and task's costs; `-- --pinned`: runtime workers pinned to CPUs). `BENCH_PER_SECOND=1`
 //! prints sundial's lateness per second and the burst's distribution.
@@ -422,6 +423,13 @@ fn main() {
     let sustained_only = args.iter().any(|a| a == "--sustained");
     // `--burst`: only the one-shot burst.
     let burst_only = args.iter().any(|a| a == "--burst");
+    // `--burst-size N`: that many one-shots in the burst (10,000 by default: the target's).
+    let burst_size = args
+        .iter()
+        .position(|a| a == "--burst-size")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(10_000);
     let loads = if sustained_only || burst_only { Vec::new() } else { loads };
     // `--pinned`: each worker pinned to a CPU of its own.
     let pinned = args.iter().any(|a| a == "--pinned");
@@ -492,7 +500,7 @@ fn main() {
         println!("{load:>8} fires/s: {}; apalis: {}", where_the_time_goes(ours, engine), cpu_text(peer));
     }
     if !sustained_only {
-        burst(&runtime);
+        burst(&runtime, burst_size);
     }
     if quick || only.is_some() || burst_only {
         return;
@@ -726,13 +734,13 @@ fn cpu_text(cpu: f64) -> String {
     }
 }
 
-/// The one-shot burst on both schedulers, printed.
-fn burst(runtime: &tokio::runtime::Runtime) {
+/// The one-shot burst of `size` triggers on both schedulers, printed.
+fn burst(runtime: &tokio::runtime::Runtime, size: usize) {
     let started = Instant::now();
-    let (last, ran) = runtime.block_on(sundial_burst(10_000));
-    let (peer_last, peer_ran) = runtime.block_on(apalis_burst(10_000));
+    let (last, ran) = runtime.block_on(sundial_burst(size));
+    let (peer_last, peer_ran) = runtime.block_on(apalis_burst(size));
     println!(
-        "\n10,000 one-shot triggers due at one instant: the last started {:.1} ms after it on sundial ({ran} ran), \
+        "\n{size} one-shot triggers due at one instant: the last started {:.1} ms after it on sundial ({ran} ran), \
          {:.1} ms on apalis ({peer_ran} ran), ratio {:.1}x ({:.1} s in all)",
         last.as_secs_f64() * 1e3,
         peer_last.as_secs_f64() * 1e3,
