@@ -77,8 +77,14 @@ fn measured_seconds(load: usize, base: i64, fires: usize) -> i64 {
     base.max(fires.div_ceil(load.max(1)) as i64)
 }
 
-/// (fire identity, scheduled µs, lateness µs) as recorded by the jobs.
-type Records = Arc<Mutex<Vec<(String, i64, i64)>>>;
+/// (trigger number, scheduled µs, lateness µs), as recorded by the jobs: a fire is its
+/// trigger and scheduled time. A number rather than a name, so that recording allocates
+/// nothing in either scheduler's jobs (sundial's formatted the job's and trigger's names
+/// into one, the peer's cloned its worker's): the jobs measured are no-ops but for this.
+type Record = (u32, i64, i64);
+
+/// What the jobs of either scheduler record, shared by all of them.
+type Records = Arc<Mutex<Vec<Record>>>;
 
 /// Records with room for `fires`, their memory already touched: a record list growing
 /// while jobs start, or filling pages the kernel has yet to zero (it does so at the first
@@ -86,9 +92,20 @@ type Records = Arc<Mutex<Vec<(String, i64, i64)>>>;
 /// not the scheduler.
 fn records_for(fires: usize) -> Records {
     let mut records = Vec::with_capacity(fires);
-    records.resize(fires, (String::new(), 0, 0));
+    records.resize(fires, (0, 0, 0));
     records.clear();
     Arc::new(Mutex::new(records))
+}
+
+/// Triggers per job in the bench's node (`j{n}` has triggers `t0`, `t1`, …).
+const TRIGGERS_PER_JOB: usize = 100;
+
+/// The number of trigger `t{t}` of job `j{j}`: `j × TRIGGERS_PER_JOB + t`.
+fn trigger_number(job: &str, trigger: &str) -> u32 {
+    let number = |name: &str, prefix: char| -> u32 {
+        name.strip_prefix(prefix).and_then(|n| n.parse().ok()).expect("a bench job or trigger name")
+    };
+    number(job, 'j') * TRIGGERS_PER_JOB as u32 + number(trigger, 't')
 }
 
 struct Recording {
@@ -100,7 +117,7 @@ impl Job for Recording {
     async fn run(&mut self, ctx: &RunContext) -> JobResult {
         let now = self.clock.now();
         let scheduled = ctx.run.scheduled_at;
-        let id = format!("{}/{}", ctx.run.job, ctx.run.trigger.as_ref().map_or("", |t| t.as_str()));
+        let id = trigger_number(ctx.run.job.as_str(), ctx.run.trigger.as_ref().map_or("", |t| t.as_str()));
         let lateness = (now - scheduled).num_microseconds().unwrap_or(0);
         self.records.lock().unwrap().push((id, scheduled.timestamp_micros(), lateness));
         Ok(())
@@ -198,11 +215,11 @@ fn cpu_per_fire(before: Option<Duration>, after: Option<Duration>, fires: usize)
 }
 
 /// The lateness of fires scheduled in `[from, to)`, against `expected` fires.
-fn summarize(records: &[(String, i64, i64)], from: i64, to: i64, expected: usize) -> Summary {
-    let in_window: Vec<&(String, i64, i64)> = records.iter().filter(|(_, s, _)| (from..to).contains(s)).collect();
-    let mut per_fire: BTreeMap<(&str, i64), usize> = BTreeMap::new();
+fn summarize(records: &[Record], from: i64, to: i64, expected: usize) -> Summary {
+    let in_window: Vec<&Record> = records.iter().filter(|(_, s, _)| (from..to).contains(s)).collect();
+    let mut per_fire: BTreeMap<(u32, i64), usize> = BTreeMap::new();
     for (id, scheduled, _) in &in_window {
-        *per_fire.entry((id.as_str(), *scheduled)).or_default() += 1;
+        *per_fire.entry((*id, *scheduled)).or_default() += 1;
     }
     let duplicated = per_fire.values().map(|n| n - 1).sum();
     let missed = expected.saturating_sub(per_fire.len());
@@ -248,7 +265,7 @@ async fn sundial_node(
     config.start_timer = Arc::new(PreciseSleeper::new());
     let scheduler = Node::start(config, None).await.unwrap();
     let schedule: sundial::JobSchedule = schedule.parse().unwrap();
-    let per_job = 100.min(triggers);
+    let per_job = TRIGGERS_PER_JOB.min(triggers);
     let mut defs = Vec::new();
     for j in 0..triggers.div_ceil(per_job) {
         let mut def =
@@ -338,20 +355,19 @@ fn expected_fires(load: usize, seconds: i64) -> usize {
 
 /// `count` apalis-cron workers on `schedule` (the `cron` crate's dialect), run until
 /// `until` and half a second more; what their jobs recorded (room for `fires`).
-async fn apalis_workers(count: usize, schedule: &str, until: DateTime<Utc>, fires: usize) -> Vec<(String, i64, i64)> {
+async fn apalis_workers(count: usize, schedule: &str, until: DateTime<Utc>, fires: usize) -> Vec<Record> {
     let records = records_for(fires);
     let mut workers = Vec::new();
     for i in 0..count {
         let schedule = cron::Schedule::from_str(schedule).unwrap();
-        let id = format!("w{i}");
-        let worker = WorkerBuilder::new(id.clone())
+        let worker = WorkerBuilder::new(format!("w{i}"))
             .backend(CronScheduler::new(schedule))
-            .data((records.clone(), id))
-            .build(|tick: Tick, data: Data<(Records, String)>| async move {
+            .data((records.clone(), i as u32))
+            .build(|tick: Tick, data: Data<(Records, u32)>| async move {
                 let now = Utc::now();
                 let scheduled = tick.get_timestamp() as i64 * 1_000_000;
                 let (records, id) = &data.0;
-                records.lock().unwrap().push((id.clone(), scheduled, now.timestamp_micros() - scheduled));
+                records.lock().unwrap().push((*id, scheduled, now.timestamp_micros() - scheduled));
             });
         workers.push(tokio::spawn(async move {
             let _ = worker.run().await;
