@@ -10,7 +10,9 @@
 //! time until the last one started (the peer's are workers whose cron matches that one
 //! second); and, in the full run, 100,000 fires/s sustained for 20 s, then the CPU a bare
 //! ractor actor's whole life costs (the floor of an actor per run) beside a bare tokio
-//! task's. The sustained run also prints what the embedded store did meanwhile: its
+//! task's, and how fast 100,000 of each start when one gate releases them all (the floor
+//! of the sustained target's lateness, whose fires all fall on one instant a second). The
+//! sustained run also prints what the embedded store did meanwhile: its
 //! commits and conflicts, and how long its one lock was held and waited for, per fire
 //! (every read and commit takes that lock, so its hold bounds the fires per second
 //! whatever the cores).
@@ -19,7 +21,9 @@
 //! `-- --load N`: that cron load and the burst only; `-- --burst`: only the burst;
 //! `-- --burst-size N`: N one-shots in the burst instead of 10,000;
 //! `-- --sustained`: only the 100,000 fires/s run; `-- --floor`: only the bare actor's
-//! and task's costs; `-- --pinned`: runtime workers pinned to CPUs). `BENCH_PER_SECOND=1`
+//! and task's costs; `-- --start-floor`: only how fast bare tokio tasks and bare ractor
+//! actors waiting on one gate start once it opens, `--burst-size` of each; `-- --pinned`:
+//! runtime workers pinned to CPUs). `BENCH_PER_SECOND=1`
 //! prints sundial's lateness per second and the burst's distribution.
 //!
 //! Both schedulers run on one tokio runtime, the one a node gets
@@ -456,6 +460,11 @@ fn main() {
         floors(&runtime);
         return;
     }
+    // `--start-floor`: only the bare tasks' and actors' starts at one instant.
+    if args.iter().any(|a| a == "--start-floor") {
+        start_floors(&runtime, burst_size);
+        return;
+    }
     let placement = if pinned { "each pinned to a CPU" } else { "not pinned" };
     println!(
         "lateness of to-the-second cron fires, ms (each load measured for {seconds} s or the seconds {fires} fires take, whichever is longer, after {WARM_UP_SECONDS} s warm-up; both schedulers on one runtime of {workers} workers {placement}; sundial keeps full history)"
@@ -577,6 +586,8 @@ fn main() {
         );
     }
     floors(&runtime);
+    // What starting the sustained load's fires of one instant costs at least.
+    start_floors(&runtime, load);
 }
 
 /// Prints what an actor per run costs at least, whatever the run does (the part of "the
@@ -716,6 +727,163 @@ async fn task_floor(count: usize) -> f64 {
     match spawner.await {
         Ok(Some(())) => cpu_per_fire(before, process_cpu(), count / ROUND * ROUND),
         _ => f64::NAN,
+    }
+}
+
+/// A gate as the node's start gate is (`actors/src/gate.rs`, crate-private): closed until
+/// opened, one atomic load for a waiter that finds it open, wakers woken outside its lock.
+#[derive(Default)]
+struct FloorGate {
+    open: std::sync::atomic::AtomicBool,
+    wakers: Mutex<Vec<std::task::Waker>>,
+    /// When it opened.
+    opened: std::sync::OnceLock<Instant>,
+}
+
+impl FloorGate {
+    fn open(&self) {
+        let _ = self.opened.set(Instant::now());
+        self.open.store(true, std::sync::atomic::Ordering::Release);
+        let wakers = std::mem::take(&mut *self.wakers.lock().unwrap());
+        wakers.into_iter().for_each(std::task::Waker::wake);
+    }
+
+    /// Resolves once it is open (registers its waker once; polled again only when woken).
+    fn wait(&self) -> impl std::future::Future<Output = ()> + '_ {
+        let mut registered = false;
+        std::future::poll_fn(move |cx| {
+            if self.open.load(std::sync::atomic::Ordering::Acquire) {
+                return std::task::Poll::Ready(());
+            }
+            let mut wakers = self.wakers.lock().unwrap();
+            if self.open.load(std::sync::atomic::Ordering::Acquire) {
+                return std::task::Poll::Ready(());
+            }
+            if !registered {
+                registered = true;
+                wakers.push(cx.waker().clone());
+            }
+            std::task::Poll::Pending
+        })
+    }
+
+    /// A started waiter's record: its number and how long after the opening it started.
+    fn record(&self, records: &Records, number: u32) {
+        let after = self.opened.get().map_or(0, |opened| opened.elapsed().as_micros() as i64);
+        records.lock().unwrap().push((number, 0, after));
+    }
+}
+
+/// A bare actor that waits for a gate in `post_start`, records its start, waits for a
+/// second gate, and stops: a run actor with nothing of sundial's in it (a run's end waits
+/// too, for the other starts of its instant, so that no start waits behind another run's
+/// end).
+struct GateWaiter;
+
+impl ractor::Actor for GateWaiter {
+    type Msg = ();
+    type State = FloorWaiter;
+    type Arguments = FloorWaiter;
+
+    async fn pre_start(
+        &self,
+        _: ractor::ActorRef<()>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ractor::ActorProcessingErr> {
+        Ok(args)
+    }
+
+    async fn post_start(
+        &self,
+        myself: ractor::ActorRef<()>,
+        waiter: &mut Self::State,
+    ) -> Result<(), ractor::ActorProcessingErr> {
+        waiter.run().await;
+        myself.stop(None);
+        Ok(())
+    }
+}
+
+/// One waiter of a start floor: its gates, where it records, its number.
+#[derive(Clone)]
+struct FloorWaiter {
+    start: Arc<FloorGate>,
+    end: Arc<FloorGate>,
+    records: Records,
+    number: u32,
+}
+
+impl FloorWaiter {
+    /// Waits for the start, records it, waits for the end.
+    async fn run(&self) {
+        self.start.wait().await;
+        self.start.record(&self.records, self.number);
+        self.end.wait().await;
+    }
+}
+
+/// `count` waiters on one gate (bare tokio tasks, or bare ractor actors), all waiting,
+/// then the gate opened from a worker: the lateness of each start after the opening, µs,
+/// ascending. What starting a run at its instant costs at least, with a task or an actor
+/// per run, whatever the scheduler does around it.
+async fn start_floor(count: usize, actors: bool) -> Vec<i64> {
+    let (gate, end) = (Arc::new(FloorGate::default()), Arc::new(FloorGate::default()));
+    let records = records_for(count);
+    // Spawned from a worker, as the poller spawns its run actors.
+    let spawner = {
+        let waiter = FloorWaiter { start: gate.clone(), end: end.clone(), records: records.clone(), number: 0 };
+        tokio::spawn(async move {
+            let mut actors_spawned = Vec::new();
+            for number in 0..count as u32 {
+                let waiter = FloorWaiter { number, ..waiter.clone() };
+                if actors {
+                    match ractor::Actor::spawn(None, GateWaiter, waiter).await {
+                        Ok(spawned) => actors_spawned.push(spawned),
+                        Err(_) => return Vec::new(),
+                    }
+                } else {
+                    tokio::spawn(async move { waiter.run().await });
+                }
+            }
+            actors_spawned
+        })
+    };
+    let actors_spawned = spawner.await.unwrap_or_default();
+    // Every waiter polled once and parked on the gate (a waiter not yet polled would be
+    // counted as a slow start).
+    while gate.wakers.lock().unwrap().len() < count {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let opener = gate.clone();
+    let _ = tokio::spawn(async move { opener.open() }).await;
+    while records.lock().unwrap().len() < count {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    end.open();
+    for (actor, handle) in actors_spawned {
+        actor.stop(None);
+        let _ = handle.await;
+    }
+    let mut lateness: Vec<i64> = records.lock().unwrap().iter().map(|(_, _, after)| *after).collect();
+    lateness.sort_unstable();
+    lateness
+}
+
+/// The start floors of `count` waiters, printed: bare tasks, then bare actors.
+fn start_floors(runtime: &tokio::runtime::Runtime, count: usize) {
+    for (what, actors) in [("bare tokio tasks", false), ("bare ractor actors", true)] {
+        let lateness = runtime.block_on(start_floor(count, actors));
+        let at = |p: f64| lateness.get(((lateness.len() as f64 - 1.0) * p) as usize).copied().unwrap_or(0);
+        let last = lateness.last().copied().unwrap_or(0);
+        println!(
+            "start floor: {count} {what} waiting on one gate started within {:.1} ms of its opening \
+             (p50 {:.1} ms, p99 {:.1} ms; {:.2} µs of wall time a start)",
+            last as f64 / 1e3,
+            at(0.5) as f64 / 1e3,
+            at(0.99) as f64 / 1e3,
+            last as f64 / count.max(1) as f64
+        );
     }
 }
 
