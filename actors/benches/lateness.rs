@@ -48,6 +48,7 @@ use sundial::options::SchedulerOptions;
 use sundial::store::{KvJobStore, StoreOptions};
 use sundial::time::{Clock, SystemClock};
 use sundial_actors::clock::{PreciseSleeper, TokioSleeper};
+use sundial_actors::gate::Gate;
 use sundial_actors::job::{Job, JobResult, RunContext};
 use sundial_actors::node::{Node, NodeConfig};
 use sundial_actors::registry::JobRegistry;
@@ -730,48 +731,17 @@ async fn task_floor(count: usize) -> f64 {
     }
 }
 
-/// A gate as the node's start gate is (`actors/src/gate.rs`, crate-private): closed until
-/// opened, one atomic load for a waiter that finds it open, wakers woken outside its lock.
+/// The gates of a start floor: what its waiters wait on and record against.
 #[derive(Default)]
-struct FloorGate {
-    open: std::sync::atomic::AtomicBool,
-    wakers: Mutex<Vec<std::task::Waker>>,
-    /// When it opened.
+struct FloorGates {
+    /// The start instant's gate (the node's own kind of gate).
+    start: Arc<Gate>,
+    /// What a waiter waits on after its start, as a run waits before reporting its end.
+    end: Arc<Gate>,
+    /// When `start` opened.
     opened: std::sync::OnceLock<Instant>,
-}
-
-impl FloorGate {
-    fn open(&self) {
-        let _ = self.opened.set(Instant::now());
-        self.open.store(true, std::sync::atomic::Ordering::Release);
-        let wakers = std::mem::take(&mut *self.wakers.lock().unwrap());
-        wakers.into_iter().for_each(std::task::Waker::wake);
-    }
-
-    /// Resolves once it is open (registers its waker once; polled again only when woken).
-    fn wait(&self) -> impl std::future::Future<Output = ()> + '_ {
-        let mut registered = false;
-        std::future::poll_fn(move |cx| {
-            if self.open.load(std::sync::atomic::Ordering::Acquire) {
-                return std::task::Poll::Ready(());
-            }
-            let mut wakers = self.wakers.lock().unwrap();
-            if self.open.load(std::sync::atomic::Ordering::Acquire) {
-                return std::task::Poll::Ready(());
-            }
-            if !registered {
-                registered = true;
-                wakers.push(cx.waker().clone());
-            }
-            std::task::Poll::Pending
-        })
-    }
-
-    /// A started waiter's record: its number and how long after the opening it started.
-    fn record(&self, records: &Records, number: u32) {
-        let after = self.opened.get().map_or(0, |opened| opened.elapsed().as_micros() as i64);
-        records.lock().unwrap().push((number, 0, after));
-    }
+    /// Waiters polled once, so parked on `start`.
+    parked: std::sync::atomic::AtomicUsize,
 }
 
 /// A bare actor that waits for a gate in `post_start`, records its start, waits for a
@@ -807,18 +777,21 @@ impl ractor::Actor for GateWaiter {
 /// One waiter of a start floor: its gates, where it records, its number.
 #[derive(Clone)]
 struct FloorWaiter {
-    start: Arc<FloorGate>,
-    end: Arc<FloorGate>,
+    gates: Arc<FloorGates>,
     records: Records,
     number: u32,
 }
 
 impl FloorWaiter {
-    /// Waits for the start, records it, waits for the end.
+    /// Waits for the start, records how long after the opening it started, waits for the
+    /// end.
     async fn run(&self) {
-        self.start.wait().await;
-        self.start.record(&self.records, self.number);
-        self.end.wait().await;
+        let gates = &self.gates;
+        gates.parked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        gates.start.clone().wait().await;
+        let after = gates.opened.get().map_or(0, |opened| opened.elapsed().as_micros() as i64);
+        self.records.lock().unwrap().push((self.number, 0, after));
+        gates.end.clone().wait().await;
     }
 }
 
@@ -827,11 +800,11 @@ impl FloorWaiter {
 /// ascending. What starting a run at its instant costs at least, with a task or an actor
 /// per run, whatever the scheduler does around it.
 async fn start_floor(count: usize, actors: bool) -> Vec<i64> {
-    let (gate, end) = (Arc::new(FloorGate::default()), Arc::new(FloorGate::default()));
+    let gates = Arc::new(FloorGates::default());
     let records = records_for(count);
     // Spawned from a worker, as the poller spawns its run actors.
     let spawner = {
-        let waiter = FloorWaiter { start: gate.clone(), end: end.clone(), records: records.clone(), number: 0 };
+        let waiter = FloorWaiter { gates: gates.clone(), records: records.clone(), number: 0 };
         tokio::spawn(async move {
             let mut actors_spawned = Vec::new();
             for number in 0..count as u32 {
@@ -851,16 +824,20 @@ async fn start_floor(count: usize, actors: bool) -> Vec<i64> {
     let actors_spawned = spawner.await.unwrap_or_default();
     // Every waiter polled once and parked on the gate (a waiter not yet polled would be
     // counted as a slow start).
-    while gate.wakers.lock().unwrap().len() < count {
+    while gates.parked.load(std::sync::atomic::Ordering::Relaxed) < count {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let opener = gate.clone();
-    let _ = tokio::spawn(async move { opener.open() }).await;
+    let opener = gates.clone();
+    let _ = tokio::spawn(async move {
+        let _ = opener.opened.set(Instant::now());
+        opener.start.open();
+    })
+    .await;
     while records.lock().unwrap().len() < count {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    end.open();
+    gates.end.open();
     for (actor, handle) in actors_spawned {
         actor.stop(None);
         let _ = handle.await;

@@ -7,6 +7,9 @@
 //! the gate open pays one atomic load; a waiter registers its waker once, under a lock
 //! taken before the gate opens; opening takes the lock once and wakes every waiter outside
 //! it.
+//!
+//! Public so that benchmarks (the lateness bench's start floor) and embedders that release
+//! many tasks at one instant can use the node's own gate.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -17,7 +20,7 @@ use std::task::{Context, Poll, Waker};
 use parking_lot::Mutex;
 /// A gate: closed until [`open`](Gate::open)ed, then open for ever.
 #[derive(Debug, Default)]
-pub(crate) struct Gate {
+pub struct Gate {
     open: AtomicBool,
     /// Wakers of the waiters that found it closed (a dropped waiter's stays until the
     /// gate opens: waking it is harmless).
@@ -26,7 +29,7 @@ pub(crate) struct Gate {
 
 impl Gate {
     /// Opens the gate and wakes every waiter.
-    pub(crate) fn open(&self) {
+    pub fn open(&self) {
         // Set before the list is taken: a waiter that registers after the take sees it.
         self.open.store(true, Ordering::Release);
         let wakers = std::mem::take(&mut *self.wakers.lock());
@@ -37,26 +40,26 @@ impl Gate {
 
     /// Makes room for `waiters` registered waiters in all, so that waiters registering
     /// together later (at a start instant) do not grow the list then.
-    pub(crate) fn reserve(&self, waiters: usize) {
+    pub fn reserve(&self, waiters: usize) {
         let mut wakers = self.wakers.lock();
         let more = waiters.saturating_sub(wakers.len());
         wakers.reserve(more);
     }
 
     /// Whether it is open.
-    pub(crate) fn is_open(&self) -> bool {
+    pub fn is_open(&self) -> bool {
         self.open.load(Ordering::Acquire)
     }
 
     /// Resolves once the gate is open.
-    pub(crate) fn wait(self: Arc<Self>) -> GateWait {
+    pub fn wait(self: Arc<Self>) -> GateWait {
         GateWait { gate: self, slot: None }
     }
 }
 
 /// A wait for a [`Gate`].
 #[derive(Debug)]
-pub(crate) struct GateWait {
+pub struct GateWait {
     gate: Arc<Gate>,
     /// Where this waiter's waker is in the gate's list, once registered.
     slot: Option<usize>,

@@ -36,7 +36,7 @@ pub mod execute;
 #[cfg(feature = "fdb")]
 pub mod fdb;
 mod fence;
-mod gate;
+pub mod gate;
 mod housekeeper;
 pub mod job;
 #[cfg(feature = "node")]
