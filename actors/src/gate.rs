@@ -18,7 +18,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use parking_lot::Mutex;
-/// A gate: closed until [`open`](Gate::open)ed, then open for ever.
+
+/// A gate: closed until [`open`](Gate::open)ed, then open for ever. Made for waiters that
+/// wait once each and are woken together; every waiter that found it closed keeps a waker
+/// in it until it opens, so a gate that may never open is not for an unbounded stream of
+/// waiters.
 #[derive(Debug, Default)]
 pub struct Gate {
     open: AtomicBool,
@@ -51,7 +55,9 @@ impl Gate {
         self.open.load(Ordering::Acquire)
     }
 
-    /// Resolves once the gate is open.
+    /// Resolves once the gate is open: at once, for one atomic load, when it already is;
+    /// otherwise the wait registers its task's waker at its first poll (later polls
+    /// replace it only when the task changed) and is woken by [`open`](Gate::open).
     pub fn wait(self: Arc<Self>) -> GateWait {
         GateWait { gate: self, slot: None }
     }
