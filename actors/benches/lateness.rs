@@ -21,7 +21,8 @@
 //! `-- --load N`: that cron load and the burst only; `-- --burst`: only the burst;
 //! `-- --burst-size N`: N one-shots in the burst instead of 10,000;
 //! `-- --sustained`: only the 100,000 fires/s run; `-- --floor`: only the bare actor's
-//! and task's costs; `-- --start-floor`: only how fast bare tokio tasks and bare ractor
+//! and task's costs, with `--current-thread` on a current-thread runtime as a simulation
+//! uses; `-- --start-floor`: only how fast bare tokio tasks and bare ractor
 //! actors waiting on one gate start once it opens, `--burst-size` of each; `-- --pinned`:
 //! runtime workers pinned to CPUs). `BENCH_PER_SECOND=1`
 //! prints sundial's lateness per second and the burst's distribution.
@@ -458,6 +459,14 @@ fn main() {
     let workers = runtime.metrics().num_workers();
     // `--floor`: only the bare actor's and the bare task's costs.
     if args.iter().any(|a| a == "--floor") {
+        if args.iter().any(|a| a == "--current-thread") {
+            // The kind of runtime a simulation runs its whole cluster on.
+            match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(current) => floors(&current),
+                Err(error) => eprintln!("no current-thread runtime: {error}"),
+            }
+            return;
+        }
         floors(&runtime);
         return;
     }
