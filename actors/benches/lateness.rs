@@ -162,8 +162,7 @@ fn store_since(before: MemoryKvStats, after: MemoryKvStats) -> MemoryKvStats {
 impl Summary {
     /// The `p` quantile of lateness (0.5 the median, 1.0 the maximum), ms.
     fn pct(&self, p: f64) -> f64 {
-        let index = ((self.lateness_us.len() as f64 - 1.0) * p).round() as usize;
-        self.lateness_us.get(index).map_or(f64::NAN, |us| *us as f64 / 1000.0)
+        percentile(&self.lateness_us, p).map_or(f64::NAN, |us| us as f64 / 1000.0)
     }
 
     /// One summary of the rounds of one load: lateness over all their fires, missed and
@@ -419,7 +418,7 @@ async fn sundial_burst(count: usize) -> (Duration, usize) {
     if std::env::var_os("BENCH_PER_SECOND").is_some() {
         let mut lateness: Vec<i64> = records.iter().map(|(_, _, l)| *l).collect();
         lateness.sort_unstable();
-        let at = |p: f64| lateness.get(((lateness.len() as f64 - 1.0) * p) as usize).copied().unwrap_or(0);
+        let at = |p: f64| percentile(&lateness, p).unwrap_or(0);
         eprintln!(
             "sundial burst lateness µs: p10 {} p50 {} p90 {} p99 {} max {}",
             at(0.1),
@@ -864,7 +863,7 @@ async fn start_floor(count: usize, actors: bool) -> Vec<i64> {
 fn start_floors(runtime: &tokio::runtime::Runtime, count: usize) {
     for (what, actors) in [("bare tokio tasks", false), ("bare ractor actors", true)] {
         let lateness = runtime.block_on(start_floor(count, actors));
-        let at = |p: f64| lateness.get(((lateness.len() as f64 - 1.0) * p) as usize).copied().unwrap_or(0);
+        let at = |p: f64| percentile(&lateness, p).unwrap_or(0);
         let (last, started) = (lateness.last().copied().unwrap_or(0), lateness.len());
         println!(
             "start floor: {started} {what} waiting on one gate started within {:.1} ms of its opening \
@@ -875,6 +874,12 @@ fn start_floors(runtime: &tokio::runtime::Runtime, count: usize) {
             last as f64 / started.max(1) as f64
         );
     }
+}
+
+/// The `p` quantile (0 to 1) of ascending values, the nearest rank; `None` when empty.
+fn percentile(sorted: &[i64], p: f64) -> Option<i64> {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted.get(index).copied()
 }
 
 /// sundial's CPU per fire, split into the engine's store work, its run actor starts, and
