@@ -66,17 +66,28 @@ impl Serialize for DurationText {
 
 impl<'de> Deserialize<'de> for DurationText {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Seconds(f64),
-            Text(String),
+        /// Text or a number of seconds; anything else is refused saying which are welcome.
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = DurationText;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration such as \"90s\", \"5m\" or \"1h 30m\", or a number of seconds")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<DurationText, E> {
+                DurationText::parse(text).map_err(E::custom)
+            }
+            fn visit_f64<E: serde::de::Error>(self, seconds: f64) -> Result<DurationText, E> {
+                DurationText::from_seconds(seconds).map_err(E::custom)
+            }
+            fn visit_u64<E: serde::de::Error>(self, seconds: u64) -> Result<DurationText, E> {
+                Ok(DurationText(Duration::from_secs(seconds)))
+            }
+            #[allow(clippy::cast_precision_loss, reason = "a negative number is refused by from_seconds")]
+            fn visit_i64<E: serde::de::Error>(self, seconds: i64) -> Result<DurationText, E> {
+                DurationText::from_seconds(seconds as f64).map_err(E::custom)
+            }
         }
-        match Raw::deserialize(deserializer)? {
-            Raw::Seconds(seconds) => Self::from_seconds(seconds),
-            Raw::Text(text) => Self::parse(&text),
-        }
-        .map_err(serde::de::Error::custom)
+        deserializer.deserialize_any(Visitor)
     }
 }
 
@@ -409,6 +420,62 @@ pub fn calendars(
     Ok(done)
 }
 
+/// Deserializes a `T` from `de`. An error says where: `at`, then the path of the field it
+/// is about (`` jobs[0].triggers[1]: missing field `schedule` ``), nothing more where it is
+/// about the whole.
+#[cfg(feature = "spec-files")]
+pub(crate) fn deserialize_at<'de, T, D>(de: D, at: &str) -> Result<T, String>
+where
+    T: Deserialize<'de>,
+    D: Deserializer<'de>,
+    D::Error: Reason,
+{
+    use serde_path_to_error::Segment;
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let mut place = at.to_owned();
+        for segment in e.path() {
+            match segment {
+                Segment::Seq { index } => place.push_str(&format!("[{index}]")),
+                Segment::Map { key } | Segment::Enum { variant: key } => {
+                    if !place.is_empty() {
+                        place.push('.');
+                    }
+                    place.push_str(key);
+                }
+                // A key that did not parse: the error says what, and where in the text.
+                Segment::Unknown => {}
+            }
+        }
+        let reason = e.inner().reason();
+        if place.is_empty() {
+            reason
+        } else {
+            format!("{place}: {reason}")
+        }
+    })
+}
+
+/// A deserialization error's own words, without the keys that toml's `Display` adds
+/// ([`deserialize_at`] says where).
+#[cfg(feature = "spec-files")]
+pub(crate) trait Reason {
+    fn reason(&self) -> String;
+}
+
+#[cfg(feature = "spec-files")]
+impl Reason for serde_json::Error {
+    fn reason(&self) -> String {
+        self.to_string()
+    }
+}
+
+#[cfg(feature = "spec-files")]
+impl Reason for toml::de::Error {
+    fn reason(&self) -> String {
+        self.message().to_owned()
+    }
+}
+
 /// What a file of job specs holds (see [`read_file`]).
 #[cfg(feature = "spec-files")]
 #[derive(Debug, Clone)]
@@ -449,27 +516,24 @@ pub fn read_file(file: &std::path::Path) -> Result<SpecFile, String> {
             Value::Array(items) => items
                 .into_iter()
                 .enumerate()
-                .map(|(i, v)| serde_json::from_value(v).map_err(|e| at(format!("[{i}]: {e}"))))
+                .map(|(i, v)| deserialize_at(v, &format!("[{i}]")).map_err(at))
                 .collect::<Result<Vec<JobSpec>, _>>()?,
-            other => vec![serde_json::from_value(other).map_err(|e| at(e.to_string()))?],
+            other => vec![deserialize_at(other, "").map_err(at)?],
         }
     } else {
         let mut table: toml::Table = toml::from_str(&text).map_err(|e| at(e.message().to_owned()))?;
         if let Some(calendars) = table.remove("calendars") {
-            calendar_specs =
-                calendars.try_into().map_err(|e: toml::de::Error| at(format!("calendars: {}", e.message())))?;
+            calendar_specs = deserialize_at(calendars, "calendars").map_err(at)?;
         }
         match table.remove("jobs") {
             Some(toml::Value::Array(items)) => items
                 .into_iter()
                 .enumerate()
-                .map(|(i, item)| {
-                    item.try_into().map_err(|e: toml::de::Error| at(format!("jobs[{i}]: {}", e.message())))
-                })
+                .map(|(i, item)| deserialize_at(item, &format!("jobs[{i}]")).map_err(at))
                 .collect::<Result<Vec<JobSpec>, _>>()?,
             Some(_) => return Err(at("`jobs` must be an array of tables ([[jobs]])".into())),
             None => {
-                vec![toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| at(e.message().to_owned()))?]
+                vec![deserialize_at(toml::Value::Table(table), "").map_err(at)?]
             }
         }
     };
@@ -485,7 +549,6 @@ pub fn read_file(file: &std::path::Path) -> Result<SpecFile, String> {
     Ok(SpecFile { jobs: specs, definitions, calendars })
 }
 
-/// An error's detail without its code prefix, for messages that add their own context.
 /// What is wrong, for a message that already says where and that the definition is
 /// invalid: an invalid definition's bare reason (without the core's `job '<name>': `
 /// prefix, since the caller's path names the job), else [`detail`].
@@ -498,6 +561,7 @@ pub(crate) fn reason(error: &SchedulingError, job: &JobName) -> String {
     }
 }
 
+/// An error's detail without its code prefix, for messages that add their own context.
 pub(crate) fn detail(error: &SchedulingError) -> String {
     let text = error.to_string();
     match text.split_once(": ") {
@@ -522,6 +586,17 @@ mod tests {
         assert!(DurationText::parse("-1").is_err());
         assert!(DurationText::parse("soon").unwrap_err().contains("soon"));
         assert_eq!(DurationText(Duration::from_secs(5400)).to_string(), "1h 30m");
+        // Deserialized: text, or seconds as any kind of number.
+        let json = |text: &str| serde_json::from_str::<DurationText>(text).map(|d| d.0).map_err(|e| e.to_string());
+        assert_eq!(json(r#""5m""#), Ok(Duration::from_secs(300)));
+        assert_eq!(json("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(json("0.25"), Ok(Duration::from_millis(250)));
+        assert!(json("-3").unwrap_err().contains("not a duration in seconds"));
+        assert!(json("[]").unwrap_err().contains("expected a duration such as"));
+        assert_eq!(
+            toml::from_str::<RetrySpec>("max_retries = 1\ndelay = 7").map(|r| r.delay.0),
+            Ok(Duration::from_secs(7))
+        );
     }
 
     #[test]
@@ -618,6 +693,18 @@ mod tests {
             "[[jobs]]\nname = \"a\"\ntype = \"log\"\n[[jobs.triggers]]\nname = \"t\"\nschedule = \"cron 61 * * * * *\"";
         let error = read("bad.toml", bad_schedule).unwrap_err();
         assert!(error.contains("bad.toml: jobs[0] (a).triggers[0].schedule"), "{error}");
+        // A field that does not deserialize: the path to it, however deep.
+        let no_schedule = "[[jobs]]\nname = \"a\"\ntype = \"log\"\n[[jobs.triggers]]\nname = \"t\"";
+        let error = read("short.toml", no_schedule).unwrap_err();
+        assert!(error.ends_with("short.toml: jobs[0].triggers[0]: missing field `schedule`"), "{error}");
+        let misfire =
+            r#"[{"name": "a", "type": "log", "triggers": [{"name": "t", "schedule": "manual", "misfire": 7}]}]"#;
+        let error = read("misfire.json", misfire).unwrap_err();
+        assert!(error.contains("misfire.json: [0].triggers[0].misfire: invalid type: integer `7`"), "{error}");
+        let error = read("one.json", r#"{"name": "a", "type": "log", "triggers": [{}]}"#).unwrap_err();
+        assert!(error.ends_with("one.json: triggers[0]: missing field `name`"), "{error}");
+        let error = read("one.toml", "name = \"a\"\ntype = \"log\"\ntimeout = true").unwrap_err();
+        assert!(error.ends_with("one.toml: timeout: invalid type: boolean `true`, expected a duration such as \"90s\", \"5m\" or \"1h 30m\", or a number of seconds"), "{error}");
         let error = read("typo.toml", "[[jobs]]\nname = \"a\"\ntype = \"log\"\ncolour = 1").unwrap_err();
         assert!(error.contains("typo.toml: jobs[0]") && error.contains("colour"), "{error}");
         let weekday = "[[jobs]]\nname = \"a\"\ntype = \"log\"\n[calendars.w]\nkind = \"weekly\"\ndays = [\"caturday\"]";

@@ -182,7 +182,10 @@ fn json_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
-    serde_json::from_slice(&bytes).map(Some).map_err(|e| ApiError::bad_request(format!("body: {e}")))
+    let mut de = serde_json::Deserializer::from_slice(&bytes);
+    let value = crate::spec::deserialize_at(&mut de, "body").map_err(ApiError::bad_request)?;
+    de.end().map_err(|e| ApiError::bad_request(format!("body: {e}")))?;
+    Ok(Some(value))
 }
 
 fn required<T>(body: Option<T>, what: &str) -> Result<T, ApiError> {
@@ -315,10 +318,7 @@ async fn schedule_batch<S: JobStore>(
     let mut defs = Vec::new();
     let mut slots = Vec::new();
     for (i, item) in items.into_iter().enumerate() {
-        let label = item.get("name").and_then(|n| n.as_str()).map_or_else(|| format!("[{i}]"), str::to_owned);
-        let parsed = serde_json::from_value::<JobSpec>(item)
-            .map_err(|e| ErrorBody { code: error::BAD_REQUEST.into(), message: format!("[{i}]: {e}") })
-            .and_then(|spec| definition(&spec, &format!("[{i}]")).map_err(|e| error::body_of(&e)));
+        let (label, parsed) = batch_item(i, item);
         match parsed {
             Ok(def) => {
                 slots.push((results.len(), label));
@@ -333,6 +333,18 @@ async fn schedule_batch<S: JobStore>(
         results[slot] = Some(ItemResult::of(label, outcome));
     }
     Ok(Json(results.into_iter().flatten().collect()))
+}
+
+/// The `i`th item of a batch: its label in the results (its name, or `[i]` when it has
+/// none) and its definition, or why it has none.
+fn batch_item(i: usize, item: serde_json::Value) -> (String, Result<sundial::job::JobDefinition, ErrorBody>) {
+    let name = item.get("name").and_then(|n| n.as_str()).map(str::to_owned);
+    // Where a field is wrong, as `definition` says it: the index, then the name if any.
+    let at = name.as_ref().map_or_else(|| format!("[{i}]"), |name| format!("[{i}] ({name})"));
+    let parsed = crate::spec::deserialize_at::<JobSpec, _>(item, &at)
+        .map_err(|message| ErrorBody { code: error::BAD_REQUEST.into(), message })
+        .and_then(|spec| definition(&spec, &format!("[{i}]")).map_err(|e| error::body_of(&e)));
+    (name.unwrap_or_else(|| format!("[{i}]")), parsed)
 }
 
 #[derive(Serialize, Deserialize)]
@@ -539,6 +551,51 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
+
+    fn body_error<T: DeserializeOwned>(body: &str) -> String {
+        match json_body::<T>(Ok(Bytes::copy_from_slice(body.as_bytes()))) {
+            Ok(_) => panic!("{body} was accepted"),
+            Err(e) => e.body().message.clone(),
+        }
+    }
+
+    #[test]
+    fn body_errors_say_which_field() {
+        let message = body_error::<JobSpec>(r#"{"name":"x","type":"log","triggers":[{"schedule":"every 00:00:10"}]}"#);
+        assert!(message.starts_with("body.triggers[0]: missing field `name`"), "{message}");
+        let message = body_error::<JobSpec>(r#"{"name":"x","type":"log","timeout":"soon"}"#);
+        assert!(message.starts_with("body.timeout: "), "{message}");
+        let message = body_error::<CancelRequest>(r#"{"ids":["a",7]}"#);
+        assert!(message.starts_with("body.ids[1]: invalid type: integer `7`"), "{message}");
+        // About the whole body: no path.
+        let message = body_error::<JobSpec>("{not json");
+        assert!(message.starts_with("body: key must be a string"), "{message}");
+        let message = body_error::<JobSpec>("7");
+        assert!(message.starts_with("body: invalid type: integer `7`"), "{message}");
+        let message = body_error::<CancelRequest>(r#"{"ids":[]} 7"#);
+        assert!(message.starts_with("body: trailing characters"), "{message}");
+        assert!(json_body::<JobSpec>(Ok(Bytes::from_static(b" \n"))).unwrap().is_none());
+    }
+
+    #[test]
+    fn batch_items_say_which_item_and_field() {
+        let item = serde_json::json!({"name": "x", "type": "log", "triggers": [{"schedule": "every 00:00:10"}]});
+        let (label, parsed) = batch_item(3, item);
+        assert_eq!(label, "x");
+        let message = parsed.err().map(|e| e.message).unwrap_or_default();
+        assert!(message.starts_with("[3] (x).triggers[0]: missing field `name`"), "{message}");
+        let (label, parsed) = batch_item(0, serde_json::json!({"type": "log"}));
+        assert_eq!(label, "[0]");
+        let message = parsed.err().map(|e| e.message).unwrap_or_default();
+        assert_eq!(message, "[0]: missing field `name`");
+        // The definition's own checks name the item the same way.
+        let item = serde_json::json!({"name": "x", "type": "log", "triggers": [{"name": "t", "schedule": "cron 0 0 25 * * *"}]});
+        let message = batch_item(0, item).1.err().map(|e| e.message).unwrap_or_default();
+        assert!(message.contains("[0] (x).triggers[0].schedule: cron hour field"), "{message}");
+        let item =
+            serde_json::json!({"name": "x", "type": "log", "triggers": [{"name": "t", "schedule": "every 00:00:10"}]});
+        assert!(batch_item(0, item).1.is_ok());
+    }
 
     #[test]
     fn secrets_compare_whole() {
