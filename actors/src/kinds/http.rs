@@ -50,13 +50,39 @@ fn default_method() -> String {
 }
 
 /// A status, or a class of them (`"2xx"`).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug, Clone)]
 pub enum StatusMatch {
     /// Exactly this status.
     Code(u16),
     /// A class such as `"2xx"`, or a status as text.
     Text(String),
+}
+
+impl<'de> Deserialize<'de> for StatusMatch {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        /// A number or text; anything else is refused saying which are welcome.
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = StatusMatch;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a status such as 200, or a class such as \"2xx\"")
+            }
+            fn visit_u64<E: serde::de::Error>(self, code: u64) -> Result<StatusMatch, E> {
+                u16::try_from(code)
+                    .map(StatusMatch::Code)
+                    .map_err(|_| E::custom(format!("success status {code} is not between 100 and 599")))
+            }
+            fn visit_i64<E: serde::de::Error>(self, code: i64) -> Result<StatusMatch, E> {
+                u64::try_from(code)
+                    .map_err(|_| E::custom(format!("success status {code} is not between 100 and 599")))
+                    .and_then(|code| self.visit_u64(code))
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<StatusMatch, E> {
+                Ok(StatusMatch::Text(text.to_owned()))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 impl StatusMatch {

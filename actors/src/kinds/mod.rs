@@ -47,9 +47,9 @@ pub fn check(def: &JobDefinition) -> Result<(), String> {
     Ok(())
 }
 
-/// A kind's parameters from run data.
+/// A kind's parameters from run data; an error names the field (`success[0]: ...`).
 fn params<T: DeserializeOwned>(data: &JsonObject) -> Result<T, String> {
-    serde_json::from_value(serde_json::Value::Object(data.clone())).map_err(|e| e.to_string())
+    crate::spec::deserialize_at(serde_json::Value::Object(data.clone()), "")
 }
 
 /// A kind's parameters from run data, or the run's failure.
@@ -66,5 +66,47 @@ fn tail(bytes: &[u8], limit: usize) -> String {
         format!("…{}", text.trim_start_matches('\u{fffd}'))
     } else {
         text.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sundial::job::JobTypeKey;
+    use sundial::name::JobName;
+
+    use super::*;
+
+    /// `check`'s verdict on a job of `kind` with `data`.
+    fn checked(kind: &str, data: serde_json::Value) -> Result<(), String> {
+        let serde_json::Value::Object(data) = data else { panic!("data is an object") };
+        let def = JobDefinition::new(JobName::new("j").unwrap(), JobTypeKey::new(kind).unwrap()).with_data(data);
+        check(&def)
+    }
+
+    #[test]
+    fn bad_parameters_name_the_field() {
+        let url = "http://127.0.0.1:1/";
+        assert_eq!(checked("http", serde_json::json!({"url": url, "success": ["2xx", 304]})), Ok(()));
+        assert_eq!(
+            checked("http", serde_json::json!({"url": url, "success": [200, 70000]})),
+            Err("data: success[1]: success status 70000 is not between 100 and 599".into())
+        );
+        assert_eq!(
+            checked("http", serde_json::json!({"url": url, "success": [-1]})),
+            Err("data: success[0]: success status -1 is not between 100 and 599".into())
+        );
+        let error = checked("http", serde_json::json!({"url": url, "success": [true]})).unwrap_err();
+        assert_eq!(
+            error,
+            "data: success[0]: invalid type: boolean `true`, expected a status such as 200, or a class such as \"2xx\""
+        );
+        let error = checked("http", serde_json::json!({"url": url, "success": ["7xx"]})).unwrap_err();
+        assert!(error.contains("'7xx' is neither a status nor a class"), "{error}");
+        let error = checked("http", serde_json::json!({"url": url, "timeout": "soon"})).unwrap_err();
+        assert!(error.starts_with("data: timeout: 'soon' is not a duration"), "{error}");
+        let error = checked("shell", serde_json::json!({"program": "ls", "args": [1]})).unwrap_err();
+        assert!(error.starts_with("data: args[0]: invalid type: integer `1`"), "{error}");
+        assert_eq!(checked("shell", serde_json::json!({})), Err("data: missing field `program`".into()));
+        assert_eq!(checked("someone.elses", serde_json::json!({"anything": 1})), Ok(()));
     }
 }
