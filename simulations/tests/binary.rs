@@ -65,6 +65,26 @@ fn a_seed_range_reports_each_seed_in_order_then_a_summary() {
 }
 
 #[test]
+fn seed_ranges_reach_the_last_u64_and_need_no_list() {
+    let (status, out, err) = sim(&["--seeds", "18446744073709551613..18446744073709551615", "--duration", "90s"]);
+    assert_eq!(status, 0, "{out}{err}");
+    let seeds: Vec<Option<u64>> = json_lines(&out).iter().map(|l| l["seed"].as_u64()).collect();
+    assert_eq!(seeds, [Some(u64::MAX - 2), Some(u64::MAX - 1), None], "two seeds, then the summary");
+    // A range nobody waits out starts at once: its seeds are walked, not listed first.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sundial-sim"))
+        .args(["--seeds", "0..18446744073709551615", "--duration", "90s", "--faults", "none", "--threads", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the binary runs");
+    let stdout = std::io::BufReader::new(child.stdout.take().expect("piped"));
+    let first = std::io::BufRead::lines(stdout).map_while(Result::ok).find(|line| line.starts_with('{'));
+    child.kill().expect("it stops");
+    child.wait().expect("it ends");
+    assert_eq!(first.map(|line| json(&line)["seed"].as_u64()), Some(Some(0)));
+}
+
+#[test]
 fn violations_are_described_and_fail_the_run() {
     // A store that skips fires as misfires a tenth of the threshold late: caught within a
     // handful of seeds.

@@ -121,12 +121,15 @@ fn main() -> ExitCode {
         history_retention: args.retention,
         given,
     };
-    let seeds: Vec<u64> = match (&args.seeds, args.seed) {
-        (Some(range), _) => range.clone().collect(),
-        (None, Some(seed)) => vec![seed],
+    // The seeds `first..first + count`, walked without a list: a range may be far longer
+    // than anyone waits for (`--seeds 0..18446744073709551615` runs until stopped).
+    let (first, count) = match (&args.seeds, args.seed) {
+        (Some(range), _) => (range.start, range.end - range.start),
+        (None, Some(seed)) => (seed, 1),
         (None, None) => unreachable!("clap requires one of --seed and --seeds"),
     };
-    let threads = args.threads.map_or_else(default_threads, usize::from).min(seeds.len()).max(1);
+    let threads =
+        args.threads.map_or_else(default_threads, usize::from).min(usize::try_from(count).unwrap_or(usize::MAX)).max(1);
     if let Err(message) = guard_memory(args.memory_floor.unwrap_or_default()) {
         eprintln!("sundial-sim: {message}");
         return ExitCode::from(2);
@@ -142,7 +145,7 @@ fn main() -> ExitCode {
     if threads == 1 {
         // One at a time: each seed's options are printed before it runs, so a long
         // simulation shows what it is doing from the start.
-        for &seed in &seeds {
+        for seed in (0..count).map(|index| first + index) {
             let report = run_seed(seed, &overrides, &args, |header| emit(&header));
             emit(&report.text);
             tally(seed, &report);
@@ -150,14 +153,17 @@ fn main() -> ExitCode {
     } else {
         // Each seed is its own world on its own runtime: seeds run on `threads` threads
         // at once, and their reports are printed whole and in seed order.
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let (sender, receiver) = std::sync::mpsc::channel::<(usize, Report)>();
+        let next = std::sync::atomic::AtomicU64::new(0);
+        let (sender, receiver) = std::sync::mpsc::channel::<(u64, Report)>();
         std::thread::scope(|scope| {
             for _ in 0..threads {
-                let (next, sender, seeds, overrides, args) = (&next, sender.clone(), &seeds, &overrides, &args);
+                let (next, sender, overrides, args) = (&next, sender.clone(), &overrides, &args);
                 scope.spawn(move || loop {
                     let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(&seed) = seeds.get(index) else { break };
+                    if index >= count {
+                        break;
+                    }
+                    let seed = first + index;
                     let mut header = String::new();
                     let mut report = run_seed(seed, overrides, args, |h| header = h);
                     report.text.insert_str(0, &header);
@@ -168,19 +174,19 @@ fn main() -> ExitCode {
             }
             drop(sender);
             let mut done = std::collections::BTreeMap::new();
-            let mut printed = 0;
+            let mut printed = 0u64;
             for (index, report) in receiver {
                 done.insert(index, report);
                 while let Some(report) = done.remove(&printed) {
                     emit(&report.text);
-                    tally(seeds[printed], &report);
+                    tally(first + printed, &report);
                     printed += 1;
                 }
             }
         });
     }
     if args.seeds.is_some() {
-        let summary = serde_json::json!({ "seeds": seeds.len(), "failed_seeds": failed, "violations": violations });
+        let summary = serde_json::json!({ "seeds": count, "failed_seeds": failed, "violations": violations });
         emit(&format!("{summary}\n"));
     }
     if failed.is_empty() {
