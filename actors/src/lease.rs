@@ -102,6 +102,10 @@ impl<S: JobStore> LeaseActor<S> {
     }
 }
 
+/// The shortest period between renewals of the lease (a third of its TTL otherwise), so a
+/// tiny TTL cannot turn the actor into a busy loop.
+const FASTEST_RENEWAL: Duration = Duration::from_millis(10);
+
 impl<S: JobStore> Actor for LeaseActor<S> {
     type Msg = LeaseMsg;
     type State = LeaseState<S>;
@@ -112,6 +116,15 @@ impl<S: JobStore> Actor for LeaseActor<S> {
         myself: ActorRef<LeaseMsg>,
         shared: Arc<NodeShared<S>>,
     ) -> Result<Self::State, ActorProcessingErr> {
+        let ttl = shared.options.lease_ttl;
+        if ttl < FASTEST_RENEWAL * 3 {
+            // Valid (the spec asks only > 0), but a lease renewed at most every 10 ms can
+            // lapse between renewals, and leadership then changes hands again and again.
+            tracing::warn!(
+                lease_ttl_ms = ttl.as_secs_f64() * 1000.0,
+                "lease_ttl is under 30 ms, three renewals 10 ms apart: the leader lease can lapse between renewals"
+            );
+        }
         let _ = myself.send_message(LeaseMsg::Tick);
         Ok(LeaseState { shared, lease: None })
     }
@@ -125,7 +138,7 @@ impl<S: JobStore> Actor for LeaseActor<S> {
         match message {
             LeaseMsg::Tick => {
                 tick(state).await;
-                let period = (state.shared.options.lease_ttl / 3).max(Duration::from_millis(10));
+                let period = (state.shared.options.lease_ttl / 3).max(FASTEST_RENEWAL);
                 myself.send_after(period, || LeaseMsg::Tick);
             }
             LeaseMsg::TickNow => tick(state).await,

@@ -229,6 +229,18 @@ fn the_demo_node_runs_its_jobs_and_stops_on_sigterm() {
     // Lines carry the run's own span, not ractor's (actor ids and names) by default.
     assert!(node.seen.iter().any(|l| l.contains("run{run_id=")), "{}", node.seen.join("\n"));
     assert!(!node.seen.iter().any(|l| l.contains("Actor{")), "{}", node.seen.join("\n"));
+    assert!(!node.seen.iter().any(|l| l.contains("lease can lapse")), "{}", node.seen.join("\n"));
+}
+
+#[test]
+fn a_lease_ttl_too_short_to_renew_is_warned_of_at_start() {
+    // Valid (SPEC §13 asks > 0), but renewals come at most every 10 ms.
+    let mut node = NodeProcess::start(&["--demo"], &[("SUNDIAL_LEASE_TTL_SECONDS", "0.005")]);
+    // Said as the node starts, before its admin API listens.
+    let line = node.seen.iter().find(|l| l.contains("lease can lapse")).cloned();
+    let line = line.unwrap_or_else(|| node.wait_for("lease can lapse", Duration::from_secs(15)));
+    assert!(line.contains("WARN") && line.contains("lease_ttl_ms=5"), "{line}");
+    assert!(node.terminate().success(), "{}", node.seen.join("\n"));
 }
 
 const CONFIG: &str = r#"
