@@ -587,6 +587,12 @@ fn the_cli_without_a_node_says_why_and_where_to_look() {
     // The cause itself, not only "error sending request", and where to look.
     assert!(!stderr.contains("error sending request"), "{stderr}");
     assert!(stderr.contains("is a node running there?"), "{stderr}");
+    // An empty name is a usage error, told before any request (it would name no route).
+    for args in [&["jobs", "show", ""][..], &["jobs", "delete", "a", ""], &["triggers", "pause", "a", ""]] {
+        let out = Command::new(BIN).args(args).args(["--server", &server]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("a value is required"), "{args:?}: {out:?}");
+    }
 }
 
 #[test]

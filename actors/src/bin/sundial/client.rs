@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use chrono::{DateTime, SecondsFormat, Utc};
+use clap::builder::NonEmptyStringValueParser;
 use clap::Subcommand;
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
@@ -19,7 +20,10 @@ pub(crate) enum JobsAction {
     /// Every job with its state, next fire and last result.
     List,
     /// One job: definition, triggers, last run.
-    Show { name: String },
+    Show {
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
+        name: String,
+    },
     /// Add or replace the jobs of a file: TOML (`[[jobs]]` tables, or one job's keys) or
     /// JSON (a job spec or a list).
     Apply {
@@ -28,21 +32,22 @@ pub(crate) enum JobsAction {
     },
     /// Delete jobs and their triggers (history is kept).
     Delete {
-        #[arg(required = true)]
+        #[arg(required = true, value_parser = NonEmptyStringValueParser::new())]
         names: Vec<String>,
     },
     /// Pause every trigger of jobs.
     Pause {
-        #[arg(required = true)]
+        #[arg(required = true, value_parser = NonEmptyStringValueParser::new())]
         names: Vec<String>,
     },
     /// Resume jobs.
     Resume {
-        #[arg(required = true)]
+        #[arg(required = true, value_parser = NonEmptyStringValueParser::new())]
         names: Vec<String>,
     },
     /// Run a job now on the node and wait for the result (exit 1 if the run fails).
     Trigger {
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
         name: String,
         /// JSON object overriding the job's data.
         #[arg(long)]
@@ -50,6 +55,7 @@ pub(crate) enum JobsAction {
     },
     /// Queue a run of a job for any node; prints the one-shot trigger's name.
     Enqueue {
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
         name: String,
         /// JSON object overriding the job's data.
         #[arg(long)]
@@ -57,7 +63,7 @@ pub(crate) enum JobsAction {
     },
     /// Put overridden code jobs back to their code definition.
     Restore {
-        #[arg(required = true)]
+        #[arg(required = true, value_parser = NonEmptyStringValueParser::new())]
         names: Vec<String>,
     },
 }
@@ -65,9 +71,19 @@ pub(crate) enum JobsAction {
 #[derive(Debug, Subcommand)]
 pub(crate) enum TriggersAction {
     /// Pause one trigger.
-    Pause { job: String, trigger: String },
+    Pause {
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
+        job: String,
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
+        trigger: String,
+    },
     /// Resume one trigger.
-    Resume { job: String, trigger: String },
+    Resume {
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
+        job: String,
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
+        trigger: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
