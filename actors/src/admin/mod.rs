@@ -476,7 +476,13 @@ fn run_query(params: Result<Query<Vec<(String, String)>>, QueryRejection>) -> Re
     let integer = |key: &str, value: &str| {
         value.parse::<i64>().map_err(|_| ApiError::bad_request(format!("{key}: '{value}' is not an integer")))
     };
+    let mut given = std::collections::BTreeSet::new();
     for (key, value) in &params {
+        // Every filter but `state` takes one value: a second one would silently replace
+        // the first, so it is refused instead.
+        if key != "state" && !given.insert(key.as_str()) {
+            return Err(ApiError::bad_request(format!("{key}: given more than once; it takes one value")));
+        }
         match key.as_str() {
             "job" => {
                 query.job = Some(
@@ -652,5 +658,10 @@ mod tests {
             let e = run_query(params(&[bad])).unwrap_err();
             assert_eq!(e.body().code, error::BAD_REQUEST, "{bad:?}");
         }
+        // `state` may repeat (its values add up); the others take one value.
+        let q = run_query(params(&[("state", "failed"), ("state", "lost")])).unwrap();
+        assert_eq!(q.states.len(), 2);
+        let e = run_query(params(&[("job", "a"), ("state", "lost"), ("job", "b")])).unwrap_err();
+        assert_eq!(e.body().message, "job: given more than once; it takes one value");
     }
 }
