@@ -542,6 +542,14 @@ pub fn read_file(file: &std::path::Path) -> Result<SpecFile, String> {
         .enumerate()
         .map(|(i, spec)| spec.to_definition(&format!("jobs[{i}]")).map_err(|e| at(e.to_string())))
         .collect::<Result<Vec<_>, _>>()?;
+    // One job twice would be applied twice, the later silently replacing the earlier: as
+    // a node config, the file is refused instead.
+    let mut names = BTreeMap::new();
+    for (i, def) in definitions.iter().enumerate() {
+        if let Some(first) = names.insert(&def.name, i) {
+            return Err(at(format!("jobs[{i}].name: job '{}' is also jobs[{first}]", def.name)));
+        }
+    }
     if specs.is_empty() {
         return Err(at("no jobs in the file".into()));
     }
@@ -712,6 +720,10 @@ mod tests {
         assert!(error.ends_with("cal.toml: calendars.w.days: 'caturday' is not a weekday"), "{error}");
         let error = read("flat.toml", "jobs = 3").unwrap_err();
         assert!(error.ends_with("flat.toml: `jobs` must be an array of tables ([[jobs]])"), "{error}");
+        let twice = "[[jobs]]\nname = \"a\"\ntype = \"log\"\n[[jobs]]\nname = \"b\"\ntype = \"log\"\n\
+                     [[jobs]]\nname = \"a\"\ntype = \"log\"";
+        let error = read("twice.toml", twice).unwrap_err();
+        assert!(error.ends_with("twice.toml: jobs[2].name: job 'a' is also jobs[0]"), "{error}");
         let error = read("empty.json", "[]").unwrap_err();
         assert!(error.ends_with("empty.json: no jobs in the file"), "{error}");
         let error = read("broken.json", "[{").unwrap_err();

@@ -317,8 +317,7 @@ async fn schedule_batch<S: JobStore>(
     let mut results: Vec<Option<ItemResult>> = Vec::with_capacity(items.len());
     let mut defs = Vec::new();
     let mut slots = Vec::new();
-    for (i, item) in items.into_iter().enumerate() {
-        let (label, parsed) = batch_item(i, item);
+    for (label, parsed) in batch_items(items) {
         match parsed {
             Ok(def) => {
                 slots.push((results.len(), label));
@@ -333,6 +332,29 @@ async fn schedule_batch<S: JobStore>(
         results[slot] = Some(ItemResult::of(label, outcome));
     }
     Ok(Json(results.into_iter().flatten().collect()))
+}
+
+/// A batch's items as [`batch_item`] reads them, a job named a second time refused (it
+/// would silently replace the first).
+fn batch_items(items: Vec<serde_json::Value>) -> Vec<(String, Result<sundial::job::JobDefinition, ErrorBody>)> {
+    let mut first = std::collections::BTreeMap::new();
+    let mut read = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        let (label, mut parsed) = batch_item(i, item);
+        if let Ok(def) = &parsed {
+            match first.entry(def.name.clone()) {
+                std::collections::btree_map::Entry::Vacant(entry) => {
+                    entry.insert(i);
+                }
+                std::collections::btree_map::Entry::Occupied(earlier) => {
+                    let message = format!("[{i}] ({0}): job '{0}' is also [{1}]", def.name, earlier.get());
+                    parsed = Err(ErrorBody { code: error::BAD_REQUEST.into(), message });
+                }
+            }
+        }
+        read.push((label, parsed));
+    }
+    read
 }
 
 /// The `i`th item of a batch: its label in the results (its name, or `[i]` when it has
@@ -601,6 +623,15 @@ mod tests {
         let item =
             serde_json::json!({"name": "x", "type": "log", "triggers": [{"name": "t", "schedule": "every 00:00:10"}]});
         assert!(batch_item(0, item).1.is_ok());
+        // A job named twice: the later items fail, naming the first.
+        let job = |name: &str| serde_json::json!({"name": name, "type": "log"});
+        let read = batch_items(vec![job("a"), job("b"), job("a"), job("a")]);
+        let verdicts: Vec<Result<(), String>> =
+            read.into_iter().map(|(_, parsed)| parsed.map(drop).map_err(|e| e.message)).collect();
+        assert_eq!(
+            verdicts,
+            [Ok(()), Ok(()), Err("[2] (a): job 'a' is also [0]".into()), Err("[3] (a): job 'a' is also [0]".into())]
+        );
     }
 
     #[test]
