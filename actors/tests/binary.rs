@@ -546,6 +546,16 @@ fn offline_helpers_print_one_utc_instant_per_line() {
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "2026-01-01T00:30:00Z\n2026-01-01T01:00:00Z\n");
+    // No fires: nothing on stdout, and why on stderr.
+    for (text, why) in [
+        ("manual", "a manual schedule never fires by itself"),
+        ("cron 0 0 0 1 1 * 2030", "no fires after 2031-01-01T00:00:00Z"),
+    ] {
+        let out =
+            Command::new(BIN).args(["schedule", "next", text, "--after", "2031-01-01T00:00:00Z"]).output().unwrap();
+        assert_eq!((out.status.code(), out.stdout.as_slice()), (Some(0), &b""[..]), "{text}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(why), "{text}: {out:?}");
+    }
     let out = Command::new(BIN).args(["cron", "next", "0 0 9 * * FUNDAY"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("FUNDAY"));

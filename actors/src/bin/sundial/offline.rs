@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use clap::Subcommand;
-use sundial::schedule::{JobSchedule, PreviousFire};
+use sundial::schedule::{JobSchedule, PreviousFire, ScheduleKind};
 use sundial::time::{Clock, SystemClock};
 
 use crate::exit;
@@ -77,7 +77,17 @@ fn print_fires(schedule: &JobSchedule, window: &Window) -> u8 {
             }
         },
     };
-    for at in fires(schedule, after, window.count) {
+    let fires = fires(schedule, after, window.count);
+    if fires.is_empty() {
+        // Nothing on stdout, as asked; why on stderr, so an empty answer is not a puzzle.
+        let after = after.to_rfc3339_opts(SecondsFormat::AutoSi, true);
+        if schedule.kind == ScheduleKind::Manual {
+            eprintln!("sundial: a manual schedule never fires by itself (`jobs trigger` or `jobs enqueue` runs it)");
+        } else {
+            eprintln!("sundial: no fires after {after}: the schedule ends before then");
+        }
+    }
+    for at in fires {
         outln!("{}", at.to_rfc3339_opts(SecondsFormat::AutoSi, true));
     }
     0
