@@ -510,13 +510,15 @@ pub fn read_file(file: &std::path::Path) -> Result<SpecFile, String> {
         _ => serde_json::from_str::<Value>(&text).is_ok(),
     };
     let at = |e: String| format!("{}: {e}", file.display());
+    // How a message names the i-th job: by its place in the JSON array, or in `[[jobs]]`.
+    let item = |i: usize| if is_json { format!("[{i}]") } else { format!("jobs[{i}]") };
     let mut calendar_specs = BTreeMap::new();
     let specs = if is_json {
         match serde_json::from_str::<Value>(&text).map_err(|e| at(e.to_string()))? {
             Value::Array(items) => items
                 .into_iter()
                 .enumerate()
-                .map(|(i, v)| deserialize_at(v, &format!("[{i}]")).map_err(at))
+                .map(|(i, v)| deserialize_at(v, &item(i)).map_err(at))
                 .collect::<Result<Vec<JobSpec>, _>>()?,
             other => vec![deserialize_at(other, "").map_err(at)?],
         }
@@ -529,7 +531,7 @@ pub fn read_file(file: &std::path::Path) -> Result<SpecFile, String> {
             Some(toml::Value::Array(items)) => items
                 .into_iter()
                 .enumerate()
-                .map(|(i, item)| deserialize_at(item, &format!("jobs[{i}]")).map_err(at))
+                .map(|(i, v)| deserialize_at(v, &item(i)).map_err(at))
                 .collect::<Result<Vec<JobSpec>, _>>()?,
             Some(_) => return Err(at("`jobs` must be an array of tables ([[jobs]])".into())),
             None => {
@@ -540,14 +542,14 @@ pub fn read_file(file: &std::path::Path) -> Result<SpecFile, String> {
     let definitions = specs
         .iter()
         .enumerate()
-        .map(|(i, spec)| spec.to_definition(&format!("jobs[{i}]")).map_err(|e| at(e.to_string())))
+        .map(|(i, spec)| spec.to_definition(&item(i)).map_err(|e| at(e.to_string())))
         .collect::<Result<Vec<_>, _>>()?;
     // One job twice would be applied twice, the later silently replacing the earlier: as
     // a node config, the file is refused instead.
     let mut names = BTreeMap::new();
     for (i, def) in definitions.iter().enumerate() {
         if let Some(first) = names.insert(&def.name, i) {
-            return Err(at(format!("jobs[{i}].name: job '{}' is also jobs[{first}]", def.name)));
+            return Err(at(format!("{}.name: job '{}' is also {}", item(i), def.name, item(first))));
         }
     }
     if specs.is_empty() {
@@ -724,6 +726,12 @@ mod tests {
                      [[jobs]]\nname = \"a\"\ntype = \"log\"";
         let error = read("twice.toml", twice).unwrap_err();
         assert!(error.ends_with("twice.toml: jobs[2].name: job 'a' is also jobs[0]"), "{error}");
+        let twice = r#"[{"name": "a", "type": "log"}, {"name": "a", "type": "log"}]"#;
+        let error = read("twice.json", twice).unwrap_err();
+        assert!(error.ends_with("twice.json: [1].name: job 'a' is also [0]"), "{error}");
+        let cron = r#"[{"name": "a", "type": "log", "triggers": [{"name": "t", "schedule": "cron 61 * * * * *"}]}]"#;
+        let error = read("cron.json", cron).unwrap_err();
+        assert!(error.contains("cron.json: [0] (a).triggers[0].schedule"), "{error}");
         let error = read("empty.json", "[]").unwrap_err();
         assert!(error.ends_with("empty.json: no jobs in the file"), "{error}");
         let error = read("broken.json", "[{").unwrap_err();

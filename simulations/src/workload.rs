@@ -305,3 +305,24 @@ pub fn generate(options: &SimOptions) -> Workload {
     ops.sort_by_key(|(offset, _)| *offset);
     Workload { code_jobs, runtime_jobs, ops, changed, switched }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn given_jobs_are_refused_when_two_share_a_name_or_a_calendar_is_unknown() {
+        let job = |name: &str, schedule: &str| {
+            JobDefinition::new(JobName::new(name).unwrap(), JobTypeKey::new("log").unwrap())
+                .with_trigger(JobTriggerDefinition::new(TriggerName::new("t").unwrap(), schedule.parse().unwrap()))
+        };
+        let given = |jobs| GivenJobs { jobs, calendars: Default::default() };
+        assert_eq!(check_given(&given(vec![job("a", "cron 0 * * * * *"), job("b", "manual")])), Ok(()));
+        let twice = given(vec![job("a", "manual"), job("b", "manual"), job("a", "cron 0 * * * * *")]);
+        assert_eq!(check_given(&twice), Err("job 'a' is defined twice".into()));
+        let quiet = given(vec![job("a", "cron 0 * * * * * calendar=quiet")]);
+        assert_eq!(check_given(&quiet), Ok(()), "the simulation's own calendar");
+        let unknown = check_given(&given(vec![job("a", "cron 0 * * * * * calendar=holidays")])).unwrap_err();
+        assert!(unknown.contains("calendar 'holidays' is neither in the file nor the simulation's own"), "{unknown}");
+    }
+}

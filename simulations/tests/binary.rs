@@ -170,7 +170,7 @@ fn a_jobs_file_it_cannot_simulate_is_refused_with_a_reason() {
     let invalid = write("invalid.toml", &job("a", "cron 0 0 25 * * *"));
     let cases = [
         (holidays.as_str(), "job 'a' trigger 't': calendar 'holidays' is neither in the file nor the simulation's own (there are: quiet)"),
-        (twice.as_str(), "job 'a' is defined twice"),
+        (twice.as_str(), "twice.toml: jobs[1].name: job 'a' is also jobs[0]"),
         (invalid.as_str(), "invalid.toml: jobs[0] (a).triggers[0].schedule"),
         ("/no/such/jobs.toml", "/no/such/jobs.toml: cannot read"),
     ];
