@@ -34,8 +34,46 @@ use crate::spec::{reason, CalendarSpec, JobSpec};
 pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:7600";
 /// The environment variable holding the admin token (it wins over the file's).
 pub const ADMIN_TOKEN_ENV: &str = "SUNDIAL_ADMIN_TOKEN";
+/// The environment variable holding the admin API's address (it wins over the file's).
+pub const ADMIN_LISTEN_ENV: &str = "SUNDIAL_ADMIN_LISTEN";
+/// The environment variable holding the bearer token for `[leader] api_url` (outside a
+/// pod; in a pod the service account's is used).
+pub const KUBERNETES_TOKEN_ENV: &str = "SUNDIAL_KUBERNETES_TOKEN";
+/// The other `SUNDIAL_*` names in use: the CLI's node address, and what shell jobs set for
+/// their processes (a node may be started by one).
+const OTHER_ENV: [&str; 6] =
+    ["SUNDIAL_SERVER", "SUNDIAL_RUN_ID", "SUNDIAL_JOB", "SUNDIAL_TRIGGER", "SUNDIAL_SCHEDULED_AT", "SUNDIAL_ATTEMPT"];
 /// The in-memory store's default history cap.
 pub const DEFAULT_MAX_RUNS: u64 = 10_000;
+
+/// `SUNDIAL_*` variables of `env` that sundial does not read but that look like a name it
+/// does, each with that name (`SUNDIAL_POLL_INTERVAL`, `SUNDIAL_POLL_INTERVAL_SECONDS`).
+/// They are ignored, so a node warns of them: a misspelt setting would otherwise go
+/// unnoticed. Names far from every known one are left alone (other tools may use them).
+pub fn near_misses(env: &BTreeMap<String, String>) -> Vec<(String, String)> {
+    use sundial::options::{ENV_PREFIX, OPTION_KEYS};
+    // Options are read whatever the case after the prefix; the others exactly as written.
+    let options: Vec<String> =
+        OPTION_KEYS.iter().map(|key| format!("{ENV_PREFIX}{}", key.to_ascii_uppercase())).collect();
+    let exact = [ADMIN_TOKEN_ENV, ADMIN_LISTEN_ENV, KUBERNETES_TOKEN_ENV].into_iter().chain(OTHER_ENV);
+    let known: Vec<&str> = options.iter().map(String::as_str).chain(exact.clone()).collect();
+    let mut misses = Vec::new();
+    for name in env.keys().filter(|name| name.starts_with(ENV_PREFIX)) {
+        let upper = name.to_ascii_uppercase();
+        if options.contains(&upper) || exact.clone().any(|e| e == name) {
+            continue;
+        }
+        let like = known
+            .iter()
+            .map(|k| (strsim::levenshtein(&upper, k), *k))
+            .filter(|(distance, k)| *distance <= 3 || k.starts_with(upper.as_str()) || upper.starts_with(k))
+            .min();
+        if let Some((_, like)) = like {
+            misses.push((name.clone(), like.to_owned()));
+        }
+    }
+    misses
+}
 
 /// A config problem: where (file and key) and what.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -417,11 +455,8 @@ impl NodeFileConfig {
         }
         options.apply_env(env.iter()).map_err(|e| ConfigError::at(e.key, e.problem))?;
 
-        let listen_text = env
-            .get("SUNDIAL_ADMIN_LISTEN")
-            .cloned()
-            .or(file.admin.listen)
-            .unwrap_or_else(|| DEFAULT_ADMIN_ADDR.to_owned());
+        let listen_text =
+            env.get(ADMIN_LISTEN_ENV).cloned().or(file.admin.listen).unwrap_or_else(|| DEFAULT_ADMIN_ADDR.to_owned());
         let listen: SocketAddr = listen_text.parse().map_err(|_| {
             ConfigError::at("admin.listen", format!("'{listen_text}' is not an address like 127.0.0.1:7600"))
         })?;
@@ -605,6 +640,31 @@ mod tests {
         let config = NodeFileConfig::parse("[scheduler]\nmax_concurrent_runs = 3", &env).unwrap();
         assert_eq!(config.options.max_concurrent_runs, 7);
         assert_eq!(config.admin.listen.port(), 9000);
+        let env = |names: &[&str]| names.iter().map(|n| ((*n).to_owned(), "1".to_owned())).collect();
+        let misses = near_misses(&env(&[
+            "SUNDIAL_POLL_INTERVAL",
+            "SUNDIAL_MAX_CONCURENT_RUNS",
+            "sundial_lease_ttl_seconds",
+            "SUNDIAL_ADMIN",
+            "SUNDIAL_LEASE_TTL_SECONDS",
+            "SUNDIAL_node_timeout_seconds",
+            "SUNDIAL_admin_listen",
+            "SUNDIAL_JOB",
+            "SUNDIAL_SOMETHING_ELSE_ENTIRELY",
+            "PATH",
+        ]));
+        let pairs: Vec<(&str, &str)> = misses.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+        assert_eq!(
+            pairs,
+            [
+                ("SUNDIAL_ADMIN", "SUNDIAL_ADMIN_TOKEN"),
+                ("SUNDIAL_MAX_CONCURENT_RUNS", "SUNDIAL_MAX_CONCURRENT_RUNS"),
+                ("SUNDIAL_POLL_INTERVAL", "SUNDIAL_POLL_INTERVAL_SECONDS"),
+                ("SUNDIAL_admin_listen", "SUNDIAL_ADMIN_LISTEN"),
+            ],
+            "names read (options in any case after the prefix), run names, far names and \
+             ones without the prefix are left alone"
+        );
         let bad = BTreeMap::from([("SUNDIAL_MAX_CONCURRENT_RUNS".to_owned(), "zero".to_owned())]);
         assert_eq!(NodeFileConfig::defaults(&bad).unwrap_err().key.as_deref(), Some("SUNDIAL_MAX_CONCURRENT_RUNS"));
     }

@@ -233,13 +233,19 @@ fn the_demo_node_runs_its_jobs_and_stops_on_sigterm() {
 }
 
 #[test]
-fn a_lease_ttl_too_short_to_renew_is_warned_of_at_start() {
-    // Valid (SPEC §13 asks > 0), but renewals come at most every 10 ms.
-    let mut node = NodeProcess::start(&["--demo"], &[("SUNDIAL_LEASE_TTL_SECONDS", "0.005")]);
+fn warnings_at_start_name_a_lease_too_short_to_renew_and_a_misspelt_setting() {
+    let envs = [("SUNDIAL_LEASE_TTL_SECONDS", "0.005"), ("SUNDIAL_POLL_INTERVAL", "5")];
+    let mut node = NodeProcess::start(&["--demo"], &envs);
     // Said as the node starts, before its admin API listens.
-    let line = node.seen.iter().find(|l| l.contains("lease can lapse")).cloned();
-    let line = line.unwrap_or_else(|| node.wait_for("lease can lapse", Duration::from_secs(15)));
+    let mut said = |needle: &str| {
+        let line = node.seen.iter().find(|l| l.contains(needle)).cloned();
+        line.unwrap_or_else(|| node.wait_for(needle, Duration::from_secs(15)))
+    };
+    // Valid (SPEC §13 asks > 0), but renewals come at most every 10 ms.
+    let line = said("lease can lapse");
     assert!(line.contains("WARN") && line.contains("lease_ttl_ms=5"), "{line}");
+    let line = said("SUNDIAL_POLL_INTERVAL is not a setting");
+    assert!(line.contains("WARN") && line.contains("did you mean SUNDIAL_POLL_INTERVAL_SECONDS?"), "{line}");
     assert!(node.terminate().success(), "{}", node.seen.join("\n"));
 }
 

@@ -27,10 +27,6 @@ use sundial_actors::stats::RetryCountingKv;
 
 use crate::{exit, RunNode};
 
-/// The bearer token for `[leader] api_url` (outside a pod; in a pod the service account's
-/// is used).
-const KUBERNETES_TOKEN_ENV: &str = "SUNDIAL_KUBERNETES_TOKEN";
-
 /// How long running runs get to finish when the node is stopped.
 const STOP_DEADLINE: Duration = Duration::from_secs(30);
 
@@ -54,6 +50,9 @@ pub(crate) fn run(args: RunNode) -> u8 {
         None => config.log,
     };
     init_logs(format);
+    for (name, like) in sundial_actors::config::near_misses(&env) {
+        tracing::warn!("{name} is not a setting sundial reads (did you mean {like}?); it is ignored");
+    }
     if args.demo {
         for def in demo_jobs() {
             if config.jobs.iter().any(|j| j.name == def.name) {
@@ -293,7 +292,9 @@ async fn serve<K: Kv>(setup: Setup<K>) -> u8 {
     }
     if let LeaderConfig::Kubernetes { lease_name, api, identity } = &config.leader {
         let api = match api {
-            Some((url, namespace)) => KubernetesApi::new(url, namespace, std::env::var(KUBERNETES_TOKEN_ENV).ok()),
+            Some((url, namespace)) => {
+                KubernetesApi::new(url, namespace, std::env::var(sundial_actors::config::KUBERNETES_TOKEN_ENV).ok())
+            }
             None => KubernetesApi::in_cluster(),
         };
         let api = match api {
