@@ -97,6 +97,15 @@ pub const OPTION_KEYS: [&str; 10] = [
     "history_retention_days",
 ];
 
+/// The option a variable sets, if any: `SUNDIAL_` then the key in any case
+/// (`SUNDIAL_POLL_INTERVAL_SECONDS` and `SUNDIAL_poll_interval_seconds` set
+/// `poll_interval_seconds`), as [`SchedulerOptions::apply_env`] reads them.
+#[must_use]
+pub fn env_option(name: &str) -> Option<&'static str> {
+    let key = name.strip_prefix(ENV_PREFIX)?;
+    OPTION_KEYS.iter().copied().find(|k| k.eq_ignore_ascii_case(key))
+}
+
 impl SchedulerOptions {
     /// Defaults overlaid with the keys of a TOML document (top-level keys).
     ///
@@ -135,10 +144,8 @@ impl SchedulerOptions {
         let mut next = self.clone();
         for (name, value) in vars {
             let name = name.as_ref();
-            let Some(key) = name.strip_prefix(ENV_PREFIX) else { continue };
-            let key = key.to_ascii_lowercase();
-            if OPTION_KEYS.contains(&key.as_str()) {
-                next.set(name, &key, Raw::Text(value.as_ref().trim()))?;
+            if let Some(key) = env_option(name) {
+                next.set(name, key, Raw::Text(value.as_ref().trim()))?;
             }
         }
         *self = next;
@@ -336,6 +343,8 @@ mod tests {
     fn environment_overrides_and_names_the_variable() {
         let mut o = SchedulerOptions::from_toml_str("max_concurrent_runs = 4").unwrap();
         o.apply_env([("SUNDIAL_MAX_CONCURRENT_RUNS", "8"), ("SUNDIAL_CONFIG", "x.toml"), ("PATH", "/bin")]).unwrap();
+        assert_eq!(env_option("SUNDIAL_node_timeout_SECONDS"), Some("node_timeout_seconds"));
+        assert_eq!((env_option("SUNDIAL_CONFIG"), env_option("NODE_TIMEOUT_SECONDS")), (None, None));
         assert_eq!(o.max_concurrent_runs, 8);
         let before = o.clone();
         let err =

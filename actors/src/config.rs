@@ -51,18 +51,18 @@ pub const DEFAULT_MAX_RUNS: u64 = 10_000;
 /// They are ignored, so a node warns of them: a misspelt setting would otherwise go
 /// unnoticed. Names far from every known one are left alone (other tools may use them).
 pub fn near_misses(env: &BTreeMap<String, String>) -> Vec<(String, String)> {
-    use sundial::options::{ENV_PREFIX, OPTION_KEYS};
-    // Options are read whatever the case after the prefix; the others exactly as written.
+    use sundial::options::{env_option, ENV_PREFIX, OPTION_KEYS};
+    // Options are read as `env_option` says; the others exactly as written.
     let options: Vec<String> =
         OPTION_KEYS.iter().map(|key| format!("{ENV_PREFIX}{}", key.to_ascii_uppercase())).collect();
     let exact = [ADMIN_TOKEN_ENV, ADMIN_LISTEN_ENV, KUBERNETES_TOKEN_ENV].into_iter().chain(OTHER_ENV);
     let known: Vec<&str> = options.iter().map(String::as_str).chain(exact.clone()).collect();
     let mut misses = Vec::new();
     for name in env.keys().filter(|name| name.starts_with(ENV_PREFIX)) {
-        let upper = name.to_ascii_uppercase();
-        if options.contains(&upper) || exact.clone().any(|e| e == name) {
+        if env_option(name).is_some() || exact.clone().any(|e| e == name) {
             continue;
         }
+        let upper = name.to_ascii_uppercase();
         let like = known
             .iter()
             .map(|k| (strsim::levenshtein(&upper, k), *k))
