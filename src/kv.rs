@@ -22,8 +22,11 @@
 //! closure when an earlier attempt may have committed so it can check for its own marker.
 
 pub mod atomic;
+mod buffer;
 mod key_map;
 pub mod memory;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 mod write_set;
 
 use std::borrow::Cow;

@@ -50,11 +50,12 @@ use std::ops::{Deref, DerefMut};
 use std::time::Duration;
 
 use super::atomic::{self, AtomicOp};
+use super::buffer::{merge, Base, Buffer, Point, StoredKey, WatchSender};
 use super::key_map::KeyMap;
 use super::write_set::WriteSet;
 use super::{
-    key_after, CommitInfo, Kv, KvError, KvTransaction, RangeRequest, RangeResult, Version, KEY_SIZE_MAX,
-    TRANSACTION_LIFE_VERSIONS_MAX, TRANSACTION_SIZE_MAX, VALUE_SIZE_MAX,
+    CommitInfo, Kv, KvError, KvTransaction, RangeRequest, RangeResult, Version, TRANSACTION_LIFE_VERSIONS_MAX,
+    TRANSACTION_SIZE_MAX,
 };
 use crate::entropy::Entropy;
 use crate::time::{Clock, MonotonicInstant, NoSleep, Sleeper};
@@ -222,11 +223,6 @@ impl Drop for StateGuard<'_> {
 /// inline, without an allocation of its own.
 type Versions = smallvec::SmallVec<[(Version, Option<Box<[u8]>>); 1]>;
 
-/// A stored key, inline up to 48 bytes (our tuple keys mostly are): B-tree searches then
-/// compare keys in contiguous memory instead of chasing one heap pointer per comparison,
-/// which keeps lookups cheap in stores of millions of keys.
-type StoredKey = smallvec::SmallVec<[u8; 48]>;
-
 struct State {
     data: KeyMap<StoredKey, Versions>,
     /// The last commit version.
@@ -271,8 +267,6 @@ struct Watcher {
     seen: Option<Vec<u8>>,
     notify: WatchSender,
 }
-
-type WatchSender = futures_channel::oneshot::Sender<Result<(), KvError>>;
 
 /// A commit reported as timed out that may still land.
 struct LateCommit {
@@ -342,38 +336,9 @@ fn key_hash(key: &[u8]) -> u64 {
 /// conflict check searches the B-tree instead.
 const RECENT_ASKED_MAX: usize = 16;
 
-/// The net effect of a transaction on one key.
-#[derive(Debug, Clone)]
-struct Point {
-    base: Base,
-    /// Atomic ops to apply on top of `base`, in order.
-    ops: Vec<(AtomicOp, Vec<u8>)>,
-}
-
-#[derive(Debug, Clone)]
-enum Base {
-    /// The stored value (the transaction depends on it).
-    Unchanged,
-    Set(Vec<u8>),
-    Cleared,
-    /// Set with a versionstamp at this offset, filled in at commit.
-    Stamped(Vec<u8>, usize),
-}
-
-impl Point {
-    /// Whether the key's value is fully determined by this transaction.
-    fn is_independent(&self) -> bool {
-        !matches!(self.base, Base::Unchanged)
-    }
-}
-
 /// The value among a key's `versions` at `version`.
 fn value_in(versions: &Versions, version: Version) -> Option<&[u8]> {
     versions.iter().rev().find(|(v, _)| *v <= version).and_then(|(_, value)| value.as_deref())
-}
-
-fn overlaps(a: &(Vec<u8>, Vec<u8>), b_begin: &[u8], b_end: &[u8]) -> bool {
-    a.0.as_slice() < b_end && b_begin < a.1.as_slice()
 }
 
 fn is_point_range(begin: &[u8], end: &[u8]) -> bool {
@@ -407,29 +372,6 @@ fn stored_pairs<'a>(
         cursor.next();
     }
     RangeResult { pairs, more: false }
-}
-
-/// `[begin, end)` minus the given ranges (which may overlap), as disjoint pieces.
-fn subtract(begin: &[u8], end: &[u8], holes: &[(Vec<u8>, Vec<u8>)]) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let mut holes: Vec<&(Vec<u8>, Vec<u8>)> = holes.iter().filter(|h| overlaps(h, begin, end)).collect();
-    holes.sort();
-    let mut pieces = Vec::new();
-    let mut cursor = begin.to_vec();
-    for (hole_begin, hole_end) in holes {
-        if cursor.as_slice() < hole_begin.as_slice() {
-            pieces.push((cursor.clone(), hole_begin.clone().min(end.to_vec())));
-        }
-        if hole_end.as_slice() > cursor.as_slice() {
-            cursor = hole_end.clone();
-        }
-        if cursor.as_slice() >= end {
-            return pieces;
-        }
-    }
-    if cursor.as_slice() < end {
-        pieces.push((cursor, end.to_vec()));
-    }
-    pieces
 }
 
 impl State {
@@ -836,7 +778,7 @@ impl Kv for MemoryKv {
     type Transaction = MemoryTransaction;
 
     fn create_transaction(&self) -> Result<MemoryTransaction, KvError> {
-        Ok(MemoryTransaction { inner: Arc::new(TxnInner { kv: self.clone(), data: Mutex::new(TxnData::default()) }) })
+        Ok(MemoryTransaction { inner: Arc::new(TxnInner { kv: self.clone(), data: Mutex::new(Buffer::default()) }) })
     }
 
     fn backoff(&self, attempt: u32, max: Duration) -> impl Future<Output = ()> + Send {
@@ -877,7 +819,7 @@ impl fmt::Debug for MemoryTransaction {
 
 struct TxnInner {
     kv: MemoryKv,
-    data: Mutex<TxnData>,
+    data: Mutex<Buffer>,
 }
 
 impl Drop for TxnInner {
@@ -889,119 +831,7 @@ impl Drop for TxnInner {
     }
 }
 
-#[derive(Default)]
-struct TxnData {
-    read_version: Option<Version>,
-    points: WriteSet<StoredKey, Point>,
-    cleared: Vec<(Vec<u8>, Vec<u8>)>,
-    stamped_keys: Vec<(Vec<u8>, usize, Vec<u8>)>,
-    unreadable: Vec<(Vec<u8>, Vec<u8>)>,
-    read_points: Vec<StoredKey>,
-    read_conflicts: Vec<(Vec<u8>, Vec<u8>)>,
-    write_conflicts: Vec<(Vec<u8>, Vec<u8>)>,
-    size: usize,
-    error: Option<KvError>,
-    /// Committed, failed at commit, or handed to a late commit: no longer usable.
-    finished: bool,
-    /// Watches to arm at commit (dropped uncommitted: their futures fail with 1025).
-    watches: Vec<(Vec<u8>, WatchSender)>,
-}
-
-impl TxnData {
-    fn in_cleared(&self, key: &[u8]) -> bool {
-        self.cleared.iter().any(|(b, e)| b.as_slice() <= key && key < e.as_slice())
-    }
-
-    fn fail_later(&mut self, error: KvError) {
-        self.error.get_or_insert(error);
-    }
-
-    fn check_key(&mut self, key: &[u8]) -> bool {
-        if key.len() > KEY_SIZE_MAX {
-            self.fail_later(KvError::new(KvError::KEY_TOO_LARGE));
-            return false;
-        }
-        true
-    }
-
-    fn check_value(&mut self, value: &[u8]) -> bool {
-        if value.len() > VALUE_SIZE_MAX {
-            self.fail_later(KvError::new(KvError::VALUE_TOO_LARGE));
-            return false;
-        }
-        true
-    }
-
-    /// Ranges whose content this transaction fully determines (so reading them adds no
-    /// conflict): its range clears and its independently written keys.
-    fn written_ranges(&self, begin: &[u8], end: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
-        let mut ranges: Vec<(Vec<u8>, Vec<u8>)> =
-            self.cleared.iter().filter(|r| overlaps(r, begin, end)).cloned().collect();
-        ranges.extend(
-            self.points
-                .range(begin, end)
-                .into_iter()
-                .filter(|(_, p)| p.is_independent())
-                .map(|(k, _)| (k.to_vec(), key_after(k))),
-        );
-        ranges
-    }
-
-    fn add_read_conflict(&mut self, begin: &[u8], end: &[u8]) {
-        if begin >= end {
-            return;
-        }
-        self.points.settle();
-        let written = self.written_ranges(begin, end);
-        for piece in subtract(begin, end, &written) {
-            self.size += piece.0.len() + piece.1.len();
-            self.read_conflicts.push(piece);
-        }
-    }
-
-    fn add_write_conflict(&mut self, begin: &[u8], end: &[u8]) {
-        self.size += begin.len() + end.len();
-        self.write_conflicts.push((begin.to_vec(), end.to_vec()));
-    }
-
-    /// A point write's conflict range `[key, key\0)`: not stored, since commit derives it
-    /// from the write set (every written key is in `points` or a cleared range); only its
-    /// size counts, as FDB counts it.
-    fn add_point_write_conflict(&mut self, key: &[u8]) {
-        self.size += 2 * key.len() + 1;
-    }
-
-    /// The value this transaction sees for `key`, given the stored value at its version.
-    fn resolve(&self, key: &[u8], stored: Option<&[u8]>) -> Result<Option<Vec<u8>>, KvError> {
-        self.resolve_point(self.points.get(key), key, stored)
-    }
-
-    /// [`resolve`](Self::resolve) with `key`'s entry in `points` looked up already.
-    fn resolve_point(
-        &self,
-        point: Option<&Point>,
-        key: &[u8],
-        stored: Option<&[u8]>,
-    ) -> Result<Option<Vec<u8>>, KvError> {
-        let (mut value, ops) = match point {
-            Some(point) => {
-                let base = match &point.base {
-                    Base::Unchanged => stored.map(<[u8]>::to_vec),
-                    Base::Set(value) => Some(value.clone()),
-                    Base::Cleared => None,
-                    Base::Stamped(..) => return Err(KvError::new(KvError::ACCESSED_UNREADABLE)),
-                };
-                (base, point.ops.as_slice())
-            }
-            None if self.in_cleared(key) => (None, &[][..]),
-            None => (stored.map(<[u8]>::to_vec), &[][..]),
-        };
-        for (op, param) in ops {
-            value = atomic::apply(*op, value.as_deref(), param);
-        }
-        Ok(value)
-    }
-
+impl Buffer {
     /// The value of `key` as this transaction sees it, registering a serializable read.
     fn get(&mut self, state: &State, key: &[u8], snapshot: bool) -> Result<Option<Vec<u8>>, KvError> {
         if self.unreadable.iter().any(|(b, e)| b.as_slice() <= key && key < e.as_slice()) {
@@ -1013,17 +843,9 @@ impl TxnData {
         let stored = if depends_on_store { state.value_at(key, self.read_version.unwrap_or_default()) } else { None };
         let value = self.resolve_point(point, key, stored)?;
         if !snapshot && depends_on_store {
-            self.size += 2 * key.len() + 1;
-            self.read_points.push(StoredKey::from_slice(key));
+            self.note_point_read(key);
         }
         Ok(value)
-    }
-
-    /// Whether nothing this transaction wrote lies in `[begin, end)`: the stored values
-    /// are what it reads there.
-    fn untouched(&mut self, begin: &[u8], end: &[u8]) -> bool {
-        self.points.settle();
-        self.points.none_in(begin, end) && !self.cleared.iter().any(|r| overlaps(r, begin, end))
     }
 
     /// `requests` read in order, each as [`get_range`](Self::get_range) reads it. Forward
@@ -1119,32 +941,6 @@ impl TxnData {
         }
         Ok(self.conflict_on_range(request, snapshot, pairs, more))
     }
-
-    /// The result of a range read, after registering its conflict range when it is
-    /// serializable: a read cut short by its limit conflicts only up to the last key
-    /// returned.
-    fn conflict_on_range(
-        &mut self,
-        request: &RangeRequest,
-        snapshot: bool,
-        pairs: Vec<(Vec<u8>, Vec<u8>)>,
-        more: bool,
-    ) -> RangeResult {
-        if !snapshot {
-            let (begin, end) = (request.begin.as_slice(), request.end.as_slice());
-            let (conflict_begin, conflict_end) = match (more, pairs.last()) {
-                (true, Some((last, _))) if request.reverse => (last.clone(), end.to_vec()),
-                (true, Some((last, _))) => (begin.to_vec(), key_after(last)),
-                _ => (begin.to_vec(), end.to_vec()),
-            };
-            self.add_read_conflict(&conflict_begin, &conflict_end);
-        }
-        RangeResult { pairs, more }
-    }
-
-    fn is_unreadable(&self, begin: &[u8], end: &[u8]) -> bool {
-        self.unreadable.iter().any(|r| overlaps(r, begin, end))
-    }
 }
 
 impl MemoryTransaction {
@@ -1152,7 +948,7 @@ impl MemoryTransaction {
     /// and checking the transaction's age. Returns the result and the latency to add.
     fn with_read<T>(
         &self,
-        f: impl FnOnce(&mut TxnData, &State) -> Result<T, KvError>,
+        f: impl FnOnce(&mut Buffer, &State) -> Result<T, KvError>,
     ) -> (Result<T, KvError>, Option<Duration>) {
         self.with_reads(1, false, f)
     }
@@ -1163,7 +959,7 @@ impl MemoryTransaction {
         &self,
         reads: usize,
         ranges: bool,
-        f: impl FnOnce(&mut TxnData, &State) -> Result<T, KvError>,
+        f: impl FnOnce(&mut Buffer, &State) -> Result<T, KvError>,
     ) -> (Result<T, KvError>, Option<Duration>) {
         let kv = &self.inner.kv;
         let mut data = self.inner.data.lock();
@@ -1262,7 +1058,7 @@ impl MemoryTransaction {
         (Ok(values), slowest)
     }
 
-    fn write(&self, f: impl FnOnce(&mut TxnData)) {
+    fn write(&self, f: impl FnOnce(&mut Buffer)) {
         let mut data = self.inner.data.lock();
         if !data.finished {
             f(&mut data);
@@ -1353,102 +1149,19 @@ impl KvTransaction for MemoryTransaction {
     }
 
     fn set(&self, key: &[u8], value: &[u8]) {
-        self.write(|data| {
-            if !data.check_key(key) || !data.check_value(value) {
-                return;
-            }
-            data.size += key.len() + value.len();
-            data.points.insert(StoredKey::from_slice(key), Point { base: Base::Set(value.to_vec()), ops: Vec::new() });
-            data.add_point_write_conflict(key);
-        });
+        self.write(|data| data.set(key, value));
     }
 
     fn clear(&self, key: &[u8]) {
-        self.write(|data| {
-            if !data.check_key(key) {
-                return;
-            }
-            data.size += key.len();
-            data.points.insert(StoredKey::from_slice(key), Point { base: Base::Cleared, ops: Vec::new() });
-            data.add_point_write_conflict(key);
-        });
+        self.write(|data| data.clear(key));
     }
 
     fn clear_range(&self, begin: &[u8], end: &[u8]) {
-        self.write(|data| {
-            if begin >= end || !data.check_key(begin) || !data.check_key(end) {
-                return;
-            }
-            data.points.remove_range(begin, end);
-            data.cleared.push((begin.to_vec(), end.to_vec()));
-            data.add_write_conflict(begin, end);
-        });
+        self.write(|data| data.clear_range(begin, end));
     }
 
     fn atomic_op(&self, key: &[u8], param: &[u8], op: AtomicOp) {
-        self.write(|data| match op {
-            AtomicOp::SetVersionstampedKey => {
-                let Some((bytes, offset)) = atomic::versionstamp_offset(key) else {
-                    data.fail_later(KvError::with_message(
-                        KvError::CLIENT_INVALID_OPERATION,
-                        "bad versionstamp offset in key",
-                    ));
-                    return;
-                };
-                if !data.check_key(bytes) || !data.check_value(param) {
-                    return;
-                }
-                // The key is unknown until commit: the range of every key it could be is
-                // unreadable and write-conflicting, as in FDB's client.
-                let low = atomic::stamped(bytes, offset, &[0; 10]);
-                let high = key_after(&atomic::stamped(bytes, offset, &[0xff; 10]));
-                data.size += bytes.len() + param.len();
-                data.unreadable.push((low.clone(), high.clone()));
-                data.add_write_conflict(&low, &high);
-                data.stamped_keys.push((bytes.to_vec(), offset, param.to_vec()));
-            }
-            AtomicOp::SetVersionstampedValue => {
-                let Some((bytes, offset)) = atomic::versionstamp_offset(param) else {
-                    data.fail_later(KvError::with_message(
-                        KvError::CLIENT_INVALID_OPERATION,
-                        "bad versionstamp offset in value",
-                    ));
-                    return;
-                };
-                if !data.check_key(key) || !data.check_value(bytes) {
-                    return;
-                }
-                data.size += key.len() + bytes.len();
-                data.points.insert(
-                    StoredKey::from_slice(key),
-                    Point { base: Base::Stamped(bytes.to_vec(), offset), ops: Vec::new() },
-                );
-                data.add_point_write_conflict(key);
-            }
-            _ => {
-                if !data.check_key(key) || !data.check_value(param) {
-                    return;
-                }
-                data.size += key.len() + param.len();
-                let cleared = data.in_cleared(key);
-                let point = data.points.get_or_insert_with(StoredKey::from_slice(key), || Point {
-                    base: if cleared { Base::Cleared } else { Base::Unchanged },
-                    ops: Vec::new(),
-                });
-                match &mut point.base {
-                    // The value is known here, so fold the op in.
-                    Base::Set(value) => match atomic::apply(op, Some(value), param) {
-                        Some(next) => *value = next,
-                        None => point.base = Base::Cleared,
-                    },
-                    Base::Cleared if point.ops.is_empty() => {
-                        point.base = atomic::apply(op, None, param).map_or(Base::Cleared, Base::Set);
-                    }
-                    _ => point.ops.push((op, param.to_vec())),
-                }
-                data.add_point_write_conflict(key);
-            }
-        });
+        self.write(|data| data.atomic_op(key, param, op));
     }
 
     fn add_read_conflict_range(&self, begin: &[u8], end: &[u8]) {
@@ -1456,11 +1169,7 @@ impl KvTransaction for MemoryTransaction {
     }
 
     fn add_write_conflict_range(&self, begin: &[u8], end: &[u8]) {
-        self.write(|data| {
-            if begin < end {
-                data.add_write_conflict(begin, end);
-            }
-        });
+        self.write(|data| data.add_write_conflict_range(begin, end));
     }
 
     fn commit(&self) -> impl Future<Output = Result<CommitInfo, KvError>> + Send {
@@ -1537,7 +1246,7 @@ impl MemoryTransaction {
 
     fn commit_locked(
         &self,
-        data: &mut TxnData,
+        data: &mut Buffer,
         state: &mut State,
         now_version: Version,
         point_hashes: KeyHashes,
@@ -1594,49 +1303,9 @@ impl MemoryTransaction {
     }
 }
 
-/// Merges two streams sorted by key (ascending, or descending when `reverse`), yielding
-/// each key once (`a`'s item when both have it).
-fn merge<'a, T>(
-    a: impl Iterator<Item = (&'a [u8], T)>,
-    b: impl Iterator<Item = (&'a [u8], T)>,
-    reverse: bool,
-) -> impl Iterator<Item = (&'a [u8], T)> {
-    let mut a = a.peekable();
-    let mut b = b.peekable();
-    std::iter::from_fn(move || {
-        let take_a = match (a.peek(), b.peek()) {
-            (None, None) => return None,
-            (Some(_), None) => true,
-            (None, Some(_)) => false,
-            (Some((x, _)), Some((y, _))) => {
-                if x == y {
-                    b.next();
-                    true
-                } else {
-                    (x < y) != reverse
-                }
-            }
-        };
-        if take_a {
-            a.next()
-        } else {
-            b.next()
-        }
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn subtract_ranges() {
-        let r = |a: &str, b: &str| (a.as_bytes().to_vec(), b.as_bytes().to_vec());
-        assert_eq!(subtract(b"a", b"z", &[]), vec![r("a", "z")]);
-        assert_eq!(subtract(b"a", b"z", &[r("c", "e"), r("d", "g")]), vec![r("a", "c"), r("g", "z")]);
-        assert_eq!(subtract(b"a", b"z", &[r("0", "b"), r("y", "~")]), vec![r("b", "y")]);
-        assert_eq!(subtract(b"c", b"d", &[r("a", "z")]), Vec::<(Vec<u8>, Vec<u8>)>::new());
-    }
 
     #[test]
     fn a_commits_key_hashes_stay_a_short_list_only_while_few() {
@@ -1683,16 +1352,5 @@ mod tests {
                 assert!(kv.shared.state.lock().recent.is_empty(), "collected once no transaction is live");
             }
         });
-    }
-
-    #[test]
-    fn merge_streams() {
-        let a: Vec<(&[u8], char)> = vec![(b"a", 'a'), (b"c", 'a'), (b"e", 'a')];
-        let b: Vec<(&[u8], char)> = vec![(b"b", 'b'), (b"c", 'b'), (b"f", 'b')];
-        let forward: Vec<(&[u8], char)> = merge(a.iter().copied(), b.iter().copied(), false).collect();
-        assert_eq!(forward, vec![(&b"a"[..], 'a'), (b"b", 'b'), (b"c", 'a'), (b"e", 'a'), (b"f", 'b')]);
-        let backward: Vec<&[u8]> =
-            merge(a.iter().rev().copied(), b.iter().rev().copied(), true).map(|(k, _)| k).collect();
-        assert_eq!(backward, vec![&b"f"[..], b"e", b"c", b"b", b"a"]);
     }
 }

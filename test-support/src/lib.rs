@@ -1,0 +1,4 @@
+//! Test support shared by the workspace's test targets (never a dependency of a
+//! production build).
+
+pub mod postgres;
