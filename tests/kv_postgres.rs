@@ -9,10 +9,12 @@
 //! the client's clock a manual one (transaction ages), watches waited for in real time.
 
 mod kv_rules;
+mod serializability;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use proptest::prelude::*;
 use sundial::kv::postgres::{PgKv, PgKvOptions, PgOpenError};
 use sundial::kv::{Kv, KvError, KvTransaction, RangeRequest};
 use sundial::time::{from_micros, ManualClock, SystemClock};
@@ -164,4 +166,22 @@ async fn tombstones_and_range_records_are_collected_once_past_the_horizon() {
     assert_eq!((tombstones(), ranges()), (0, 0));
     let t = kv.create_transaction().unwrap();
     assert!(t.get_range(&RangeRequest::prefix(b"h"), false).await.unwrap().pairs.is_empty());
+}
+
+proptest! {
+    // Each case runs in a schema of its own, a round trip per operation.
+    #![proptest_config(ProptestConfig { cases: 100, ..ProptestConfig::default() })]
+
+    /// `tests/kv_model.rs`'s check, on PostgreSQL.
+    #[test]
+    fn transactions_are_serializable_and_conflict_only_for_a_reason(script in serializability::script()) {
+        let Some(server) = PgServer::shared() else { return Ok(()) };
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let (initial, records) = runtime.block_on(async {
+            let clock = ManualClock::new(from_micros(1_800_000_000_000_000).unwrap());
+            let kv = PgKv::open(options(server), Arc::new(clock.clone())).await.unwrap();
+            serializability::run_script(&kv, &clock, &script).await
+        });
+        serializability::check(&initial, &records)?;
+    }
 }

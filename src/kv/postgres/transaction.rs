@@ -347,9 +347,9 @@ impl PgTransaction {
         }
         let statement = self.prepared(session, &self.kv().shared.statements.get_many).await?;
         let rows = self.read(session, client.query(&statement, &[&keys])).await?;
-        let mut found: std::collections::BTreeMap<Vec<u8>, Vec<u8>> =
+        let found: std::collections::BTreeMap<Vec<u8>, Vec<u8>> =
             rows.into_iter().map(|row| (row.get(0), row.get(1))).collect();
-        Ok(keys.iter().map(|key| found.remove(*key)).collect())
+        Ok(keys.iter().map(|key| found.get(*key).cloned()).collect())
     }
 
     /// Stored pairs in `[begin, end)`, ascending or descending, at most `limit`.
@@ -551,7 +551,7 @@ impl PgTransaction {
             }
         };
         let seen = watched_rows.map(|rows| {
-            let mut found: std::collections::BTreeMap<Vec<u8>, Vec<u8>> =
+            let found: std::collections::BTreeMap<Vec<u8>, Vec<u8>> =
                 rows.into_iter().map(|row| (row.get(0), row.get(1))).collect();
             let buffer = self.inner.buffer.lock();
             watched
@@ -559,7 +559,7 @@ impl PgTransaction {
                 .zip(seen_written)
                 .map(|(key, written)| match written {
                     Some(value) => value,
-                    None => buffer.resolve(key, found.remove(key).as_deref()).unwrap_or(None),
+                    None => buffer.resolve(key, found.get(key).map(Vec::as_slice)).unwrap_or(None),
                 })
                 .collect()
         });
