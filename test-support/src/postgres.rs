@@ -158,6 +158,7 @@ impl PgServer {
     }
 
     /// Stops the server and removes its directory once this process is gone.
+    #[allow(clippy::zombie_processes)] // It outlives this process by design; init reaps it.
     fn spawn_watchdog(&self) {
         let script = format!(
             "while [ -d /proc/{pid} ]; do sleep 1; done; {pg_ctl} -D {data} stop -m immediate >/dev/null 2>&1; rm -rf {dir}",
