@@ -1,8 +1,9 @@
 //! The `sundial` node's TOML config file (see `actors/sundial.example.toml`).
 //!
 //! ```toml
-//! [store]                 # kind = "memory" (default) or "fdb" with cluster_file and
-//!                         # transaction_timeout_seconds
+//! [store]                 # kind = "memory" (default); "postgres" with url, schema,
+//!                         # password_file, pool_size and timeouts; or "fdb" with
+//!                         # cluster_file and transaction_timeout_seconds
 //! [leader]                # kind = "store" (default) or "kubernetes" (a Lease object)
 //! [scheduler]             # the options of SPEC §13
 //! [admin]                 # listen = "127.0.0.1:7600", token = "…"
@@ -45,6 +46,9 @@ const OTHER_ENV: [&str; 6] =
     ["SUNDIAL_SERVER", "SUNDIAL_RUN_ID", "SUNDIAL_JOB", "SUNDIAL_TRIGGER", "SUNDIAL_SCHEDULED_AT", "SUNDIAL_ATTEMPT"];
 /// The in-memory store's default history cap.
 pub const DEFAULT_MAX_RUNS: u64 = 10_000;
+/// The environment variable holding the PostgreSQL store's password (`[store]
+/// password_file` wins over it; a password in `url` is used when neither is set).
+pub const STORE_PASSWORD_ENV: &str = "SUNDIAL_STORE_PASSWORD";
 
 /// `SUNDIAL_*` variables of `env` that sundial does not read but that look like a name it
 /// does, each with that name (`SUNDIAL_POLL_INTERVAL`, `SUNDIAL_POLL_INTERVAL_SECONDS`).
@@ -55,7 +59,8 @@ pub fn near_misses(env: &BTreeMap<String, String>) -> Vec<(String, String)> {
     // Options are read as `env_option` says; the others exactly as written.
     let options: Vec<String> =
         OPTION_KEYS.iter().map(|key| format!("{ENV_PREFIX}{}", key.to_ascii_uppercase())).collect();
-    let exact = [ADMIN_TOKEN_ENV, ADMIN_LISTEN_ENV, KUBERNETES_TOKEN_ENV].into_iter().chain(OTHER_ENV);
+    let exact =
+        [ADMIN_TOKEN_ENV, ADMIN_LISTEN_ENV, KUBERNETES_TOKEN_ENV, STORE_PASSWORD_ENV].into_iter().chain(OTHER_ENV);
     let known: Vec<&str> = options.iter().map(String::as_str).chain(exact.clone()).collect();
     let mut misses = Vec::new();
     for name in env.keys().filter(|name| name.starts_with(ENV_PREFIX)) {
@@ -119,6 +124,8 @@ pub enum StoreConfig {
         /// Finished runs kept at most.
         max_runs: u64,
     },
+    /// A PostgreSQL database shared with other nodes (`sundial::kv::postgres::PgKv`).
+    Postgres(PostgresStore),
     /// A FoundationDB cluster shared with other nodes.
     Fdb {
         /// The cluster file; `None` uses FoundationDB's default lookup.
@@ -128,6 +135,56 @@ pub enum StoreConfig {
         /// default, 10 s.
         transaction_timeout: Option<Duration>,
     },
+}
+
+/// `[store] kind = "postgres"`: where the database is and how long to wait for it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PostgresStore {
+    /// The connection URL (`postgres://user@host:port/database`, or a `key=value`
+    /// string), without its password if it had one set elsewhere.
+    pub url: String,
+    /// The password, from `password_file` or `SUNDIAL_STORE_PASSWORD` (`None`: the
+    /// URL's, if any). Never printed.
+    pub password: Option<String>,
+    /// The PostgreSQL schema holding sundial's tables: one cluster per schema.
+    pub schema: String,
+    /// Connections in the node's pool.
+    pub pool_size: usize,
+    /// The longest wait for a new connection.
+    pub connect_timeout: Duration,
+    /// The longest wait for one round trip.
+    pub operation_timeout: Duration,
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("url", &self.url)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("schema", &self.schema)
+            .field("pool_size", &self.pool_size)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("operation_timeout", &self.operation_timeout)
+            .finish()
+    }
+}
+
+impl PostgresStore {
+    /// The options to open the store with.
+    ///
+    /// # Errors
+    /// When `url` does not parse (checked at load, so only for a value made by hand).
+    pub fn options(&self) -> Result<sundial::kv::postgres::PgKvOptions, sundial::kv::postgres::PgOpenError> {
+        let mut options = sundial::kv::postgres::PgKvOptions::new(&self.url)?;
+        if let Some(password) = &self.password {
+            options.config.password(password.as_bytes());
+        }
+        options.schema = self.schema.clone();
+        options.pool_size = self.pool_size;
+        options.connect_timeout = self.connect_timeout;
+        options.operation_timeout = self.operation_timeout;
+        Ok(options)
+    }
 }
 
 /// How the node elects its leader.
@@ -240,6 +297,18 @@ struct StoreSection {
     max_runs: Option<u64>,
     #[serde(default)]
     transaction_timeout_seconds: Option<toml::Value>,
+    #[serde(default)]
+    url: Option<String>,
+    #[serde(default)]
+    password_file: Option<PathBuf>,
+    #[serde(default)]
+    schema: Option<String>,
+    #[serde(default)]
+    pool_size: Option<u64>,
+    #[serde(default)]
+    connect_timeout_seconds: Option<toml::Value>,
+    #[serde(default)]
+    operation_timeout_seconds: Option<toml::Value>,
 }
 
 #[derive(Deserialize, Default)]
@@ -322,25 +391,85 @@ fn leader(section: LeaderSection) -> Result<LeaderConfig, ConfigError> {
 enum StoreKind {
     #[default]
     Memory,
+    Postgres,
     Fdb,
+}
+
+/// A `[store]` number of seconds from `min` to `max`.
+fn seconds(key: &str, value: &toml::Value, min: f64, max: f64) -> Result<Duration, ConfigError> {
+    let seconds = match value {
+        toml::Value::Integer(n) => *n as f64,
+        toml::Value::Float(x) => *x,
+        _ => f64::NAN,
+    };
+    if !(min..=max).contains(&seconds) {
+        return Err(ConfigError::at(key, format!("must be a number of seconds from {min} to {max}, got {value}")));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+/// The `[store]` section of kind `postgres`; the password from `password_file`, else
+/// `SUNDIAL_STORE_PASSWORD` in `env`.
+fn postgres_store(section: &StoreSection, env: &BTreeMap<String, String>) -> Result<PostgresStore, ConfigError> {
+    let Some(url) = section.url.clone() else {
+        return Err(ConfigError::at(
+            "store.url",
+            "is needed for a store of kind \"postgres\" (postgres://user@host:5432/database)",
+        ));
+    };
+    // The parser's message may quote the URL, password and all: say what is wrong
+    // without it.
+    if sundial::kv::postgres::PgKvOptions::new(&url).is_err() {
+        return Err(ConfigError::at(
+            "store.url",
+            "is not a PostgreSQL connection URL (postgres://user@host:5432/database, or host=... dbname=...)",
+        ));
+    }
+    let password = match &section.password_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| ConfigError::at("store.password_file", format!("cannot read {}: {e}", path.display())))?;
+            let password = text.trim_end_matches(['\n', '\r']).to_owned();
+            if password.is_empty() {
+                return Err(ConfigError::at("store.password_file", format!("{} is empty", path.display())));
+            }
+            Some(password)
+        }
+        None => env.get(STORE_PASSWORD_ENV).cloned(),
+    };
+    let schema = section.schema.clone().unwrap_or_else(|| "sundial".to_owned());
+    let plain = schema.len() <= 63
+        && schema.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && schema.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if !plain {
+        return Err(ConfigError::at(
+            "store.schema",
+            format!("'{schema}' is not a lower-case identifier (letters, digits, '_'; at most 63)"),
+        ));
+    }
+    let pool_size = section.pool_size.unwrap_or(16);
+    if !(1..=1000).contains(&pool_size) {
+        return Err(ConfigError::at("store.pool_size", format!("must be from 1 to 1000, got {pool_size}")));
+    }
+    let timeout = |key: &str, value: &Option<toml::Value>| match value {
+        Some(value) => seconds(key, value, 0.1, 3600.0),
+        None => Ok(Duration::from_secs(5)),
+    };
+    Ok(PostgresStore {
+        url,
+        password,
+        schema,
+        pool_size: pool_size as usize,
+        connect_timeout: timeout("store.connect_timeout_seconds", &section.connect_timeout_seconds)?,
+        operation_timeout: timeout("store.operation_timeout_seconds", &section.operation_timeout_seconds)?,
+    })
 }
 
 /// `[store] transaction_timeout_seconds`: shorter than a second would fail transactions a
 /// loaded cluster completes; longer than an hour would leave a node hanging on a cluster
 /// that stopped answering.
 fn transaction_timeout(value: &toml::Value) -> Result<Duration, ConfigError> {
-    let seconds = match value {
-        toml::Value::Integer(n) => *n as f64,
-        toml::Value::Float(x) => *x,
-        _ => f64::NAN,
-    };
-    if !(1.0..=3600.0).contains(&seconds) {
-        return Err(ConfigError::at(
-            "store.transaction_timeout_seconds",
-            format!("must be a number of seconds from 1 to 3600, got {value}"),
-        ));
-    }
-    Ok(Duration::from_secs_f64(seconds))
+    seconds("store.transaction_timeout_seconds", value, 1.0, 3600.0)
 }
 
 #[derive(Deserialize)]
@@ -412,7 +541,31 @@ impl NodeFileConfig {
     }
 
     fn from_file(file: File, env: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
+        let postgres_only = [
+            ("store.url", file.store.url.is_some()),
+            ("store.password_file", file.store.password_file.is_some()),
+            ("store.schema", file.store.schema.is_some()),
+            ("store.pool_size", file.store.pool_size.is_some()),
+            ("store.connect_timeout_seconds", file.store.connect_timeout_seconds.is_some()),
+            ("store.operation_timeout_seconds", file.store.operation_timeout_seconds.is_some()),
+        ];
+        if file.store.kind != StoreKind::Postgres {
+            if let Some((key, _)) = postgres_only.iter().find(|(_, set)| *set) {
+                return Err(ConfigError::at(*key, "only a store of kind \"postgres\" takes this"));
+            }
+        }
         let store = match file.store.kind {
+            StoreKind::Postgres => {
+                let other = [
+                    ("store.cluster_file", file.store.cluster_file.is_some()),
+                    ("store.transaction_timeout_seconds", file.store.transaction_timeout_seconds.is_some()),
+                    ("store.max_runs", file.store.max_runs.is_some()),
+                ];
+                if let Some((key, _)) = other.iter().find(|(_, set)| *set) {
+                    return Err(ConfigError::at(*key, "a store of kind \"postgres\" does not take this"));
+                }
+                StoreConfig::Postgres(postgres_store(&file.store, env)?)
+            }
             StoreKind::Memory => {
                 if file.store.cluster_file.is_some() {
                     return Err(ConfigError::at(
@@ -591,6 +744,41 @@ mod tests {
     }
 
     #[test]
+    fn a_postgres_store_takes_its_password_from_a_file_or_the_environment_never_printed() {
+        let dir = std::env::temp_dir().join(format!("sundial-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("pw");
+        std::fs::write(&file, "from-file\n").unwrap();
+        let text = format!(
+            "[store]\nkind = \"postgres\"\nurl = \"postgres://sundial@db:5432/jobs\"\nschema = \"prod\"\n\
+             pool_size = 4\nconnect_timeout_seconds = 2\noperation_timeout_seconds = 0.5\npassword_file = \"{}\"",
+            file.display()
+        );
+        let env = BTreeMap::from([(STORE_PASSWORD_ENV.to_owned(), "from-env".to_owned())]);
+        let StoreConfig::Postgres(store) = NodeFileConfig::parse(&text, &env).unwrap().store else { panic!() };
+        assert_eq!(store.password.as_deref(), Some("from-file"), "the file wins");
+        assert_eq!((store.schema.as_str(), store.pool_size), ("prod", 4));
+        assert_eq!(
+            (store.connect_timeout, store.operation_timeout),
+            (Duration::from_secs(2), Duration::from_millis(500))
+        );
+        assert!(!format!("{store:?}").contains("from-file"), "the password is never printed");
+        let options = store.options().unwrap();
+        assert_eq!(options.config.get_password(), Some(&b"from-file"[..]));
+        let text = "[store]\nkind = \"postgres\"\nurl = \"postgres://sundial@db/jobs\"";
+        let StoreConfig::Postgres(store) = NodeFileConfig::parse(text, &env).unwrap().store else { panic!() };
+        assert_eq!((store.password.as_deref(), store.schema.as_str()), (Some("from-env"), "sundial"));
+        let StoreConfig::Postgres(store) = NodeFileConfig::parse(text, &BTreeMap::new()).unwrap().store else {
+            panic!()
+        };
+        assert_eq!(store.password, None, "then the URL's, if any");
+        std::fs::write(&file, "\n").unwrap();
+        let empty = text.replace("jobs\"", &format!("jobs\"\npassword_file = \"{}\"", file.display()));
+        assert_eq!(NodeFileConfig::parse(&empty, &env).unwrap_err().key.as_deref(), Some("store.password_file"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn errors_name_the_key() {
         let cases = [
             ("[scheduler]\nmax_concurrent_runs = 0", "scheduler.max_concurrent_runs"),
@@ -600,6 +788,16 @@ mod tests {
             ("[store]\nkind = \"fdb\"\ntransaction_timeout_seconds = 0.5", "store.transaction_timeout_seconds"),
             ("[store]\nkind = \"fdb\"\ntransaction_timeout_seconds = 3601", "store.transaction_timeout_seconds"),
             ("[store]\nkind = \"fdb\"\ntransaction_timeout_seconds = nan", "store.transaction_timeout_seconds"),
+            ("[store]\nkind = \"postgres\"", "store.url"),
+            ("[store]\nkind = \"postgres\"\nurl = \"postgres://h:port/db\"", "store.url"),
+            ("[store]\nkind = \"postgres\"\nurl = \"postgres://h/db\"\nschema = \"Bad-Name\"", "store.schema"),
+            ("[store]\nkind = \"postgres\"\nurl = \"postgres://h/db\"\npool_size = 0", "store.pool_size"),
+            ("[store]\nkind = \"postgres\"\nurl = \"postgres://h/db\"\nconnect_timeout_seconds = 0", "store.connect_timeout_seconds"),
+            ("[store]\nkind = \"postgres\"\nurl = \"postgres://h/db\"\noperation_timeout_seconds = \"5\"", "store.operation_timeout_seconds"),
+            ("[store]\nkind = \"postgres\"\nurl = \"postgres://h/db\"\npassword_file = \"/nonexistent/pw\"", "store.password_file"),
+            ("[store]\nkind = \"postgres\"\nurl = \"postgres://h/db\"\nmax_runs = 5", "store.max_runs"),
+            ("[store]\nurl = \"postgres://h/db\"", "store.url"),
+            ("[store]\nkind = \"fdb\"\nschema = \"s\"", "store.schema"),
             ("[leader]\nlease_name = \"x\"", "leader.lease_name"),
             ("[leader]\nkind = \"kubernetes\"\nlease_name = \"Not_A_Name\"", "leader.lease_name"),
             ("[leader]\nkind = \"kubernetes\"\napi_url = \"http://127.0.0.1:8001\"", "leader.namespace"),

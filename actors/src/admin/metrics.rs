@@ -53,6 +53,10 @@ pub struct Metrics {
     acquired: Counter,
     store_errors: Family<OpLabels, Counter>,
     store_retries: Counter,
+    store_reachable: Gauge,
+    store_conflicts: Counter,
+    store_unknown_results: Counter,
+    store_unavailable: Counter,
     engine_time: Family<WorkLabels, Counter<f64, AtomicU64>>,
     retry_source: Option<Arc<AtomicU64>>,
     running: Gauge,
@@ -62,6 +66,41 @@ pub struct Metrics {
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+/// A store engine with a server of its own (PostgreSQL's): whether it answers, and what
+/// it counted, for `/health` and `/metrics`.
+pub trait StoreProbe: Send + Sync {
+    /// One round trip to the store; the reason when it does not answer.
+    fn ping(&self) -> futures_util::future::BoxFuture<'_, Result<(), String>>;
+    /// Its counters so far.
+    fn counters(&self) -> StoreCounters;
+}
+
+/// What a store engine counted since the node started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreCounters {
+    /// Commits refused for a conflict (each then retried by the store).
+    pub conflicts: u64,
+    /// Commits whose outcome was unknown (a lost connection).
+    pub unknown_results: u64,
+    /// Operations that found the store unreachable or too slow.
+    pub unavailable: u64,
+}
+
+impl StoreProbe for sundial::kv::postgres::PgKv {
+    fn ping(&self) -> futures_util::future::BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move { sundial::kv::postgres::PgKv::ping(self).await.map_err(|e| e.to_string()) })
+    }
+
+    fn counters(&self) -> StoreCounters {
+        let stats = self.stats();
+        StoreCounters {
+            conflicts: stats.conflicts,
+            unknown_results: stats.unknown_results,
+            unavailable: stats.unavailable,
+        }
     }
 }
 
@@ -81,6 +120,12 @@ impl Metrics {
         let acquired = Counter::default();
         let store_errors = Family::<OpLabels, Counter>::default();
         let store_retries = Counter::default();
+        // An in-process store is always there; a probe of a store server says otherwise.
+        let store_reachable = Gauge::default();
+        store_reachable.set(1);
+        let store_conflicts = Counter::default();
+        let store_unknown_results = Counter::default();
+        let store_unavailable = Counter::default();
         let engine_time = Family::<WorkLabels, Counter<f64, AtomicU64>>::default();
         let running = Gauge::default();
         let leader = Gauge::default();
@@ -115,6 +160,26 @@ impl Metrics {
             store_retries.clone(),
         );
         registry.register(
+            "store_reachable",
+            "1 when the store answered the last check (a scrape or /health), else 0",
+            store_reachable.clone(),
+        );
+        registry.register(
+            "store_conflicts",
+            "Store commits refused for a conflict with another transaction (then retried)",
+            store_conflicts.clone(),
+        );
+        registry.register(
+            "store_unknown_results",
+            "Store commits whose outcome was unknown (a connection lost during the commit)",
+            store_unknown_results.clone(),
+        );
+        registry.register(
+            "store_unavailable",
+            "Store operations that found the store unreachable or too slow",
+            store_unavailable.clone(),
+        );
+        registry.register(
             "engine_time_seconds",
             "Time the engine spent acquiring, recording runs' ends and starting run actors",
             engine_time.clone(),
@@ -133,6 +198,10 @@ impl Metrics {
             acquired,
             store_errors,
             store_retries,
+            store_reachable,
+            store_conflicts,
+            store_unknown_results,
+            store_unavailable,
             engine_time,
             retry_source: retries,
             running,
@@ -167,6 +236,14 @@ impl Metrics {
                 self.duration.observe(took);
             }
         }
+    }
+
+    /// Records what a store probe found: whether the store answered, and its counters.
+    pub fn observe_store(&self, reachable: bool, counters: StoreCounters) {
+        self.store_reachable.set(i64::from(reachable));
+        mirror(&self.store_conflicts, counters.conflicts);
+        mirror(&self.store_unknown_results, counters.unknown_results);
+        mirror(&self.store_unavailable, counters.unavailable);
     }
 
     /// The text exposition, with the engine's counters as of now.

@@ -31,7 +31,7 @@ use sundial::store::JobStore;
 use uuid::Uuid;
 
 use self::error::{ApiError, ErrorBody};
-use self::metrics::Metrics;
+use self::metrics::{Metrics, StoreProbe};
 use self::views::{ItemResult, JobView, OutcomeView, RunView};
 use crate::node::Lifecycle;
 use crate::scheduler::{JobScheduler, JobTriggerRequest};
@@ -46,6 +46,7 @@ pub struct AdminState<S: JobStore> {
     token: Option<Arc<str>>,
     metrics: Arc<Metrics>,
     store_kind: &'static str,
+    store_probe: Option<Arc<dyn StoreProbe>>,
 }
 
 impl<S: JobStore> Clone for AdminState<S> {
@@ -55,6 +56,7 @@ impl<S: JobStore> Clone for AdminState<S> {
             token: self.token.clone(),
             metrics: self.metrics.clone(),
             store_kind: self.store_kind,
+            store_probe: self.store_probe.clone(),
         }
     }
 }
@@ -68,9 +70,31 @@ impl<S: JobStore> AdminState<S> {
         metrics: Arc<Metrics>,
         store_kind: &'static str,
     ) -> Self {
-        Self { scheduler, token: token.map(Arc::from), metrics, store_kind }
+        Self { scheduler, token: token.map(Arc::from), metrics, store_kind, store_probe: None }
+    }
+
+    /// Checks the store's server at `/health` and each `/metrics` scrape, and reports
+    /// its counters there.
+    pub fn with_store_probe(mut self, probe: Arc<dyn StoreProbe>) -> Self {
+        self.store_probe = Some(probe);
+        self
+    }
+
+    /// Asks the store probe, if any, and records the answer in the metrics: `None` when
+    /// there is no probe, else the reason the store did not answer, if it did not.
+    async fn probe_store(&self) -> Option<Result<(), String>> {
+        let probe = self.store_probe.as_ref()?;
+        let answer = match tokio::time::timeout(STORE_PROBE_TIMEOUT, probe.ping()).await {
+            Ok(answer) => answer,
+            Err(_) => Err(format!("no answer within {STORE_PROBE_TIMEOUT:?}")),
+        };
+        self.metrics.observe_store(answer.is_ok(), probe.counters());
+        Some(answer)
     }
 }
+
+/// How long `/health` and `/metrics` wait for the store's server.
+const STORE_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The API's routes.
 pub fn router<S: JobStore>(state: AdminState<S>) -> Router {
@@ -195,12 +219,27 @@ fn required<T>(body: Option<T>, what: &str) -> Result<T, ApiError> {
 #[derive(Serialize)]
 struct Health {
     status: &'static str,
+    /// `reachable` or `unreachable`, for a store with a server of its own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    store: Option<&'static str>,
+    /// Why the store did not answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    store_error: Option<String>,
 }
 
+/// `GET /health`: 200 while the node serves and its store answers, else 503.
 async fn health<S: JobStore>(State(state): State<AdminState<S>>) -> Response {
     let lifecycle = state.scheduler.lifecycle();
-    let status = if lifecycle == Lifecycle::Serving { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    (status, Json(Health { status: lifecycle_name(lifecycle) })).into_response()
+    let probe = state.probe_store().await;
+    let store_ok = !matches!(probe, Some(Err(_)));
+    let status =
+        if lifecycle == Lifecycle::Serving && store_ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let health = Health {
+        status: lifecycle_name(lifecycle),
+        store: probe.as_ref().map(|answer| if answer.is_ok() { "reachable" } else { "unreachable" }),
+        store_error: probe.and_then(Result::err),
+    };
+    (status, Json(health)).into_response()
 }
 
 fn lifecycle_name(lifecycle: Lifecycle) -> &'static str {
@@ -213,6 +252,7 @@ fn lifecycle_name(lifecycle: Lifecycle) -> &'static str {
 }
 
 async fn metrics_text<S: JobStore>(State(state): State<AdminState<S>>) -> Response {
+    state.probe_store().await;
     let text = state.metrics.render(&state.scheduler.counters());
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response()
 }
@@ -232,7 +272,7 @@ pub struct NodeInfo {
     pub leader: bool,
     /// Runs on this node now.
     pub running: usize,
-    /// `memory` or `fdb`.
+    /// `memory`, `postgres` or `fdb`.
     pub store: String,
     /// The sundial version.
     pub version: String,

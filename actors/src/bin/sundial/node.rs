@@ -8,14 +8,15 @@ use std::time::Duration;
 use sundial::entropy::Entropy;
 use sundial::job::{JobDefinition, JobTypeKey, RetryPolicy};
 use sundial::kv::memory::{MemoryKv, MemoryKvOptions};
+use sundial::kv::postgres::{PgKv, PgOpenError};
 use sundial::kv::Kv;
 use sundial::name::JobName;
 use sundial::store::{KvJobStore, StoreOptions};
 use sundial::time::{Clock, SystemClock};
-use sundial_actors::admin::metrics::{Metrics, MetricsPublisher};
+use sundial_actors::admin::metrics::{Metrics, MetricsPublisher, StoreProbe};
 use sundial_actors::admin::{self, AdminState};
 use sundial_actors::clock::{PreciseSleeper, TokioSleeper};
-use sundial_actors::config::{LeaderConfig, LogFormat, NodeFileConfig, StoreConfig};
+use sundial_actors::config::{LeaderConfig, LogFormat, NodeFileConfig, PostgresStore, StoreConfig, STORE_PASSWORD_ENV};
 use sundial_actors::events::{CloudEvent, EventPublisher, PublishError, Topic};
 use sundial_actors::job::{Job, JobFailure, JobResult, RunContext};
 use sundial_actors::kinds;
@@ -203,9 +204,11 @@ async fn start(config: NodeFileConfig, demo: bool, origin: String) -> u8 {
                 store_options,
                 shared: false,
                 store_kind: "memory",
+                store_probe: None,
             })
             .await
         }
+        StoreConfig::Postgres(postgres) => start_postgres(config, registry, node_id, clock, entropy, postgres).await,
         StoreConfig::Fdb { cluster_file, transaction_timeout } => {
             #[cfg(feature = "fdb")]
             return start_fdb(config, registry, node_id, clock, entropy, cluster_file, transaction_timeout).await;
@@ -254,8 +257,61 @@ async fn start_fdb(
         store_options: StoreOptions::default(),
         shared: true,
         store_kind: "fdb",
+        store_probe: None,
     };
     serve(setup).await
+}
+
+/// Opens the PostgreSQL store (creating or checking its schema) and serves on it; a store
+/// that cannot be opened is one line naming the setting to fix, before anything starts.
+async fn start_postgres(
+    config: NodeFileConfig,
+    registry: JobRegistry,
+    node_id: String,
+    clock: Arc<dyn Clock>,
+    entropy: Entropy,
+    postgres: PostgresStore,
+) -> u8 {
+    let opened = match postgres.options() {
+        Ok(options) => PgKv::open(options, clock.clone()).await,
+        Err(error) => Err(error),
+    };
+    let kv = match opened {
+        Ok(kv) => kv,
+        Err(error) => {
+            eprintln!("sundial: {}", open_error_message(&error));
+            return exit::UNAVAILABLE;
+        }
+    };
+    tracing::info!(schema = kv.schema(), pool = postgres.pool_size, "PostgreSQL store open");
+    let setup = Setup {
+        config,
+        registry,
+        node_id,
+        clock,
+        entropy,
+        kv: kv.clone(),
+        store_options: StoreOptions::default(),
+        shared: true,
+        store_kind: "postgres",
+        store_probe: Some(Arc::new(kv)),
+    };
+    serve(setup).await
+}
+
+/// `error` as one line that starts with the setting to look at.
+fn open_error_message(error: &PgOpenError) -> String {
+    match error {
+        PgOpenError::Url(_) | PgOpenError::ServerTooOld(_) => format!("store.url: {error}"),
+        PgOpenError::Connect(message) if message.contains("password") => format!(
+            "store.url: {error} (the password comes from store.password_file, else {STORE_PASSWORD_ENV}, else the URL)"
+        ),
+        PgOpenError::Connect(_) => format!("store.url: {error}"),
+        PgOpenError::Schema(_) | PgOpenError::SchemaTooNew { .. } | PgOpenError::Setup { .. } => {
+            format!("store.schema: {error}")
+        }
+        PgOpenError::Option(_) => format!("store: {error}"),
+    }
 }
 
 struct Setup<K: Kv> {
@@ -268,10 +324,13 @@ struct Setup<K: Kv> {
     store_options: StoreOptions,
     shared: bool,
     store_kind: &'static str,
+    /// Checks the store's server for `/health` and `/metrics`.
+    store_probe: Option<Arc<dyn StoreProbe>>,
 }
 
 async fn serve<K: Kv>(setup: Setup<K>) -> u8 {
-    let Setup { config, registry, node_id, clock, mut entropy, kv, store_options, shared, store_kind } = setup;
+    let Setup { config, registry, node_id, clock, mut entropy, kv, store_options, shared, store_kind, store_probe } =
+        setup;
     let kv = RetryCountingKv::new(kv);
     let metrics = Arc::new(Metrics::new(Some(kv.retry_counter())));
     let store = KvJobStore::new(kv.clone(), registry.calendars().clone(), entropy.fork(), store_options);
@@ -337,7 +396,10 @@ async fn serve<K: Kv>(setup: Setup<K>) -> u8 {
     let (stop_api, api_stopped) = tokio::sync::oneshot::channel::<()>();
     let api = listener.map(|listener| {
         let address = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
-        let state = AdminState::new(scheduler.clone(), config.admin.token.clone(), metrics, store_kind);
+        let mut state = AdminState::new(scheduler.clone(), config.admin.token.clone(), metrics, store_kind);
+        if let Some(probe) = store_probe {
+            state = state.with_store_probe(probe);
+        }
         let router = admin::router(state);
         tracing::info!(
             address = %format!("http://{address}"),
