@@ -911,9 +911,21 @@ impl World {
             .flat_map(|s| s.triggers.iter().map(|t| (s.definition.name.to_string(), t.name.clone())))
             .collect();
         let (trace, events) = events_trace.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        let skews = faults::plan(&self.options).skew;
+        let calendars = crate::world_calendar_set(self.options.given.as_deref());
+        let setting = check::Setting {
+            epoch: epoch(),
+            // Nodes start and write their code jobs in the simulation's first seconds.
+            settle: Duration::from_secs(30),
+            skews: &skews,
+            skew_bound_seconds: self.options.faults.rate(crate::options::FaultKind::Skew).unwrap_or(0.0),
+            misfire_threshold: node_options(&self.options).misfire_threshold,
+            history_retention: self.options.history_retention,
+            calendars: &calendars,
+        };
         let inputs = check::Inputs {
             triggers: &triggers,
-            options: &self.options,
+            setting,
             workload: &self.workload,
             events: &events,
             history: &history,

@@ -20,8 +20,10 @@ pub const PASSWORD: &str = "sundial-test";
 /// How a server is set up.
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
-    /// Whether the server flushes its WAL at commit. Tests that never crash the machine
-    /// can do without it; benches measure with it.
+    /// Whether the server makes its WAL durable on disk at commit (`fsync`). Tests that
+    /// never crash the machine can do without: a commit is still written to the OS before
+    /// it is acknowledged (`synchronous_commit` stays on), so a crashed server loses
+    /// nothing it acknowledged. Benches measure with it.
     pub fsync: bool,
     /// `max_connections`.
     pub max_connections: u32,
@@ -183,7 +185,7 @@ impl PgServer {
     pub fn start_again(&self) {
         let settings = format!(
             "-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={dir} -c fsync={fsync} \
-             -c synchronous_commit={fsync} -c full_page_writes={fsync} -c max_connections={max}",
+             -c full_page_writes={fsync} -c max_connections={max}",
             port = self.port,
             dir = self.dir.display(),
             fsync = if self.options.fsync { "on" } else { "off" },

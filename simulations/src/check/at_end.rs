@@ -19,7 +19,7 @@ pub(super) fn nothing_stuck(inputs: &Inputs<'_>, executions: &BTreeMap<Uuid, Exe
     let live: BTreeSet<(&str, u32)> = inputs.live.iter().map(|l| (l.node.as_str(), l.incarnation)).collect();
     // A run taken ahead (up to a second) for a start after the end never started; its
     // scheduled time is on its node's clock, up to the largest skew behind true time.
-    let skew = inputs.options.faults.rate(crate::options::FaultKind::Skew).unwrap_or(0.0).max(0.0);
+    let skew = inputs.setting.skew_bound_seconds.max(0.0);
     let soon = inputs.end - TimeDelta::seconds(2) - TimeDelta::milliseconds((skew * 1000.0) as i64);
     for run in inputs.history.iter().filter(|r| r.state == RunState::Running) {
         *checked.checked.entry("running at the end").or_default() += 1;
@@ -51,7 +51,7 @@ pub(super) fn nothing_stuck(inputs: &Inputs<'_>, executions: &BTreeMap<Uuid, Exe
 }
 
 /// A finished run's record says what its job did (SPEC §8): `Succeeded` only when the
-/// job returned success, `Failed` with the job's own failure (no code, here) only when it
+/// job returned success, `Failed` with the job's own failure (its own code, if any) only when it
 /// failed, with `SCHEDULING_UNEXPECTED_001` only when it panicked; whatever it did, a
 /// cancellation (`Canceled`) or a timeout (`Failed` with `SCHEDULING_TIMEOUT_001`) that
 /// came first decides instead, and a timeout only once the job had run that long. A job
@@ -75,7 +75,11 @@ pub(super) fn outcomes_recorded(
         let code = record.error_code.as_deref();
         let (did, own) = match &inputs.events[seq].kind {
             EventKind::End { outcome: "ok", .. } => ("succeeded", record.state == RunState::Succeeded),
-            EventKind::End { outcome: "fail", .. } => ("failed", record.state == RunState::Failed && code.is_none()),
+            // The job's own failure: its code if it gave one (a shell job's exit status),
+            // never one the engine gives for a panic or a timeout.
+            EventKind::End { outcome: "fail", .. } => {
+                ("failed", record.state == RunState::Failed && code != panicked && code != timed_out)
+            }
             EventKind::End { outcome: "panic", .. } => {
                 ("panicked", record.state == RunState::Failed && code == panicked)
             }

@@ -13,14 +13,10 @@ use sundial::time::add_duration;
 use uuid::Uuid;
 
 use crate::options::LIVENESS_BOUND;
-use crate::workload::{epoch, Op};
+use crate::workload::Op;
 
 use super::liveness::{blocked, changed_jobs_live, local_jobs_live, Fires, Liveness, Span};
 use super::{time, Checked, Execution, Inputs, BUSY_MARGIN, CATCH_UP};
-
-/// Fires this soon after the epoch, plus the largest clock skew, are not accounted: the
-/// first fire depends on when the job was registered, on a node clock that may be skewed.
-const SETTLE: Duration = Duration::from_secs(30);
 
 /// Each (trigger, scheduled time) of a cluster-unique job has at most one run. Jobs whose
 /// definitions changed are left out: a trigger deleted and made again is a new trigger,
@@ -70,10 +66,11 @@ pub(super) fn fires_accounted(
     executions: &BTreeMap<Uuid, Execution<'_>>,
     checked: &mut Checked,
 ) {
-    let calendars = crate::world_calendar_set(inputs.options.given.as_deref());
-    let skews = crate::faults::plan(inputs.options).skew;
+    let calendars = inputs.setting.calendars;
+    let skews = inputs.setting.skews;
+    let epoch = inputs.setting.epoch;
     let skew = skews.iter().map(|s| s.abs()).max().unwrap_or_default();
-    let settled = add_duration(epoch(), SETTLE) + skew;
+    let settled = add_duration(epoch, inputs.setting.settle) + skew;
     // A node whose clock is behind takes its fires that much later in true time (and if
     // every node is behind, no other takes them first): the bound allows for it.
     let behind = skews.iter().map(|s| -*s).max().unwrap_or_default().max(TimeDelta::zero());
@@ -124,11 +121,11 @@ pub(super) fn fires_accounted(
         let latest = resumed.entry(job).or_default();
         *latest = (*latest).max(*at);
     }
-    let threshold = crate::world::node_options(inputs.options).misfire_threshold;
+    let threshold = inputs.setting.misfire_threshold;
     let misfired_by = TimeDelta::from_std(threshold).unwrap_or_default() - TimeDelta::seconds(1);
     for def in definitions.values() {
         let lateness_from =
-            resumed.get(&def.name).map_or(lateness_from, |at| lateness_from.max(add_duration(epoch(), *at + CATCH_UP)));
+            resumed.get(&def.name).map_or(lateness_from, |at| lateness_from.max(add_duration(epoch, *at + CATCH_UP)));
         if inputs.late_jobs.contains(&def.name) {
             *checked.checked.entry("jobs created late (fires not accounted)").or_default() += 1;
             continue;
@@ -141,7 +138,7 @@ pub(super) fn fires_accounted(
                 .changed_at
                 .get(&def.name)
                 .map_or(lateness_from, |at| lateness_from.max(add_duration(*at, CATCH_UP)));
-            local_jobs_live(inputs, &calendars, def, &ran_here, from, &liveness, checked);
+            local_jobs_live(inputs, calendars, def, &ran_here, from, &liveness, checked);
             continue;
         }
         for trigger in &def.triggers {
@@ -245,7 +242,7 @@ pub(super) fn fires_accounted(
             }
         }
     }
-    changed_jobs_live(inputs, &calendars, &ran, lateness_from, &liveness, checked);
+    changed_jobs_live(inputs, calendars, &ran, lateness_from, &liveness, checked);
 }
 
 /// Each trigger's count of fires (its status) is the number of runs its fires started: a

@@ -22,7 +22,7 @@ pub(super) fn history_kept(
     executions: &BTreeMap<Uuid, Execution<'_>>,
     checked: &mut Checked,
 ) {
-    let retention = TimeDelta::from_std(inputs.options.history_retention).unwrap_or(TimeDelta::MAX);
+    let retention = TimeDelta::from_std(inputs.setting.history_retention).unwrap_or(TimeDelta::MAX);
     let (lowest, highest) = inputs.clock_offsets;
     let spread = highest - lowest;
     for (id, execution) in executions {

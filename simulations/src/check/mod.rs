@@ -18,9 +18,9 @@ use sundial::store::JobStatus;
 use sundial::time::from_micros;
 use uuid::Uuid;
 
-use crate::options::SimOptions;
 use crate::trace::{Event, EventKind, StartFacts};
 use crate::workload::Workload;
+use sundial::calendar::Calendars;
 
 mod at_end;
 mod fires;
@@ -45,11 +45,33 @@ const CATCH_UP: Duration = Duration::from_secs(180);
 /// job's slot in the store then (its completion commits after the job ended).
 const BUSY_MARGIN: Duration = Duration::from_secs(5);
 
+/// What the checkers must know of the cluster that ran: when its workload began, its
+/// nodes' clocks and the options that bound their behaviour. A simulation derives it from
+/// its options and fault plan; a run of real processes gives its own.
+#[derive(Debug, Clone)]
+pub struct Setting<'a> {
+    /// When the workload began (true time): the jobs were registered then.
+    pub epoch: DateTime<Utc>,
+    /// Fires this soon after the epoch (plus the largest skew) are not accounted: the
+    /// first fire depends on when each node registered the jobs.
+    pub settle: Duration,
+    /// Each node's clock skew from true time (what a clock jump adds comes on top).
+    pub skews: &'a [TimeDelta],
+    /// The most any node's clock may be skewed, in seconds (at least every `skews`).
+    pub skew_bound_seconds: f64,
+    /// The nodes' `misfire_threshold`.
+    pub misfire_threshold: Duration,
+    /// The nodes' `history_retention`.
+    pub history_retention: Duration,
+    /// The calendars the nodes registered.
+    pub calendars: &'a Calendars,
+}
+
 /// Everything the checkers read.
 #[derive(Debug)]
 pub struct Inputs<'a> {
-    /// The simulation's options.
-    pub options: &'a SimOptions,
+    /// The cluster's setting.
+    pub setting: Setting<'a>,
     /// The workload (job definitions and which ones changed).
     pub workload: &'a Workload,
     /// The event log.
