@@ -48,16 +48,35 @@
 //!
 //! # Where it differs from FoundationDB, and why that is safe
 //!
-//! - **Commits are serialized** on the sequencer row, including the server's WAL flush,
-//!   where FDB batches them. This is the safe side (no commit can slip between another's
-//!   check and its writes) and costs throughput only: measured by the PostgreSQL bench.
-//! - **Conflicts are FDB's, never fewer and never more**: the resolver applies FDB's rule
-//!   on exact key ranges (`tests/kv_semantics.rs` runs the rules on both engines).
+//! Each point names the test that shows it; `tests/kv_postgres.rs` runs every rule of
+//! `tests/kv_rules` and the serializability model of `tests/serializability` (reads at
+//! the read version, no missed conflict, no invented one, versions in commit order) on
+//! this engine, and `tests/store_postgres.rs` every store scenario.
+//!
+//! - **Commits are applied one at a time** (the sequencer row's lock, held through the
+//!   server's WAL write), where FDB resolves batches of them in parallel. Fewer commits
+//!   overlap, none slips between another's check and its writes: the safe side, paid in
+//!   throughput (`actors/benches/postgres_cluster.rs` measures it). Conflicts themselves
+//!   are FDB's, on exact key ranges, never fewer and never more (the model test).
+//! - **Too old is judged by clocks, not versions**: a transaction fails with 1007 once
+//!   the client's clock says five seconds passed since its first read
+//!   (`transactions_older_than_five_seconds_fail`), and at commit when the server's clock
+//!   does (a client that stalled). Versions follow the server's clock too, so this is the
+//!   same five seconds FDB counts in versions.
+//! - **Deletes are tombstones for 30 seconds**, then deleted (and the rows' space
+//!   reclaimed by PostgreSQL's autovacuum): a reader of a cleared key conflicts with the
+//!   clear as on FDB, and no transaction lives long enough to miss a collected tombstone
+//!   (`tombstones_and_range_records_are_collected_once_past_the_horizon`).
 //! - **A watch learns of a write by a notification**, then reads the key: it fires when
-//!   the value differs from the one its transaction saw, as FDB's do, a few milliseconds
-//!   after the commit. If the listening connection is lost, every watch of the process
-//!   fails (1031) and its caller watches again, as after any watch error.
-//! - **Size limits** are FDB's, enforced by the client buffer.
+//!   the value differs from the one its transaction saw, as FDB's do, milliseconds after
+//!   the commit (the watch rules). If the listening connection is lost, every watch of
+//!   the process fails (1031) and its caller watches again, as after any watch error.
+//! - **A commit cut off is ambiguous** (1021) whenever the server may have applied it:
+//!   a lost connection, a timeout, a terminated backend
+//!   (`a_connection_lost_during_commit_is_an_unknown_result`); FDB reports 1021 in the
+//!   same cases. An unreachable server is 1031 for reads and commits not yet sent
+//!   (`a_stopped_server_is_unavailable_at_once_and_served_again_once_back`).
+//! - **Size limits** are FDB's, enforced by the client's buffer before anything is sent.
 
 mod schema;
 mod transaction;

@@ -27,11 +27,13 @@ pub struct ServerOptions {
     pub fsync: bool,
     /// `max_connections`.
     pub max_connections: u32,
+    /// More settings, `name=value` each (`track_functions=pl`, ...).
+    pub settings: Vec<String>,
 }
 
 impl Default for ServerOptions {
     fn default() -> Self {
-        Self { fsync: false, max_connections: 200 }
+        Self { fsync: false, max_connections: 200, settings: Vec::new() }
     }
 }
 
@@ -183,7 +185,7 @@ impl PgServer {
     /// # Panics
     /// When it does not start.
     pub fn start_again(&self) {
-        let settings = format!(
+        let settings_line = format!(
             "-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={dir} -c fsync={fsync} \
              -c full_page_writes={fsync} -c max_connections={max}",
             port = self.port,
@@ -191,6 +193,8 @@ impl PgServer {
             fsync = if self.options.fsync { "on" } else { "off" },
             max = self.options.max_connections,
         );
+        let settings: String = self.options.settings.iter().map(|s| format!(" -c {s}")).collect();
+        let settings = settings_line + &settings;
         self.run(
             self.command("pg_ctl", true)
                 .arg("-D")
@@ -214,6 +218,12 @@ impl PgServer {
     /// The port it listens on.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The postmaster's process id (from its pid file), while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        let text = std::fs::read_to_string(self.data().join("postmaster.pid")).ok()?;
+        text.lines().next()?.trim().parse().ok()
     }
 
     /// Its directory (the data directory is `data` in it, the server's log `log`).

@@ -208,9 +208,23 @@ pub(super) struct Statements {
     pub(super) get_many: String,
     pub(super) range: String,
     pub(super) range_reverse: String,
+    /// Many forward ranges in one statement: `(index, key, value)` rows.
+    pub(super) ranges: String,
+    /// Many reverse ranges in one statement.
+    pub(super) ranges_reverse: String,
     pub(super) latest: String,
     pub(super) commit: String,
     pub(super) watch: String,
+}
+
+/// Ranges `[$1[i], $2[i])`, at most `$3[i]` pairs each (NULL: all), in `order`, in one
+/// statement: rows of (1-based range index, key, value).
+fn many_ranges(s: &str, order: &str) -> String {
+    format!(
+        "SELECT r.i, k.key, k.value FROM unnest($1::bytea[], $2::bytea[], $3::int8[]) WITH ORDINALITY AS r(b, e, l, i) \
+         CROSS JOIN LATERAL (SELECT key, value FROM {s}.kv WHERE key >= r.b AND key < r.e AND value IS NOT NULL \
+         ORDER BY key {order} LIMIT r.l) k ORDER BY r.i, k.key {order}"
+    )
 }
 
 impl Statements {
@@ -230,6 +244,8 @@ impl Statements {
                 "SELECT key, value FROM {s}.kv WHERE key >= $1 AND key < $2 AND value IS NOT NULL \
                  ORDER BY key DESC LIMIT $3"
             ),
+            ranges: many_ranges(s, "ASC"),
+            ranges_reverse: many_ranges(s, "DESC"),
             latest: format!("SELECT version FROM {s}.meta WHERE id = 1"),
             commit: format!(
                 "SELECT {s}.commit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \

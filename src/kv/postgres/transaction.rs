@@ -375,6 +375,45 @@ impl PgTransaction {
         Ok((pairs, more))
     }
 
+    /// Stored pairs of untouched ranges, `reverse` all or none, in one statement.
+    async fn stored_ranges(
+        &self,
+        session: &Session,
+        requests: &[&RangeRequest],
+        reverse: bool,
+    ) -> Result<Vec<Page>, KvError> {
+        if requests.is_empty() {
+            return Ok(Vec::new());
+        }
+        let statements = &self.kv().shared.statements;
+        let query = if reverse { &statements.ranges_reverse } else { &statements.ranges };
+        let statement = self.prepared(session, query).await?;
+        let begins: Vec<&[u8]> = requests.iter().map(|r| r.begin.as_slice()).collect();
+        let ends: Vec<&[u8]> = requests.iter().map(|r| r.end.as_slice()).collect();
+        // One more than asked, to know whether more remain.
+        let asked: Vec<Option<i64>> = requests
+            .iter()
+            .map(|r| r.limit.map(|limit| limit.saturating_add(1).min(i64::MAX as usize) as i64))
+            .collect();
+        let rows = self.read(session, session.client()?.query(&statement, &[&begins, &ends, &asked])).await?;
+        let mut pages: Vec<Page> = vec![(Vec::new(), false); requests.len()];
+        for row in rows {
+            let index: i64 = row.get(0);
+            if let Some(page) = usize::try_from(index - 1).ok().and_then(|i| pages.get_mut(i)) {
+                page.0.push((row.get(1), row.get(2)));
+            }
+        }
+        for (page, request) in pages.iter_mut().zip(requests) {
+            if let Some(limit) = request.limit {
+                if page.0.len() > limit {
+                    page.0.truncate(limit);
+                    page.1 = true;
+                }
+            }
+        }
+        Ok(pages)
+    }
+
     /// `request` read where this transaction wrote: stored pages merged with its writes
     /// until the limit is met (and one more pair found, for `more`) or the range ends.
     async fn merged_range(&self, session: &Session, request: &RangeRequest) -> Result<Page, KvError> {
@@ -634,6 +673,66 @@ impl KvTransaction for PgTransaction {
             self.merged_range(&session, request).await?
         };
         Ok(self.inner.buffer.lock().conflict_on_range(request, snapshot, pairs, more))
+    }
+
+    async fn get_ranges(&self, requests: &[RangeRequest], snapshot: bool) -> Result<Vec<RangeResult>, KvError> {
+        // What each request needs: nothing (empty), its own merged read, or a place in
+        // one of the two batched statements.
+        enum Plan {
+            Empty,
+            Alone,
+            Batched,
+        }
+        let plans: Vec<Plan> = {
+            let mut buffer = self.inner.buffer.lock();
+            if buffer.finished {
+                return Err(KvError::new(KvError::USED_DURING_COMMIT));
+            }
+            let mut plans = Vec::with_capacity(requests.len());
+            for request in requests {
+                let (begin, end) = (request.begin.as_slice(), request.end.as_slice());
+                if begin >= end || request.limit == Some(0) {
+                    plans.push(Plan::Empty);
+                } else if buffer.is_unreadable(begin, end) {
+                    return Err(KvError::new(KvError::ACCESSED_UNREADABLE));
+                } else if buffer.untouched(begin, end) {
+                    plans.push(Plan::Batched);
+                } else {
+                    plans.push(Plan::Alone);
+                }
+            }
+            plans
+        };
+        let session = self.session().await?;
+        let batched = |reverse: bool| -> Vec<&RangeRequest> {
+            requests
+                .iter()
+                .zip(&plans)
+                .filter(|(r, plan)| matches!(plan, Plan::Batched) && r.reverse == reverse)
+                .map(|(r, _)| r)
+                .collect()
+        };
+        let (forward, backward) = (batched(false), batched(true));
+        let (forward, backward) = futures_util::future::try_join(
+            self.stored_ranges(&session, &forward, false),
+            self.stored_ranges(&session, &backward, true),
+        )
+        .await?;
+        let (mut forward, mut backward) = (forward.into_iter(), backward.into_iter());
+        let mut results = Vec::with_capacity(requests.len());
+        for (request, plan) in requests.iter().zip(plans) {
+            let (pairs, more) = match plan {
+                Plan::Empty => {
+                    results.push(RangeResult::default());
+                    continue;
+                }
+                Plan::Alone => self.merged_range(&session, request).await?,
+                Plan::Batched if request.reverse => backward.next().unwrap_or_default(),
+                Plan::Batched => forward.next().unwrap_or_default(),
+            };
+            results.push(self.inner.buffer.lock().conflict_on_range(request, snapshot, pairs, more));
+        }
+        Ok(results)
     }
 
     fn set(&self, key: &[u8], value: &[u8]) {
