@@ -155,12 +155,12 @@ async fn tombstones_and_range_records_are_collected_once_past_the_horizon() {
     t.clear(b"h00");
     t.commit().await.unwrap();
     let count = |sql: String| server.psql(&sql).trim().parse::<u64>().unwrap();
-    let tombstones = || count(format!("SELECT count(*) FROM {schema}.kv WHERE value IS NULL"));
+    let tombstones = || count(format!("SELECT count(*) FROM {schema}.dead"));
     let ranges = || count(format!("SELECT count(*) FROM {schema}.ranges"));
     assert_eq!((tombstones(), ranges()), (50, 1));
     kv.collect_garbage().await.unwrap();
     assert_eq!((tombstones(), ranges()), (50, 1), "younger than the horizon: kept");
-    server.psql(&format!("UPDATE {schema}.kv SET ver = ver - 60000000 WHERE value IS NULL"));
+    server.psql(&format!("UPDATE {schema}.dead SET ver = ver - 60000000"));
     server.psql(&format!("UPDATE {schema}.ranges SET ver = ver - 60000000"));
     kv.collect_garbage().await.unwrap();
     assert_eq!((tombstones(), ranges()), (0, 0));

@@ -24,8 +24,9 @@
 //!   operations and versionstamps at the new version. The read transaction's `COMMIT`
 //!   and the call are pipelined: a commit costs one round trip. A transaction that only
 //!   wrote takes a connection just for that call.
-//! - **Deletes** leave tombstones (a NULL value at the clear's version) so that a reader
-//!   of the key conflicts with the clear; they and the range log are collected after 30
+//! - **Deletes** leave tombstones (the key and the clear's version, in a table of their
+//!   own so reads never step over them) so that a reader of the key conflicts with the
+//!   clear; they and the range log are collected after 30
 //!   seconds, while every transaction is refused after five (1007), by the client's clock
 //!   on reads and by the server's at commit.
 //! - **Watches** use `LISTEN`/`NOTIFY`: a watched key is recorded in the `watches` table,

@@ -4,17 +4,19 @@
 //!   version. Every commit locks this row, so commits are applied one at a time, each at
 //!   a version above the last (versions follow the server's clock in microseconds, as
 //!   FoundationDB's follow time at about 1,000,000 a second).
-//! - `kv`: the pairs. A row whose `value` is NULL is a **tombstone**: the key was cleared
-//!   at version `ver`, kept so a reader of the key conflicts with the clear. `ver` is the
-//!   version of the last write of the key: the **resolver** finds conflicts by asking
-//!   whether a key or range a transaction read has a row with `ver` above its read
-//!   version.
+//! - `kv`: the pairs, each with `ver`, the version of its last write: the **resolver**
+//!   finds conflicts by asking whether a key or range a transaction read has a row written
+//!   above its read version.
+//! - `dead`: **tombstones**, the keys cleared and when, so a reader of a key conflicts
+//!   with its clear as on FDB. They are kept apart from `kv` so that reads never step over
+//!   them (a due index whose entries are cleared a thousand times a second would leave
+//!   tens of thousands of them in the way of every scan).
 //! - `ranges`: range clears and explicit write conflict ranges, by version, for the
 //!   readers of keys that did not exist.
 //! - `watches`: keys some process watches; a commit that writes one of them notifies the
 //!   schema's channel with the key.
 //!
-//! Tombstones and `ranges` rows are deleted once older than [`HORIZON_MICROS`]; every
+//! `dead` and `ranges` rows are deleted once older than [`HORIZON_MICROS`]; every
 //! transaction older than five seconds fails before it could miss them.
 
 /// The schema version this build creates and understands.
@@ -42,10 +44,14 @@ CREATE TABLE {s}.meta (
 INSERT INTO {s}.meta VALUES (1, {SCHEMA_VERSION}, 0);
 CREATE TABLE {s}.kv (
     key bytea PRIMARY KEY,
-    value bytea,
+    value bytea NOT NULL,
     ver bigint NOT NULL
 );
-CREATE INDEX kv_tombstones ON {s}.kv (ver) WHERE value IS NULL;
+CREATE TABLE {s}.dead (
+    key bytea PRIMARY KEY,
+    ver bigint NOT NULL
+);
+CREATE INDEX dead_ver ON {s}.dead (ver);
 CREATE TABLE {s}.ranges (
     ver bigint NOT NULL,
     b bytea NOT NULL,
@@ -141,8 +147,10 @@ BEGIN
     -- this transaction read.
     IF rv IS NOT NULL AND _prev > rv AND (
         EXISTS (SELECT 1 FROM {s}.kv k WHERE k.key = ANY(read_keys) AND k.ver > rv)
+        OR EXISTS (SELECT 1 FROM {s}.dead d WHERE d.key = ANY(read_keys) AND d.ver > rv)
         OR EXISTS (SELECT 1 FROM unnest(read_b, read_e) r(b, e)
-                   WHERE EXISTS (SELECT 1 FROM {s}.kv k WHERE k.key >= r.b AND k.key < r.e AND k.ver > rv))
+                   WHERE EXISTS (SELECT 1 FROM {s}.kv k WHERE k.key >= r.b AND k.key < r.e AND k.ver > rv)
+                      OR EXISTS (SELECT 1 FROM {s}.dead d WHERE d.key >= r.b AND d.key < r.e AND d.ver > rv))
         OR EXISTS (SELECT 1 FROM {s}.ranges g WHERE g.ver > rv AND (
                    EXISTS (SELECT 1 FROM unnest(read_keys) x(key) WHERE x.key >= g.b AND x.key < g.e)
                    OR EXISTS (SELECT 1 FROM unnest(read_b, read_e) r(b, e) WHERE r.b < g.e AND g.b < r.e)))
@@ -153,12 +161,23 @@ BEGIN
     _stamp := int8send(_v) || '\x0000'::bytea;
     -- Range clears first: the point writes kept are the ones made after them.
     IF cardinality(clear_b) > 0 THEN
-        UPDATE {s}.kv k SET value = NULL, ver = _v FROM unnest(clear_b, clear_e) c(b, e)
-        WHERE k.key >= c.b AND k.key < c.e AND k.value IS NOT NULL;
+        WITH gone AS (
+            DELETE FROM {s}.kv k USING unnest(clear_b, clear_e) c(b, e)
+            WHERE k.key >= c.b AND k.key < c.e RETURNING k.key
+        )
+        INSERT INTO {s}.dead (key, ver) SELECT DISTINCT key, _v FROM gone
+        ON CONFLICT (key) DO UPDATE SET ver = excluded.ver;
     END IF;
     IF cardinality(put_k) > 0 THEN
         INSERT INTO {s}.kv (key, value, ver) SELECT p.k, p.v, _v FROM unnest(put_k, put_v) p(k, v)
+        WHERE p.v IS NOT NULL
         ON CONFLICT (key) DO UPDATE SET value = excluded.value, ver = excluded.ver;
+        -- Clears (a NULL value): the row goes, a tombstone stays.
+        IF array_position(put_v, NULL) IS NOT NULL THEN
+            DELETE FROM {s}.kv k USING unnest(put_k, put_v) p(k, v) WHERE p.v IS NULL AND k.key = p.k;
+            INSERT INTO {s}.dead (key, ver) SELECT p.k, _v FROM unnest(put_k, put_v) p(k, v) WHERE p.v IS NULL
+            ON CONFLICT (key) DO UPDATE SET ver = excluded.ver;
+        END IF;
     END IF;
     FOR i IN 1 .. cardinality(sval_k) LOOP
         INSERT INTO {s}.kv (key, value, ver)
@@ -166,9 +185,14 @@ BEGIN
         ON CONFLICT (key) DO UPDATE SET value = excluded.value, ver = excluded.ver;
     END LOOP;
     FOR i IN 1 .. cardinality(op_k) LOOP
-        _cur := (SELECT k.value FROM {s}.kv k WHERE k.key = op_k[i]);
-        INSERT INTO {s}.kv (key, value, ver) VALUES (op_k[i], {s}.atomic(op_c[i], _cur, op_p[i]), _v)
-        ON CONFLICT (key) DO UPDATE SET value = excluded.value, ver = excluded.ver;
+        _cur := {s}.atomic(op_c[i], (SELECT k.value FROM {s}.kv k WHERE k.key = op_k[i]), op_p[i]);
+        IF _cur IS NULL THEN
+            DELETE FROM {s}.kv k WHERE k.key = op_k[i];
+            INSERT INTO {s}.dead (key, ver) VALUES (op_k[i], _v) ON CONFLICT (key) DO UPDATE SET ver = excluded.ver;
+        ELSE
+            INSERT INTO {s}.kv (key, value, ver) VALUES (op_k[i], _cur, _v)
+            ON CONFLICT (key) DO UPDATE SET value = excluded.value, ver = excluded.ver;
+        END IF;
     END LOOP;
     FOR i IN 1 .. cardinality(skey_k) LOOP
         INSERT INTO {s}.kv (key, value, ver)
@@ -193,7 +217,7 @@ $fn$;
 /// The statement that collects tombstones and `ranges` rows older than the horizon.
 pub(super) fn collect(s: &str) -> String {
     format!(
-        "DELETE FROM {s}.kv WHERE value IS NULL AND ver < {NOW_MICROS} - {HORIZON_MICROS}; \
+        "DELETE FROM {s}.dead WHERE ver < {NOW_MICROS} - {HORIZON_MICROS}; \
          DELETE FROM {s}.ranges WHERE ver < {NOW_MICROS} - {HORIZON_MICROS};"
     )
 }
@@ -222,7 +246,7 @@ pub(super) struct Statements {
 fn many_ranges(s: &str, order: &str) -> String {
     format!(
         "SELECT r.i, k.key, k.value FROM unnest($1::bytea[], $2::bytea[], $3::int8[]) WITH ORDINALITY AS r(b, e, l, i) \
-         CROSS JOIN LATERAL (SELECT key, value FROM {s}.kv WHERE key >= r.b AND key < r.e AND value IS NOT NULL \
+         CROSS JOIN LATERAL (SELECT key, value FROM {s}.kv WHERE key >= r.b AND key < r.e \
          ORDER BY key {order} LIMIT r.l) k ORDER BY r.i, k.key {order}"
     )
 }
@@ -235,14 +259,12 @@ impl Statements {
                  SELECT version, {NOW_MICROS} FROM {s}.meta WHERE id = 1"
             ),
             get: format!("SELECT value FROM {s}.kv WHERE key = $1"),
-            get_many: format!("SELECT key, value FROM {s}.kv WHERE key = ANY($1) AND value IS NOT NULL"),
+            get_many: format!("SELECT key, value FROM {s}.kv WHERE key = ANY($1)"),
             range: format!(
-                "SELECT key, value FROM {s}.kv WHERE key >= $1 AND key < $2 AND value IS NOT NULL \
-                 ORDER BY key LIMIT $3"
+                "SELECT key, value FROM {s}.kv WHERE key >= $1 AND key < $2 ORDER BY key LIMIT $3"
             ),
             range_reverse: format!(
-                "SELECT key, value FROM {s}.kv WHERE key >= $1 AND key < $2 AND value IS NOT NULL \
-                 ORDER BY key DESC LIMIT $3"
+                "SELECT key, value FROM {s}.kv WHERE key >= $1 AND key < $2 ORDER BY key DESC LIMIT $3"
             ),
             ranges: many_ranges(s, "ASC"),
             ranges_reverse: many_ranges(s, "DESC"),
