@@ -118,11 +118,8 @@ fn config(case: &Case, url: &str, due: DateTime<Utc>) -> String {
     if case.tuned {
         text += "[scheduler]\nacquire_batch_size = 512\nmax_concurrent_runs = 1024\n\n";
     }
-    let schedule = if case.burst {
-        format!("once {}", due.format("%Y-%m-%dT%H:%M:%SZ"))
-    } else {
-        "cron * * * * * *".to_owned()
-    };
+    let schedule =
+        if case.burst { format!("once {}", due.format("%Y-%m-%dT%H:%M:%SZ")) } else { "cron * * * * * *".to_owned() };
     for i in 0..case.jobs {
         text += &format!(
             "[[jobs]]\nname = \"j{i:05}\"\ntype = \"log\"\ndata = {{ message = \"fired\" }}\n\
@@ -186,7 +183,8 @@ fn node_counters(running: &Running) -> (f64, f64) {
 /// The server's commits and statements so far.
 fn server_counters(server: &PgServer) -> (f64, f64) {
     let commits = server.psql("SELECT sum(xact_commit) FROM pg_stat_database").trim().parse().unwrap_or(0.0);
-    let statements = server.psql("SELECT coalesce(sum(calls), 0) FROM pg_stat_statements").trim().parse().unwrap_or(0.0);
+    let statements =
+        server.psql("SELECT coalesce(sum(calls), 0) FROM pg_stat_statements").trim().parse().unwrap_or(0.0);
     (commits, statements)
 }
 
@@ -194,9 +192,10 @@ fn server_counters(server: &PgServer) -> (f64, f64) {
 /// (`2026-12-06 05:24:34 UTC`, a logged field).
 fn time(value: &serde_json::Value) -> Option<DateTime<Utc>> {
     let text = value.as_str()?;
-    DateTime::parse_from_rfc3339(text).map(|t| t.to_utc()).ok().or_else(|| {
-        chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S%.f UTC").ok().map(|t| t.and_utc())
-    })
+    DateTime::parse_from_rfc3339(text)
+        .map(|t| t.to_utc())
+        .ok()
+        .or_else(|| chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S%.f UTC").ok().map(|t| t.and_utc()))
 }
 
 fn sleep_until(at: DateTime<Utc>) {
@@ -319,8 +318,19 @@ fn main() {
     println!("sundial nodes on one PostgreSQL server (fsync on), log jobs, full history, {options}");
     println!(
         "{:>7} {:>5} | {:>9} {:>6} {:>6} | {:>8} {:>8} {:>8} | {:>9} | {:>8} {:>9} | {:>8} {:>8}",
-        "load/s", "nodes", "ran/s", "missed", "twice", "p50 ms", "p99 ms", "max ms", "confl/acq", "commit/f", "stmt/f",
-        "node µs/f", "pg µs/f"
+        "load/s",
+        "nodes",
+        "ran/s",
+        "missed",
+        "twice",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "confl/acq",
+        "commit/f",
+        "stmt/f",
+        "node µs/f",
+        "pg µs/f"
     );
     for &load in &loads {
         for &nodes in &node_counts {

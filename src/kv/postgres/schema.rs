@@ -260,9 +260,7 @@ impl Statements {
             ),
             get: format!("SELECT value FROM {s}.kv WHERE key = $1"),
             get_many: format!("SELECT key, value FROM {s}.kv WHERE key = ANY($1)"),
-            range: format!(
-                "SELECT key, value FROM {s}.kv WHERE key >= $1 AND key < $2 ORDER BY key LIMIT $3"
-            ),
+            range: format!("SELECT key, value FROM {s}.kv WHERE key >= $1 AND key < $2 ORDER BY key LIMIT $3"),
             range_reverse: format!(
                 "SELECT key, value FROM {s}.kv WHERE key >= $1 AND key < $2 ORDER BY key DESC LIMIT $3"
             ),
