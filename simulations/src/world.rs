@@ -12,13 +12,13 @@ use parking_lot::Mutex;
 use sundial::entropy::Entropy;
 use sundial::job::{RunCause, RunState};
 use sundial::kv::memory::{KvFaults, MemoryKv, MemoryKvOptions};
-use sundial::kv::{run, KvTransaction, RangeRequest, RetryOptions};
+use sundial::kv::{run, Kv, KvTransaction, RangeRequest, RetryOptions};
 use sundial::leader::KvLeaderElection;
 use sundial::options::SchedulerOptions;
 use sundial::store::codec;
 use sundial::store::keys::Keyspace;
 use sundial::store::records::RunRecord;
-use sundial::store::{JobStatus, KvJobStore, RunDeletedHook, StoreOptions};
+use sundial::store::{JobStatus, KvJobStore, RunDeletedHook, StoreError, StoreOptions};
 use sundial::time::{add_duration, Clock};
 use sundial_actors::clock::{TokioClock, TokioSleeper};
 use sundial_actors::node::{Node, NodeConfig};
@@ -46,6 +46,25 @@ const OP_RETRY: Duration = Duration::from_secs(10);
 /// How often the store's run states are sampled for the transition checker (and the
 /// nodes' acquisition counts, for [`BusiestPoller`]).
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(10);
+
+/// Every run record in `store`, read in one transaction: the history the checkers read.
+///
+/// # Errors
+/// The store's, or a record that does not decode.
+pub async fn every_run<K: Kv>(store: &KvJobStore<K>) -> Result<Vec<RunRecord>, StoreError> {
+    let keys = store.keys().clone();
+    run(store.kv(), RetryOptions::default(), |txn, _| {
+        let keys = keys.clone();
+        async move {
+            let begin = keys.run(Uuid::nil());
+            let mut end = keys.run(Uuid::max());
+            end.push(0);
+            let range = txn.get_range(&RangeRequest::new(begin, end), true).await?;
+            range.pairs.iter().map(|(_, v)| codec::decode::<RunRecord>(v, "run record")).collect::<Result<Vec<_>, _>>()
+        }
+    })
+    .await
+}
 
 /// The node options every simulated node of `options` runs with: short timeouts so
 /// recovery happens within the phases, and room for two runs per job across the cluster
@@ -850,23 +869,7 @@ impl World {
     }
 
     async fn history(&self) -> Vec<RunRecord> {
-        let keys = self.observer.keys().clone();
-        let read = run(self.observer.kv(), RetryOptions::default(), |txn, _| {
-            let keys = keys.clone();
-            async move {
-                let begin = keys.run(Uuid::nil());
-                let mut end = keys.run(Uuid::max());
-                end.push(0);
-                let range = txn.get_range(&RangeRequest::new(begin, end), true).await?;
-                range
-                    .pairs
-                    .iter()
-                    .map(|(_, v)| codec::decode::<RunRecord>(v, "run record"))
-                    .collect::<Result<Vec<_>, _>>()
-            }
-        })
-        .await;
-        read.unwrap_or_default()
+        every_run(&self.observer).await.unwrap_or_default()
     }
 
     async fn finish(mut self) -> Outcome {

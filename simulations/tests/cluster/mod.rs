@@ -23,9 +23,8 @@ use sundial::calendar::Calendars;
 use sundial::entropy::Entropy;
 use sundial::job::{JobRun, RunCause};
 use sundial::kv::postgres::{PgKv, PgKvOptions};
-use sundial::kv::{run, KvTransaction, RangeRequest, RetryOptions};
 use sundial::store::records::RunRecord;
-use sundial::store::{codec, JobStatus, KvJobStore, StoreOptions};
+use sundial::store::{JobStatus, KvJobStore, StoreOptions};
 use sundial::time::SystemClock;
 use sundial_simulations::check::{self, Checked, Inputs, LiveNode, Samples, Setting};
 use sundial_simulations::trace::{Event, EventKind, StartFacts};
@@ -368,23 +367,7 @@ impl Cluster {
 
     /// Every run record in the store.
     pub(crate) async fn history(&self, store: &KvJobStore<PgKv>) -> Vec<RunRecord> {
-        let keys = store.keys().clone();
-        let records = run(store.kv(), RetryOptions::default(), |txn, _| {
-            let keys = keys.clone();
-            async move {
-                let begin = keys.run(Uuid::nil());
-                let mut end = keys.run(Uuid::max());
-                end.push(0);
-                let range = txn.get_range(&RangeRequest::new(begin, end), true).await?;
-                range
-                    .pairs
-                    .iter()
-                    .map(|(_, v)| codec::decode::<RunRecord>(v, "run record"))
-                    .collect::<Result<Vec<_>, _>>()
-            }
-        })
-        .await;
-        records.expect("read the history")
+        sundial_simulations::world::every_run(store).await.expect("read the history")
     }
 
     /// The effects file's `text` as the checkers' event log, runs' facts from `history`.
