@@ -413,7 +413,8 @@ impl PgKv {
         match error.as_db_error().map(|db| db.code().code()) {
             Some("SD020" | "40001" | "40P01") => {
                 counters.conflicts.fetch_add(1, Ordering::Relaxed);
-                KvError::new(KvError::NOT_COMMITTED)
+                // The resolver's message names the key the conflict was found on.
+                KvError::with_message(KvError::NOT_COMMITTED, format!("not committed: {}", message_of(error)))
             }
             Some("SD007") => {
                 counters.too_old.fetch_add(1, Ordering::Relaxed);

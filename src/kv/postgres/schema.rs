@@ -137,6 +137,7 @@ DECLARE
     _v bigint;
     _stamp bytea;
     _cur bytea;
+    _hit bytea;
 BEGIN
     SELECT version INTO _prev FROM {s}.meta WHERE id = 1 FOR UPDATE;
     _v := greatest(_prev + 1, {NOW_MICROS});
@@ -144,18 +145,26 @@ BEGIN
         RAISE EXCEPTION 'transaction is too old' USING ERRCODE = 'SD007';
     END IF;
     -- Something committed after the read version: look for a write it made to what
-    -- this transaction read.
-    IF rv IS NOT NULL AND _prev > rv AND (
-        EXISTS (SELECT 1 FROM {s}.kv k WHERE k.key = ANY(read_keys) AND k.ver > rv)
-        OR EXISTS (SELECT 1 FROM {s}.dead d WHERE d.key = ANY(read_keys) AND d.ver > rv)
-        OR EXISTS (SELECT 1 FROM unnest(read_b, read_e) r(b, e)
-                   WHERE EXISTS (SELECT 1 FROM {s}.kv k WHERE k.key >= r.b AND k.key < r.e AND k.ver > rv)
-                      OR EXISTS (SELECT 1 FROM {s}.dead d WHERE d.key >= r.b AND d.key < r.e AND d.ver > rv))
-        OR EXISTS (SELECT 1 FROM {s}.ranges g WHERE g.ver > rv AND (
-                   EXISTS (SELECT 1 FROM unnest(read_keys) x(key) WHERE x.key >= g.b AND x.key < g.e)
-                   OR EXISTS (SELECT 1 FROM unnest(read_b, read_e) r(b, e) WHERE r.b < g.e AND g.b < r.e)))
-    ) THEN
-        RAISE EXCEPTION 'conflict' USING ERRCODE = 'SD020';
+    -- this transaction read, and name the first key found (the server's log has it).
+    IF rv IS NOT NULL AND _prev > rv THEN
+        SELECT hit INTO _hit FROM (
+            SELECT k.key AS hit FROM {s}.kv k WHERE k.key = ANY(read_keys) AND k.ver > rv
+            UNION ALL
+            SELECT d.key FROM {s}.dead d WHERE d.key = ANY(read_keys) AND d.ver > rv
+            UNION ALL
+            SELECT w.key FROM unnest(read_b, read_e) r(b, e) CROSS JOIN LATERAL (
+                (SELECT k.key FROM {s}.kv k WHERE k.key >= r.b AND k.key < r.e AND k.ver > rv LIMIT 1)
+                UNION ALL
+                (SELECT d.key FROM {s}.dead d WHERE d.key >= r.b AND d.key < r.e AND d.ver > rv LIMIT 1)
+            ) w
+            UNION ALL
+            SELECT g.b FROM {s}.ranges g WHERE g.ver > rv AND (
+                EXISTS (SELECT 1 FROM unnest(read_keys) x(key) WHERE x.key >= g.b AND x.key < g.e)
+                OR EXISTS (SELECT 1 FROM unnest(read_b, read_e) r(b, e) WHERE r.b < g.e AND g.b < r.e))
+        ) hits LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'conflict on key %', encode(_hit, 'hex') USING ERRCODE = 'SD020';
+        END IF;
     END IF;
     UPDATE {s}.meta SET version = _v WHERE id = 1;
     _stamp := int8send(_v) || '\x0000'::bytea;
