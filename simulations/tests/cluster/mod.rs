@@ -64,8 +64,9 @@ misfire_threshold_seconds = 5
 const MISFIRE_THRESHOLD: Duration = Duration::from_secs(5);
 
 /// A shell job's script: `$1` seconds of work between its two lines; `$2 = fail` fails
-/// its first attempt.
+/// its first attempt. Canceled (SIGTERM to its process group), it says so as it ends.
 const SCRIPT: &str = r#"log="$SUNDIAL_TEST_EFFECTS"
+trap 'echo "E $SUNDIAL_RUN_ID $SUNDIAL_NODE_ID $(date +%s%N) canceled" >> "$log"; exit 143' TERM
 echo "S $SUNDIAL_RUN_ID $SUNDIAL_JOB $SUNDIAL_SCHEDULED_AT $SUNDIAL_ATTEMPT $SUNDIAL_NODE_ID $(date +%s%N)" >> "$log"
 sleep "$1"
 if [ "$2" = fail ] && [ "$SUNDIAL_ATTEMPT" = 1 ]; then
@@ -413,7 +414,11 @@ impl Cluster {
                 }
                 ["E", run, node, ns, outcome] => {
                     let at = from_ns(ns);
-                    let outcome = if *outcome == "ok" { "ok" } else { "fail" };
+                    let outcome = match *outcome {
+                        "ok" => "ok",
+                        "canceled" => "canceled",
+                        _ => "fail",
+                    };
                     let kind = EventKind::End { run: run.parse().unwrap(), node: (*node).to_owned(), outcome };
                     events.push((at.timestamp_nanos_opt().unwrap(), seq, Event { at, kind }));
                 }
