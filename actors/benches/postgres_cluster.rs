@@ -189,7 +189,7 @@ fn server_counters(server: &PgServer) -> (f64, f64) {
 }
 
 /// A time as the log writes it: RFC 3339 (the line's stamp), or chrono's `Display`
-/// (`2026-12-06 05:24:34 UTC`, a logged field).
+/// (`YYYY-MM-DD hh:mm:ss UTC`, a logged field).
 fn time(value: &serde_json::Value) -> Option<DateTime<Utc>> {
     let text = value.as_str()?;
     DateTime::parse_from_rfc3339(text)

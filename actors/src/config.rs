@@ -438,10 +438,7 @@ fn postgres_store(section: &StoreSection, env: &BTreeMap<String, String>) -> Res
         None => env.get(STORE_PASSWORD_ENV).cloned(),
     };
     let schema = section.schema.clone().unwrap_or_else(|| "sundial".to_owned());
-    let plain = schema.len() <= 63
-        && schema.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
-        && schema.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if !plain {
+    if !sundial::kv::postgres::is_schema_name(&schema) {
         return Err(ConfigError::at(
             "store.schema",
             format!("'{schema}' is not a lower-case identifier (letters, digits, '_'; at most 63)"),

@@ -244,8 +244,9 @@ impl fmt::Debug for PgKv {
     }
 }
 
-/// Whether `name` is a schema name `PgKv` accepts (and so needs no quoting).
-fn is_plain_identifier(name: &str) -> bool {
+/// Whether `name` is a schema name `PgKv` accepts (and so needs no quoting): lower-case
+/// letters, digits and `_`, starting with a letter or `_`, at most 63 bytes.
+pub fn is_schema_name(name: &str) -> bool {
     let mut chars = name.chars();
     name.len() <= 63
         && chars.next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
@@ -262,7 +263,7 @@ impl PgKv {
     /// [`PgOpenError`]: a bad option, an unreachable server or refused login, a server
     /// older than 15, a schema newer than this build.
     pub async fn open(options: PgKvOptions, clock: Arc<dyn Clock>) -> Result<Self, PgOpenError> {
-        if !is_plain_identifier(&options.schema) {
+        if !is_schema_name(&options.schema) {
             return Err(PgOpenError::Schema(options.schema));
         }
         if options.pool_size == 0 {
@@ -275,7 +276,13 @@ impl PgKv {
         }
         let mut config = options.config.clone();
         config.connect_timeout(options.connect_timeout);
-        config.options(format!("-c statement_timeout={}", options.operation_timeout.as_millis()));
+        // The URL's own `options`, if any, then the statement timeout.
+        let server_options = format!(
+            "{} -c statement_timeout={}",
+            config.get_options().unwrap_or_default(),
+            options.operation_timeout.as_millis()
+        );
+        config.options(server_options.trim_start());
         if config.get_application_name().is_none() {
             config.application_name("sundial");
         }
@@ -517,10 +524,10 @@ mod tests {
     #[test]
     fn schema_names_are_plain_identifiers() {
         for good in ["sundial", "_x", "a1_b", &"a".repeat(63)] {
-            assert!(is_plain_identifier(good), "{good}");
+            assert!(is_schema_name(good), "{good}");
         }
         for bad in ["", "1a", "Sundial", "a-b", "a b", "a\"b", &"a".repeat(64)] {
-            assert!(!is_plain_identifier(bad), "{bad}");
+            assert!(!is_schema_name(bad), "{bad}");
         }
     }
 

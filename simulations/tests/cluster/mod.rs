@@ -455,8 +455,11 @@ impl Cluster {
     pub(crate) async fn check(&self, workload: &Workload) -> Checked {
         let store = self.store().await;
         // The lines first: a run is recorded before it starts, so every run they name is
-        // in the history read after them.
+        // in the history read after them. The nodes run on: a run that just ended has its
+        // completion recorded a moment later, so the history is read a second after the
+        // lines (runs started meanwhile are due within the checkers' margin of the end).
         let effects = std::fs::read_to_string(&self.effects).unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
         let history = self.history(&store).await;
         let end = now();
         let events = self.events(&effects, &history);

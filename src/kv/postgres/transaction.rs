@@ -102,6 +102,21 @@ impl Drop for Session {
 /// Pairs read from the server, and whether its limit cut them short.
 type Page = (Vec<(Vec<u8>, Vec<u8>)>, bool);
 
+/// The `LIMIT` that answers a read of at most `limit` pairs: one more, to know whether
+/// more remain (`None`: no limit).
+fn one_more(limit: Option<usize>) -> Option<i64> {
+    limit.map(|limit| limit.saturating_add(1).min(i64::MAX as usize) as i64)
+}
+
+/// `pairs` read with [`one_more`]'s limit, cut back to `limit`.
+fn page(mut pairs: Vec<(Vec<u8>, Vec<u8>)>, limit: Option<usize>) -> Page {
+    let more = limit.is_some_and(|limit| pairs.len() > limit);
+    if let (true, Some(limit)) = (more, limit) {
+        pairs.truncate(limit);
+    }
+    (pairs, more)
+}
+
 /// FDB's code of an atomic operation, as the server function `atomic` takes it.
 fn op_code(op: AtomicOp) -> i32 {
     match op {
@@ -364,15 +379,9 @@ impl PgTransaction {
         let statements = &self.kv().shared.statements;
         let query = if reverse { &statements.range_reverse } else { &statements.range };
         let statement = self.prepared(session, query).await?;
-        // One more than asked, to know whether more remain.
-        let asked = limit.map(|limit| limit.saturating_add(1).min(i64::MAX as usize) as i64);
+        let asked = one_more(limit);
         let rows = self.read(session, session.client()?.query(&statement, &[&begin, &end, &asked])).await?;
-        let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = rows.into_iter().map(|row| (row.get(0), row.get(1))).collect();
-        let more = limit.is_some_and(|limit| pairs.len() > limit);
-        if more {
-            pairs.pop();
-        }
-        Ok((pairs, more))
+        Ok(page(rows.into_iter().map(|row| (row.get(0), row.get(1))).collect(), limit))
     }
 
     /// Stored pairs of untouched ranges, `reverse` all or none, in one statement.
@@ -390,28 +399,16 @@ impl PgTransaction {
         let statement = self.prepared(session, query).await?;
         let begins: Vec<&[u8]> = requests.iter().map(|r| r.begin.as_slice()).collect();
         let ends: Vec<&[u8]> = requests.iter().map(|r| r.end.as_slice()).collect();
-        // One more than asked, to know whether more remain.
-        let asked: Vec<Option<i64>> = requests
-            .iter()
-            .map(|r| r.limit.map(|limit| limit.saturating_add(1).min(i64::MAX as usize) as i64))
-            .collect();
+        let asked: Vec<Option<i64>> = requests.iter().map(|r| one_more(r.limit)).collect();
         let rows = self.read(session, session.client()?.query(&statement, &[&begins, &ends, &asked])).await?;
-        let mut pages: Vec<Page> = vec![(Vec::new(), false); requests.len()];
+        let mut pairs: Vec<Vec<(Vec<u8>, Vec<u8>)>> = vec![Vec::new(); requests.len()];
         for row in rows {
             let index: i64 = row.get(0);
-            if let Some(page) = usize::try_from(index - 1).ok().and_then(|i| pages.get_mut(i)) {
-                page.0.push((row.get(1), row.get(2)));
+            if let Some(pairs) = usize::try_from(index - 1).ok().and_then(|i| pairs.get_mut(i)) {
+                pairs.push((row.get(1), row.get(2)));
             }
         }
-        for (page, request) in pages.iter_mut().zip(requests) {
-            if let Some(limit) = request.limit {
-                if page.0.len() > limit {
-                    page.0.truncate(limit);
-                    page.1 = true;
-                }
-            }
-        }
-        Ok(pages)
+        Ok(pairs.into_iter().zip(requests).map(|(pairs, request)| page(pairs, request.limit)).collect())
     }
 
     /// `request` read where this transaction wrote: stored pages merged with its writes
@@ -516,8 +513,9 @@ impl PgTransaction {
             None => fresh.insert(kv.connection().await?),
         };
         let statements = &kv.shared.statements;
-        let get_many = kv.timed(client.prepare_cached(&statements.get_many), false).await?;
-        let commit = kv.timed(client.prepare_cached(&statements.commit), true).await?;
+        // Prepared before the pipeline below (a first use per connection is a round trip of
+        // its own); nothing is committed yet, so a failure here is not ambiguous.
+        let commit = kv.timed(client.prepare_cached(&statements.commit), false).await?;
         // The stored values the watches depend on, read in the snapshot before it ends.
         let unknown: Vec<&[u8]> = watched
             .iter()
@@ -525,11 +523,16 @@ impl PgTransaction {
             .filter(|(_, written)| written.is_none())
             .map(|(key, _)| key.as_slice())
             .collect();
+        let get_many = if unknown.is_empty() {
+            None
+        } else {
+            Some(kv.timed(client.prepare_cached(&statements.get_many), false).await?)
+        };
         let read_watched = async {
-            if unknown.is_empty() {
-                return Ok(Vec::new());
+            match &get_many {
+                Some(get_many) => client.query(get_many, &[&unknown]).await,
+                None => Ok(Vec::new()),
             }
-            client.query(&get_many, &[&unknown]).await
         };
         let end_snapshot = async {
             match &session {
