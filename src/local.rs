@@ -418,6 +418,25 @@ impl LocalTriggers {
         local.chain(self.given_back.values()).map(ToString::to_string).collect()
     }
 
+    /// The jobs whose fires in the store this node leaves waiting now: [`Self::busy_jobs`],
+    /// and the non-concurrent jobs of runs taken from the store that run here (each holds
+    /// its job's slot until its end is recorded). Such a fire, taken now, would only turn
+    /// its trigger `Blocked`, and the transaction taking it would read a slot that the
+    /// run's end is about to write (a conflict with the node's own completion); left
+    /// waiting, it is taken once the run has ended (see [`Self::holds_back`]).
+    pub fn held_jobs(&self) -> BTreeSet<String> {
+        let held = self.store_runs.values().filter(|(_, exclusive)| *exclusive).map(|(job, _)| job);
+        let mut jobs = self.busy_jobs();
+        jobs.extend(held.map(ToString::to_string));
+        jobs
+    }
+
+    /// Whether `run` is a run taken from the store that holds its job's slot here (its
+    /// end lets the fires [`Self::held_jobs`] left waiting go), and its job.
+    pub fn holds_back(&self, run: Uuid) -> Option<&JobName> {
+        self.store_runs.get(&run).filter(|(_, exclusive)| *exclusive).map(|(job, _)| job)
+    }
+
     /// Run `run` of `job` started on this node outside the local triggers (taken from the
     /// store: a scheduled fire of a cluster-unique job, enqueued, manual, retry,
     /// recovery); `exclusive` when the job was not concurrent as it was taken. "Not
@@ -605,6 +624,24 @@ mod tests {
         local.note_ended(Uuid::from_u128(101));
         assert!(!local.is_busy(&a));
         assert_eq!(local.poll_due(t(2), Duration::from_secs(60), &cal, &mut id).len(), 2);
+    }
+
+    #[test]
+    fn the_slots_a_nodes_runs_hold_keep_their_jobs_fires_waiting() {
+        let cal = Calendars::new();
+        let mut local = LocalTriggers::new();
+        local.refresh(vec![local_job("l")], t(0), &cal);
+        let (a, b, l) = (JobName::new("a").unwrap(), JobName::new("b").unwrap(), JobName::new("l").unwrap());
+        let (run_a, run_b, run_l) = (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
+        local.note_started(run_a, &a, true);
+        local.note_started(run_b, &b, false);
+        local.note_started(run_l, &l, true);
+        let held = BTreeSet::from(["a".to_owned(), "l".to_owned()]);
+        assert_eq!(local.held_jobs(), held, "b runs concurrently");
+        assert_eq!(local.busy_jobs(), BTreeSet::from(["l".to_owned()]), "a's slot is in the store");
+        assert_eq!((local.holds_back(run_a), local.holds_back(run_b)), (Some(&a), None));
+        local.note_ended(run_a);
+        assert_eq!((local.held_jobs(), local.holds_back(run_a)), (BTreeSet::from(["l".to_owned()]), None));
     }
 
     /// Found by simulation seed 112301 (two days, all faults): a node declared lost while a

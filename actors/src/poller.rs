@@ -148,6 +148,9 @@ pub(crate) struct PollerState<S: JobStore> {
     /// What the last acquisition saw of this node's home shards, while it still holds:
     /// cycles that find nothing due by it skip the acquisition (see [`KnownDue`]).
     known_due: Option<KnownDue>,
+    /// The jobs whose fires the last acquisition left waiting ([`LocalTriggers::held_jobs`]
+    /// then): the end of a run holding one's slot here calls for another acquisition.
+    held: BTreeSet<String>,
 }
 
 /// What an acquisition saw of the due index, kept while nothing can have changed it for
@@ -163,9 +166,9 @@ pub(crate) struct PollerState<S: JobStore> {
 struct KnownDue {
     /// The outlook after the acquisition (its own writes included).
     outlook: DueOutlook,
-    /// The acquisition's [`DueFilter`]: the outlook left out the entries it leaves waiting.
+    /// The acquisition's [`DueFilter`] (with [`PollerState::held`]): the outlook left out
+    /// the entries it leaves waiting.
     scheduled: bool,
-    busy_jobs: BTreeSet<String>,
     /// The home shards' first entries after the acquisition: the next acquisition reads
     /// only the shards they show fires due in, not every home shard's first entry.
     heads: DueHeads,
@@ -227,6 +230,7 @@ impl<S: JobStore> Actor for PollerActor<S> {
                 let _ = myself.send_message(PollerMsg::Tick(tick));
             }),
             known_due: None,
+            held: BTreeSet::new(),
         })
     }
 
@@ -528,13 +532,14 @@ async fn acquire_and_start<S: JobStore>(
     if steal {
         state.last_steal_check = Some(now_mono);
     }
-    let busy_jobs = state.local.busy_jobs();
+    let busy_jobs = state.local.held_jobs();
     let scheduled = takes_scheduled(&shared);
     let known = state.known_due.take();
     if !steal {
-        // The outlook left out the fires of the jobs then busy here: it holds only while
-        // those are still busy (fires of jobs busy since are in it, waking this node early).
-        let holds = |k: &&KnownDue| k.scheduled == scheduled && k.busy_jobs.is_subset(&busy_jobs);
+        // The outlook left out the fires of the jobs then held here: it holds only while
+        // those are still held (fires of jobs held since are in it, waking this node early).
+        let held = &state.held;
+        let holds = |k: &&KnownDue| k.scheduled == scheduled && held.is_subset(&busy_jobs);
         if let Some(outlook) = known.as_ref().filter(holds).map(|k| k.outlook) {
             let horizon = sundial::time::add_duration(now, state.lookahead);
             if outlook.first.is_none_or(|first| first > horizon) {
@@ -566,6 +571,7 @@ async fn acquire_and_start<S: JobStore>(
     let limit = state.lead.saturation().min(OUTLOOK_LIMIT);
     let acquiring = shared.clock.monotonic();
     let acquisition = shared.store.acquire_with_outlook(&request, MAX_LOOKAHEAD, limit).await;
+    state.held = busy_jobs;
     let starting = shared.clock.monotonic();
     shared.stats.spent(EngineWork::Acquire, acquiring, starting);
     match acquisition {
@@ -578,7 +584,7 @@ async fn acquire_and_start<S: JobStore>(
                 state.last_steal_check = None;
             }
             state.batch.grow();
-            shared.stats.acquisition(runs.len());
+            shared.stats.acquisition(runs.len(), stolen);
             if steal && rota.is_some() {
                 shared.stats.steal_read();
             }
@@ -597,7 +603,7 @@ async fn acquire_and_start<S: JobStore>(
             state.sequence = None;
             state.lead.observe(taken, shared.clock.monotonic().saturating_duration_since(began));
             if let (Some(outlook), Some(heads)) = (outlook.filter(|_| watched), heads) {
-                state.known_due = Some(KnownDue { outlook, scheduled, busy_jobs, heads });
+                state.known_due = Some(KnownDue { outlook, scheduled, heads });
             }
             Taken::Done(outlook)
         }
@@ -670,7 +676,7 @@ async fn next_wait<S: JobStore>(
         Taken::Done(Some(outlook)) => Ok(outlook),
         _ => {
             let limit = state.lead.saturation().min(OUTLOOK_LIMIT);
-            let busy_jobs = state.local.busy_jobs();
+            let busy_jobs = state.local.held_jobs();
             let filter = DueFilter { scheduled: takes_scheduled(&shared), busy_jobs: &busy_jobs };
             shared.store.due_outlook(&shared.node_id, filter, MAX_LOOKAHEAD, limit).await
         }
@@ -841,9 +847,18 @@ async fn reclaim_previous_runs<S: JobStore>(state: &PollerState<S>, now: chrono:
 
 /// Writes every code job; true when all were written.
 async fn sync_code_jobs<S: JobStore>(shared: &NodeShared<S>, now: chrono::DateTime<chrono::Utc>) -> bool {
+    let defs: Vec<&sundial::job::JobDefinition> = shared.registry.code_jobs().collect();
+    let outcomes = match shared.store.sync_code_jobs(&defs, now).await {
+        Ok(outcomes) => outcomes,
+        Err(error) => {
+            shared.stats.store_error(StoreOp::SyncCodeJobs);
+            tracing::warn!(%error, "writing the code jobs failed; retrying next cycle");
+            return false;
+        }
+    };
     let mut all = true;
-    for def in shared.registry.code_jobs() {
-        match shared.store.sync_code_job(def, now).await {
+    for (def, outcome) in defs.iter().zip(outcomes) {
+        match outcome {
             Ok(SyncOutcome::Rewritten { overwrote_runtime_change: true }) => {
                 tracing::warn!(job = %def.name, "the code definition changed: a runtime change to this job was overwritten");
             }
@@ -857,7 +872,7 @@ async fn sync_code_jobs<S: JobStore>(shared: &NodeShared<S>, now: chrono::DateTi
     }
     if all {
         // Until this line, the API may not show the code jobs yet (SPEC §10 step 2).
-        tracing::info!(jobs = shared.registry.code_jobs().count(), "code jobs written to the store");
+        tracing::info!(jobs = defs.len(), "code jobs written to the store");
     }
     all
 }
@@ -867,18 +882,24 @@ async fn sync_code_jobs<S: JobStore>(shared: &NodeShared<S>, now: chrono::DateTi
 fn run_ended<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<S>, id: Uuid) {
     let was_full = state.running.len() >= state.shared.options.max_concurrent_runs as usize;
     state.running.remove(&id);
+    // The last acquisition left this run's job's fires waiting (`held_jobs`): take them
+    // now that its end is recorded, together with those of other runs ending meanwhile.
+    let held_back = state.local.holds_back(id).is_some_and(|job| state.held.contains(job.as_str()));
     // A local job's fire, or a fire in the store of a job this run kept busy here after
     // this node was declared lost, may have waited for this run.
     let given_back = state.local.is_given_back(id);
     if (state.local.note_ended(id) && state.local.poll_timeout().is_some()) || given_back {
         tick_in(myself, state, Duration::ZERO);
     }
-    if was_full && !state.refill_pending {
+    if (was_full || held_back) && !state.refill_pending {
         // A slot freed up: fill it soon rather than at the next tick, after other runs
         // ending meanwhile have freed theirs (one acquisition for them all, not one per
         // slot).
         state.refill_pending = true;
-        tick_in(myself, state, REFILL_DELAY);
+        let soon = state.shared.clock.monotonic().saturating_add(REFILL_DELAY);
+        if soon < state.wake_at {
+            tick_in(myself, state, REFILL_DELAY);
+        }
     }
 }
 
