@@ -568,12 +568,12 @@ pub trait JobStore: Clone + Send + Sync + 'static {
         requests: &[(JobName, JsonObject)],
         now: DateTime<Utc>,
     ) -> impl std::future::Future<Output = Vec<Result<TriggerName, SchedulingError>>> + Send;
-    /// Forwards to [`KvJobStore::sync_code_job`], which states the contract.
-    fn sync_code_job(
+    /// Forwards to [`KvJobStore::sync_code_jobs`], which states the contract.
+    fn sync_code_jobs(
         &self,
-        def: &crate::job::JobDefinition,
+        defs: &[&crate::job::JobDefinition],
         now: DateTime<Utc>,
-    ) -> impl std::future::Future<Output = Result<SyncOutcome, StoreError>> + Send;
+    ) -> impl std::future::Future<Output = Result<Vec<Result<SyncOutcome, StoreError>>, StoreError>> + Send;
     /// Forwards to [`KvJobStore::restore`], which states the contract.
     fn restore(
         &self,
@@ -778,12 +778,12 @@ impl<K: Kv> JobStore for KvJobStore<K> {
     ) -> impl std::future::Future<Output = Vec<Result<TriggerName, SchedulingError>>> + Send {
         KvJobStore::enqueue(self, requests, now)
     }
-    fn sync_code_job(
+    fn sync_code_jobs(
         &self,
-        def: &crate::job::JobDefinition,
+        defs: &[&crate::job::JobDefinition],
         now: DateTime<Utc>,
-    ) -> impl std::future::Future<Output = Result<SyncOutcome, StoreError>> + Send {
-        KvJobStore::sync_code_job(self, def, now)
+    ) -> impl std::future::Future<Output = Result<Vec<Result<SyncOutcome, StoreError>>, StoreError>> + Send {
+        KvJobStore::sync_code_jobs(self, defs, now)
     }
     fn restore(
         &self,

@@ -8,14 +8,31 @@ use parking_lot::Mutex;
 
 use super::jobs::{instant, Provenance};
 use super::records::{JobRecord, RunRecord, RunSummary, TriggerKind, TriggerRecord};
-use super::{codec, parse_data, KvJobStore, StoreError, Tx};
+use super::{codec, decode_job, parse_data, KvJobStore, StoreError, Tx};
 
+use crate::error::SchedulingError;
 use crate::job::{
     JobDefinition, JobOrigin, JobRun, JobRunInfo, JobTriggerDefinition, JobTypeKey, RunState, TriggerState,
 };
 use crate::kv::{run, Kv, KvTransaction, RangeRequest};
 use crate::name::{JobName, TriggerName};
 use crate::schedule::JobSchedule;
+
+/// How many code jobs one transaction of [`KvJobStore::sync_code_jobs`] writes: a few
+/// round trips for thousands of jobs, and a transaction well within the store's limits
+/// (a job and its triggers are a few hundred bytes).
+pub(super) const SYNC_BATCH: usize = 64;
+
+/// What [`KvJobStore::sync_code_job`] does with a stored job (`old`) given whether it
+/// stems from this very code: `None` keeps it as it is.
+fn sync_decision(old: Option<&JobRecord>, same_code: bool) -> Option<SyncOutcome> {
+    match old {
+        None => Some(SyncOutcome::Created),
+        Some(job) if same_code && job.origin == JobOrigin::Overridden => None,
+        Some(job) if same_code && job.origin == JobOrigin::Code => None,
+        Some(job) => Some(SyncOutcome::Rewritten { overwrote_runtime_change: job.origin != JobOrigin::Code }),
+    }
+}
 
 /// A trigger as `status` shows it (and the admin API serves it).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -235,13 +252,28 @@ impl<K: Kv> KvJobStore<K> {
     /// # Errors
     /// `SCHEDULING_VALIDATION_001` for an invalid definition; store errors.
     pub async fn sync_code_job(&self, def: &JobDefinition, now: DateTime<Utc>) -> Result<SyncOutcome, StoreError> {
-        self.write_code(def, now, |old, same_code| match old {
-            None => Some(SyncOutcome::Created),
-            Some(job) if same_code && job.origin == JobOrigin::Overridden => None,
-            Some(job) if same_code && job.origin == JobOrigin::Code => None,
-            Some(job) => Some(SyncOutcome::Rewritten { overwrote_runtime_change: job.origin != JobOrigin::Code }),
-        })
-        .await
+        let mut outcomes = self.write_code(&[def], now, sync_decision).await?;
+        outcomes.pop().unwrap_or(Ok(SyncOutcome::Unchanged))
+    }
+
+    /// [`Self::sync_code_job`] for each of `defs`, [`SYNC_BATCH`] jobs a transaction (a node
+    /// with thousands of code jobs starts taking fires after a few round trips, not one
+    /// per job), in order. One job's refusal (an invalid definition, a switch between
+    /// local and cluster-unique refused while runs go) is its own outcome; the others are
+    /// written.
+    ///
+    /// # Errors
+    /// Store errors (nothing of the failed batch is written; earlier batches are).
+    pub async fn sync_code_jobs(
+        &self,
+        defs: &[&JobDefinition],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Result<SyncOutcome, StoreError>>, StoreError> {
+        let mut outcomes = Vec::with_capacity(defs.len());
+        for batch in defs.chunks(SYNC_BATCH) {
+            outcomes.extend(self.write_code(batch, now, sync_decision).await?);
+        }
+        Ok(outcomes)
     }
 
     /// Puts a job back to its code definition `def` (SPEC §9 `restore`), keeping paused
@@ -252,48 +284,75 @@ impl<K: Kv> KvJobStore<K> {
     /// # Errors
     /// `SCHEDULING_VALIDATION_001` for an invalid definition; store errors.
     pub async fn restore(&self, def: &JobDefinition, now: DateTime<Utc>) -> Result<(), StoreError> {
-        self.write_code(def, now, |_, _| Some(SyncOutcome::Rewritten { overwrote_runtime_change: false }))
-            .await
-            .map(|_| ())
+        let rewrite = |_: Option<&JobRecord>, _| Some(SyncOutcome::Rewritten { overwrote_runtime_change: false });
+        let mut outcomes = self.write_code(&[def], now, rewrite).await?;
+        outcomes.pop().unwrap_or(Ok(SyncOutcome::Unchanged)).map(|_| ())
     }
 
-    /// Writes `def` as a code job (origin `Code`, its fingerprint kept) when `decide`,
-    /// given the stored job and whether it stems from this very code, returns an outcome;
-    /// when it returns `None` the stored job stays as it is.
+    /// Writes each of `defs` as a code job (origin `Code`, its fingerprint kept), in one
+    /// transaction, when `decide`, given the stored job and whether it stems from this very
+    /// code, returns an outcome; when it returns `None` the stored job stays as it is.
+    /// Each job's own refusal is its outcome.
     async fn write_code(
         &self,
-        def: &JobDefinition,
+        defs: &[&JobDefinition],
         now: DateTime<Utc>,
         decide: impl Fn(Option<&JobRecord>, bool) -> Option<SyncOutcome>,
-    ) -> Result<SyncOutcome, StoreError> {
-        def.validate(Some(&self.calendars))?;
-        let fingerprint = def.fingerprint();
-        let uids: Vec<u64> = def.triggers.iter().map(|_| self.random_u64()).collect();
-        // What the last attempt that wrote decided: a retry after its commit was reported
-        // unknown finds the write done, and reports what it did.
-        let decided = Mutex::new(None);
-        let (fingerprint, uids, decide, decided) = (&fingerprint, &uids, &decide, &decided);
+    ) -> Result<Vec<Result<SyncOutcome, StoreError>>, StoreError> {
+        // Checked once: a refused definition is refused on every attempt.
+        let prepared: Vec<Result<(String, Vec<u64>), SchedulingError>> = defs
+            .iter()
+            .map(|def| {
+                def.validate(Some(&self.calendars))?;
+                Ok((def.fingerprint(), def.triggers.iter().map(|_| self.random_u64()).collect()))
+            })
+            .collect();
+        // What the last attempt that wrote decided for each job: a retry after its commit
+        // was reported unknown finds the write done, and reports what it did.
+        let decided = Mutex::new(vec![None; defs.len()]);
+        let (prepared, decide, decided) = (&prepared, &decide, &decided);
         run(&self.kv, self.options.retry, |txn, maybe| async move {
             let tx = self.tx(txn);
-            let old = tx.job(def.name.as_str()).await?;
-            let same_code = old.as_ref().is_some_and(|j| j.code_fingerprint.as_deref() == Some(fingerprint.as_str()));
-            let Some(outcome) = decide(old.as_ref(), same_code) else {
-                if let Some(earlier) = decided.lock().filter(|_| maybe.0) {
-                    return Ok(earlier);
-                }
-                let kept = old.as_ref().map_or(SyncOutcome::Unchanged, |j| {
-                    if j.origin == JobOrigin::Overridden {
-                        SyncOutcome::KeptOverride
-                    } else {
-                        SyncOutcome::Unchanged
+            let keys: Vec<Vec<u8>> = defs.iter().map(|def| self.keys.job(def.name.as_str())).collect();
+            let olds = tx.txn.get_many(&keys, false).await?;
+            let mut outcomes = Vec::with_capacity(defs.len());
+            let mut wrote = vec![None; defs.len()];
+            for (i, (def, old)) in defs.iter().zip(olds).enumerate() {
+                let (fingerprint, uids) = match &prepared[i] {
+                    Ok(prepared) => prepared,
+                    Err(refused) => {
+                        outcomes.push(Err(refused.clone().into()));
+                        continue;
                     }
-                });
-                return Ok(kept);
-            };
-            let provenance = Provenance { origin: JobOrigin::Code, code_fingerprint: Some(fingerprint.clone()) };
-            self.write_definition(&tx, def, old.as_ref(), provenance, uids, now).await?;
-            *decided.lock() = Some(outcome);
-            Ok::<_, StoreError>(outcome)
+                };
+                let old = decode_job(old)?;
+                let same_code =
+                    old.as_ref().is_some_and(|j| j.code_fingerprint.as_deref() == Some(fingerprint.as_str()));
+                let Some(outcome) = decide(old.as_ref(), same_code) else {
+                    let earlier = decided.lock()[i].filter(|_| maybe.0);
+                    let kept = old.as_ref().map_or(SyncOutcome::Unchanged, |j| {
+                        if j.origin == JobOrigin::Overridden {
+                            SyncOutcome::KeptOverride
+                        } else {
+                            SyncOutcome::Unchanged
+                        }
+                    });
+                    outcomes.push(Ok(earlier.unwrap_or(kept)));
+                    continue;
+                };
+                let provenance = Provenance { origin: JobOrigin::Code, code_fingerprint: Some(fingerprint.clone()) };
+                // Refusals come before the first write of the job (see `write_definition`).
+                match self.write_definition(&tx, def, old.as_ref(), provenance, uids, now).await {
+                    Ok(()) => {
+                        wrote[i] = Some(outcome);
+                        outcomes.push(Ok(outcome));
+                    }
+                    Err(StoreError::Scheduling(refused)) => outcomes.push(Err(refused.into())),
+                    Err(error) => return Err(error),
+                }
+            }
+            *decided.lock() = wrote;
+            Ok::<_, StoreError>(outcomes)
         })
         .await
     }

@@ -68,6 +68,7 @@ macro_rules! for_each_retry_safe_scenario {
             retention_deletes_by_end_time_past_runs_that_ended_later,
             status_shows_triggers_running_and_last_result,
             code_jobs_sync_with_the_fingerprint_rules_and_restore,
+            code_jobs_sync_in_batches_each_job_with_its_own_outcome,
             local_jobs_stay_out_of_acquisition_but_their_runs_go_to_history,
             local_jobs_are_reread_only_after_a_change,
             lookahead_takes_fires_due_soon_with_their_own_time,
@@ -882,6 +883,42 @@ pub(crate) async fn code_jobs_sync_with_the_fingerprint_rules_and_restore<K: Kv>
     // A deleted code job comes back at the next start.
     store.unschedule(&[name("code")]).await;
     assert_eq!(store.sync_code_job(&changed, t0()).await.unwrap(), SyncOutcome::Created);
+}
+
+pub(crate) async fn code_jobs_sync_in_batches_each_job_with_its_own_outcome<K: Kv>(store: &KvJobStore<K>) {
+    use sundial::store::SyncOutcome;
+    // A running non-concurrent cluster job that the code now makes local: refused while
+    // its run goes, in the middle of a batch.
+    let busy = job("j0040", &[("t", "cron */10 * * * * *")]);
+    store.schedule(std::slice::from_ref(&busy), t0()).await;
+    let run = acquire(store, "n1", secs(10), 16).await.remove(0);
+    let mut defs: Vec<JobDefinition> =
+        (0..150).map(|i| job(&format!("j{i:04}"), &[("t", "cron 0 * * * * *")])).collect();
+    defs[40].run_on_every_instance = true;
+    // An invalid definition: a trigger naming a calendar nobody registered.
+    defs[100] = job("j0100", &[("t", "cron 0 * * * * * calendar=nowhere")]);
+    let refs: Vec<&JobDefinition> = defs.iter().collect();
+    let outcomes = store.sync_code_jobs(&refs, secs(11)).await.unwrap();
+    assert_eq!(outcomes.len(), 150, "one outcome per job, in order");
+    let code = |o: &Result<SyncOutcome, sundial::store::StoreError>| {
+        o.as_ref().map_err(|e| sundial::error::SchedulingError::from(e.clone()).code()).copied()
+    };
+    assert_eq!(code(&outcomes[40]), Err("SCHEDULING_CONFLICT_001"));
+    assert_eq!(code(&outcomes[100]), Err("SCHEDULING_VALIDATION_001"));
+    for (i, outcome) in outcomes.iter().enumerate().filter(|(i, _)| ![40, 100].contains(i)) {
+        assert_eq!(code(outcome), Ok(SyncOutcome::Created), "job {i}");
+    }
+    assert!(store.job_record("j0100").await.unwrap().is_none(), "nothing written for the refused one");
+    assert!(store.job_record("j0040").await.unwrap().is_some_and(|j| !j.run_on_every_instance), "unchanged");
+    assert_eq!(store.statuses().await.unwrap().len(), 149);
+    // Again once the run ended, the invalid one left out: the switch goes through, the
+    // rest stays.
+    complete(store, run.run.id, "n1", RunOutcome::Succeeded, secs(12)).await;
+    let refs: Vec<&JobDefinition> = defs.iter().filter(|d| d.name.as_str() != "j0100").collect();
+    let outcomes = store.sync_code_jobs(&refs, secs(13)).await.unwrap();
+    assert_eq!(code(&outcomes[40]), Ok(SyncOutcome::Rewritten { overwrote_runtime_change: true }));
+    assert!(outcomes.iter().enumerate().all(|(i, o)| i == 40 || code(o) == Ok(SyncOutcome::Unchanged)));
+    assert!(store.job_record("j0040").await.unwrap().is_some_and(|j| j.run_on_every_instance));
 }
 
 pub(crate) async fn local_jobs_stay_out_of_acquisition_but_their_runs_go_to_history<K: Kv>(store: &KvJobStore<K>) {
