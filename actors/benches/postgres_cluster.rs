@@ -6,15 +6,21 @@
 //! (its run id, job and scheduled time, stamped when it ran) is the record: fires missed
 //! and repeated are counted from those lines, lateness is the line's time less the
 //! scheduled time. After a warm-up the fires of a 15-second window are measured, then the
-//! nodes stop. Also measured: the nodes' conflict aborts per acquisition (from
-//! `/metrics`), the server's transactions and statements per fire (`pg_stat_database`,
+//! nodes stop. Also measured: the nodes' conflict aborts per acquisition and the fires
+//! they took from each other's shards (`stolen`, from `/metrics`), the jobs whose fires
+//! ran on more than one node (`moved`, from the lines), the server's transactions and statements per fire (`pg_stat_database`,
 //! `pg_stat_statements`), and the CPU the nodes and the server used per fire. Last, a
 //! burst: 10,000 one-shot triggers due at the same instant, until the last one started.
 //!
 //! Run: `cargo bench -p sundial-actors --bench postgres_cluster` (`-- --quick`: 100 and
 //! 1,000 fires/s, one and three nodes, a 2,000 one-shot burst; `-- --load N`: that load
 //! only, on 1, 2 and 3 nodes; `-- --nodes K`: that many nodes only; `-- --tuned`: with
-//! `acquire_batch_size = 512` and `max_concurrent_runs = 1024` instead of the defaults).
+//! `acquire_batch_size = 512` and `max_concurrent_runs = 2 × load + 64` instead of the
+//! defaults, as the lateness bench tunes them: every second's fires are due together, and
+//! a node takes them ahead only into free run slots).
+//! `BENCH_STATEMENTS=1` prints the server's costliest statements; `BENCH_SERVER_LOG=path`
+//! copies each case's server log (each conflict names its key there) to `path.<case>` and
+//! the nodes' logs beside it.
 //! Needs PostgreSQL's server binaries (Debian's `postgresql`).
 
 #![allow(clippy::disallowed_methods)] // A benchmark measures real time by definition.
@@ -50,6 +56,9 @@ struct Report {
     lateness_ms: Vec<f64>,
     acquisitions: f64,
     conflicts: f64,
+    stolen: f64,
+    /// Jobs whose fires in the window ran on more than one node.
+    moved_jobs: usize,
     commits: f64,
     statements: f64,
     node_cpu: f64,
@@ -116,7 +125,7 @@ struct Running {
 fn config(case: &Case, url: &str, due: DateTime<Utc>) -> String {
     let mut text = format!("[store]\nkind = \"postgres\"\nurl = \"{url}\"\npool_size = 16\n\n");
     if case.tuned {
-        text += "[scheduler]\nacquire_batch_size = 512\nmax_concurrent_runs = 1024\n\n";
+        text += &format!("[scheduler]\nacquire_batch_size = 512\nmax_concurrent_runs = {}\n\n", 2 * case.jobs + 64);
     }
     let schedule =
         if case.burst { format!("once {}", due.format("%Y-%m-%dT%H:%M:%SZ")) } else { "cron * * * * * *".to_owned() };
@@ -172,11 +181,15 @@ fn stop_nodes(running: &mut Running) {
     }
 }
 
-/// Node metrics summed over the nodes: acquisitions, conflicts.
-fn node_counters(running: &Running) -> (f64, f64) {
-    running.children.iter().fold((0.0, 0.0), |(a, c), (_, port)| {
+/// Node metrics summed over the nodes: acquisitions, conflicts, fires stolen.
+fn node_counters(running: &Running) -> (f64, f64, f64) {
+    running.children.iter().fold((0.0, 0.0, 0.0), |(a, c, s), (_, port)| {
         let text = get(*port, "/metrics");
-        (a + counter(&text, "sundial_acquisitions_total"), c + counter(&text, "sundial_store_conflicts_total"))
+        (
+            a + counter(&text, "sundial_acquisitions_total"),
+            c + counter(&text, "sundial_store_conflicts_total"),
+            s + counter(&text, "sundial_stolen_triggers_total"),
+        )
     })
 }
 
@@ -208,7 +221,12 @@ fn run_case(binary: &Path, case: &Case) -> Report {
     let options = ServerOptions {
         fsync: true,
         max_connections: 200,
-        settings: vec!["shared_preload_libraries=pg_stat_statements".into(), "pg_stat_statements.track=all".into()],
+        settings: vec![
+            "shared_preload_libraries=pg_stat_statements".into(),
+            "pg_stat_statements.track=all".into(),
+            // A failed commit's log line shows the start of its key arrays.
+            "log_parameter_max_length_on_error=400".into(),
+        ],
     };
     let server = PgServer::start(options).expect("PostgreSQL is installed");
     server.psql("CREATE EXTENSION pg_stat_statements");
@@ -225,14 +243,14 @@ fn run_case(binary: &Path, case: &Case) -> Report {
         (start, start + TimeDelta::seconds(WINDOW_SECONDS))
     };
     sleep_until(window_start);
-    let (acquisitions0, conflicts0) = node_counters(&running);
+    let (acquisitions0, conflicts0, stolen0) = node_counters(&running);
     let (commits0, statements0) = server_counters(&server);
     let node_cpu0: f64 = running.children.iter().map(|(c, _)| cpu_seconds(c.id(), false)).sum();
     let server_pid = server.pid().unwrap_or(0);
     let server_cpu0 = cpu_seconds(server_pid, true);
     // Fires of the window's last second start after it.
     sleep_until(window_end + TimeDelta::seconds(2));
-    let (acquisitions1, conflicts1) = node_counters(&running);
+    let (acquisitions1, conflicts1, stolen1) = node_counters(&running);
     let (commits1, statements1) = server_counters(&server);
     let node_cpu1: f64 = running.children.iter().map(|(c, _)| cpu_seconds(c.id(), false)).sum();
     let server_cpu1 = cpu_seconds(server_pid, true);
@@ -247,10 +265,21 @@ fn run_case(binary: &Path, case: &Case) -> Report {
         );
     }
     stop_nodes(&mut running);
+    if let Some(copy) = std::env::var("BENCH_SERVER_LOG").ok().filter(|path| !path.is_empty()) {
+        // The server's log outlives its directory (removed when the bench exits).
+        let kind = if case.burst { "burst" } else { "load" };
+        let prefix = format!("{copy}.{kind}-{}-{}n", case.jobs, case.nodes);
+        let _ = std::fs::copy(server.dir().join("log"), &prefix);
+        for (i, log) in running.logs.iter().enumerate() {
+            let _ = std::fs::copy(log, format!("{prefix}.n{}", i + 1));
+        }
+    }
 
-    // The jobs' lines: (job, scheduled) -> start times.
+    // The jobs' lines: (job, scheduled) -> start times; job -> the nodes it ran on.
     let mut ran: BTreeMap<(String, DateTime<Utc>), Vec<DateTime<Utc>>> = BTreeMap::new();
-    for log in &running.logs {
+    let mut ran_on: BTreeMap<String, std::collections::BTreeSet<usize>> = BTreeMap::new();
+    let in_window = |t: &DateTime<Utc>| *t >= window_start && *t < window_end;
+    for (node, log) in running.logs.iter().enumerate() {
         for line in BufReader::new(std::fs::File::open(log).unwrap()).lines().map_while(Result::ok) {
             let Ok(value) = serde_json::from_str::<serde_json::Value>(&line) else { continue };
             if value["message"] != "fired" {
@@ -261,11 +290,14 @@ fn run_case(binary: &Path, case: &Case) -> Report {
             else {
                 continue;
             };
+            if in_window(&scheduled) {
+                ran_on.entry(job.to_owned()).or_default().insert(node);
+            }
             ran.entry((job.to_owned(), scheduled)).or_default().push(at);
         }
     }
-    let mut report = Report::default();
-    let in_window = |t: &DateTime<Utc>| *t >= window_start && *t < window_end;
+    let mut report =
+        Report { moved_jobs: ran_on.values().filter(|nodes| nodes.len() > 1).count(), ..Report::default() };
     let mut lateness = Vec::new();
     let mut distinct = 0;
     for ((_, scheduled), starts) in &ran {
@@ -288,6 +320,7 @@ fn run_case(binary: &Path, case: &Case) -> Report {
     report.lateness_ms = lateness;
     report.acquisitions = acquisitions1 - acquisitions0;
     report.conflicts = conflicts1 - conflicts0;
+    report.stolen = stolen1 - stolen0;
     report.commits = commits1 - commits0;
     report.statements = statements1 - statements0;
     report.node_cpu = node_cpu1 - node_cpu0;
@@ -314,10 +347,10 @@ fn main() {
     let node_counts = value("--nodes").map_or(if quick { vec![1, 3] } else { vec![1, 2, 3] }, |n| vec![n]);
     let burst = if quick { 2_000 } else { 10_000 };
     let binary = PathBuf::from(env!("CARGO_BIN_EXE_sundial"));
-    let options = if tuned { "acquire_batch_size 512, max_concurrent_runs 1024" } else { "default options" };
+    let options = if tuned { "acquire_batch_size 512, max_concurrent_runs 2 × load + 64" } else { "default options" };
     println!("sundial nodes on one PostgreSQL server (fsync on), log jobs, full history, {options}");
     println!(
-        "{:>7} {:>5} | {:>9} {:>6} {:>6} | {:>8} {:>8} {:>8} | {:>9} | {:>8} {:>9} | {:>8} {:>8}",
+        "{:>7} {:>5} | {:>9} {:>6} {:>6} | {:>8} {:>8} {:>8} | {:>9} {:>7} {:>6} | {:>8} {:>9} | {:>8} {:>8}",
         "load/s",
         "nodes",
         "ran/s",
@@ -327,6 +360,8 @@ fn main() {
         "p99 ms",
         "max ms",
         "confl/acq",
+        "stolen",
+        "moved",
         "commit/f",
         "stmt/f",
         "node µs/f",
@@ -338,7 +373,7 @@ fn main() {
             let r = run_case(&binary, &case);
             let per_fire = |x: f64| if r.ran == 0 { f64::NAN } else { x / r.ran as f64 };
             println!(
-                "{:>7} {:>5} | {:>9.0} {:>6} {:>6} | {:>8.1} {:>8.1} {:>8.1} | {:>9.4} | {:>8.2} {:>9.2} | {:>8.0} {:>8.0}",
+                "{:>7} {:>5} | {:>9.0} {:>6} {:>6} | {:>8.1} {:>8.1} {:>8.1} | {:>9.4} {:>7.0} {:>6} | {:>8.2} {:>9.2} | {:>8.0} {:>8.0}",
                 load,
                 nodes,
                 r.ran as f64 / WINDOW_SECONDS as f64,
@@ -348,6 +383,8 @@ fn main() {
                 percentile(&r.lateness_ms, 99.0),
                 r.lateness_ms.last().copied().unwrap_or(f64::NAN),
                 if r.acquisitions > 0.0 { r.conflicts / r.acquisitions } else { f64::NAN },
+                r.stolen,
+                r.moved_jobs,
                 per_fire(r.commits),
                 per_fire(r.statements),
                 per_fire(r.node_cpu * 1e6),

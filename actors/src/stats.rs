@@ -82,15 +82,19 @@ pub(crate) struct EngineStats {
     skipped: AtomicU64,
     steal_reads: AtomicU64,
     acquired: AtomicU64,
+    stolen: AtomicU64,
     store_errors: [AtomicU64; StoreOp::ALL.len()],
     /// Microseconds on the node's monotonic clock, per [`EngineWork`].
     time_us: [AtomicU64; EngineWork::ALL.len()],
 }
 
 impl EngineStats {
-    pub(crate) fn acquisition(&self, acquired: usize) {
+    /// An acquisition committed, taking `acquired` fires, `stolen` of them from other
+    /// nodes' shards.
+    pub(crate) fn acquisition(&self, acquired: usize, stolen: usize) {
         self.acquisitions.fetch_add(1, Ordering::Relaxed);
         self.acquired.fetch_add(acquired as u64, Ordering::Relaxed);
+        self.stolen.fetch_add(stolen as u64, Ordering::Relaxed);
     }
 
     /// A cycle left the due index unread: what it knew said nothing was due.
@@ -121,6 +125,7 @@ impl EngineStats {
             acquisitions_skipped: self.skipped.load(Ordering::Relaxed),
             steal_reads: self.steal_reads.load(Ordering::Relaxed),
             acquired_triggers: self.acquired.load(Ordering::Relaxed),
+            stolen_triggers: self.stolen.load(Ordering::Relaxed),
             store_errors: StoreOp::ALL
                 .iter()
                 .zip(&self.store_errors)
@@ -151,6 +156,8 @@ pub struct EngineCounters {
     pub steal_reads: u64,
     /// Triggers they acquired.
     pub acquired_triggers: u64,
+    /// Of those, the fires taken from other nodes' shards (late there).
+    pub stolen_triggers: u64,
     /// Failed store operations (after the store's own retries), by operation.
     pub store_errors: Vec<(StoreOp, u64)>,
     /// Time spent so far in each kind of engine work, on the node's monotonic clock

@@ -51,6 +51,7 @@ pub struct Metrics {
     skipped: Counter,
     steal_reads: Counter,
     acquired: Counter,
+    stolen: Counter,
     store_errors: Family<OpLabels, Counter>,
     store_retries: Counter,
     store_reachable: Gauge,
@@ -118,6 +119,7 @@ impl Metrics {
         let skipped = Counter::default();
         let steal_reads = Counter::default();
         let acquired = Counter::default();
+        let stolen = Counter::default();
         let store_errors = Family::<OpLabels, Counter>::default();
         let store_retries = Counter::default();
         // An in-process store is always there; a probe of a store server says otherwise.
@@ -149,6 +151,11 @@ impl Metrics {
             steal_reads.clone(),
         );
         registry.register("acquired_triggers", "Due triggers acquired to run here", acquired.clone());
+        registry.register(
+            "stolen_triggers",
+            "Of the triggers acquired, those taken from other nodes' shards, late there",
+            stolen.clone(),
+        );
         registry.register(
             "store_errors",
             "Store operations that failed after the store's own retries, by operation",
@@ -196,6 +203,7 @@ impl Metrics {
             skipped,
             steal_reads,
             acquired,
+            stolen,
             store_errors,
             store_retries,
             store_reachable,
@@ -252,6 +260,7 @@ impl Metrics {
         mirror(&self.skipped, engine.acquisitions_skipped);
         mirror(&self.steal_reads, engine.steal_reads);
         mirror(&self.acquired, engine.acquired_triggers);
+        mirror(&self.stolen, engine.stolen_triggers);
         for (op, count) in &engine.store_errors {
             mirror(&self.store_errors.get_or_create(&OpLabels { operation: op.as_str().to_owned() }), *count);
         }
@@ -334,6 +343,7 @@ mod tests {
             acquisitions_skipped: 5,
             steal_reads: 3,
             acquired_triggers: 9,
+            stolen_triggers: 2,
             store_errors: vec![(StoreOp::Heartbeat, 2)],
             time_in: vec![(EngineWork::Acquire, std::time::Duration::from_millis(1500))],
             running: 1,
@@ -345,6 +355,7 @@ mod tests {
             "sundial_runs_total{job=\"report\",outcome=\"failed\"} 1",
             "sundial_run_lateness_seconds_count 1",
             "sundial_acquired_triggers_total 9",
+            "sundial_stolen_triggers_total 2",
             "sundial_acquisitions_skipped_total 5",
             "sundial_steal_reads_total 3",
             "sundial_store_errors_total{operation=\"heartbeat\"} 2",
