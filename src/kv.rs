@@ -23,6 +23,9 @@
 
 pub mod atomic;
 mod buffer;
+#[cfg(feature = "embedded")]
+pub mod embedded;
+pub mod journal;
 mod key_map;
 pub mod memory;
 #[cfg(feature = "postgres")]

@@ -343,7 +343,7 @@ fn check_instant(what: &str, at: DateTime<Utc>) -> Result<(), ScheduleError> {
 /// e.g. `2026-11-01T00:00:00.0000000+00:00`.
 pub fn format_instant(at: DateTime<Utc>) -> String {
     let nanos = at.nanosecond() % 1_000_000_000;
-    let fraction = if nanos % 100 == 0 { format!("{:07}", nanos / 100) } else { format!("{nanos:09}") };
+    let fraction = if nanos.is_multiple_of(100) { format!("{:07}", nanos / 100) } else { format!("{nanos:09}") };
     format!("{}.{fraction}+00:00", at.format("%Y-%m-%dT%H:%M:%S"))
 }
 
@@ -368,7 +368,7 @@ pub fn format_interval(interval: Duration) -> String {
     text.push_str(&format!("{hours:02}:{minutes:02}:{seconds:02}"));
     let nanos = interval.subsec_nanos();
     if nanos != 0 {
-        if nanos % 100 == 0 {
+        if nanos.is_multiple_of(100) {
             text.push_str(&format!(".{:07}", nanos / 100));
         } else {
             text.push_str(&format!(".{nanos:09}"));

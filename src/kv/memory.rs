@@ -51,6 +51,7 @@ use std::time::Duration;
 
 use super::atomic::{self, AtomicOp};
 use super::buffer::{merge, Base, Buffer, Point, StoredKey, WatchSender};
+use super::journal::{DurableNotice, JournalEngine, JournalError, JournalState, Mutation};
 use super::key_map::KeyMap;
 use super::write_set::WriteSet;
 use super::{
@@ -260,6 +261,8 @@ struct State {
     /// Values replaced, deleted or collected under the lock, freed once it is released:
     /// freeing touches each allocation's page, a cache miss the lock need not wait on.
     graveyard: Vec<Box<[u8]>>,
+    /// For a durable store: its commits on their way to disk (see [`super::journal`]).
+    journal: Option<JournalState>,
 }
 
 /// An armed watch: fires when its key's latest value is no longer `seen`.
@@ -380,6 +383,13 @@ impl State {
         value_in(self.data.get(key)?, version)
     }
 
+    /// With a journal, the newest version every commit at or below which is on disk, while
+    /// some commit is not (`None`: all are). Reads are served at or below it, so nothing
+    /// read can be lost by a crash.
+    fn durable_version(&self) -> Option<Version> {
+        self.journal.as_ref().and_then(JournalState::durable_version)
+    }
+
     fn register_read(&mut self, version: Version) {
         self.newest_read = self.newest_read.max(version);
         *self.live_reads.entry(version).or_insert(0) += 1;
@@ -466,12 +476,17 @@ impl State {
             return Err(KvError::new(KvError::NOT_COMMITTED));
         }
         // With no other transaction live, every later one reads at this version or after:
-        // none can read what a write hides, nor conflict with a write of this one.
-        let alone = self.alone(own);
+        // none can read what a write hides, nor conflict with a write of this one. (Not
+        // so with a journal: later ones read below the commits not yet on disk.)
+        let alone = self.journal.is_none() && self.alone(own);
         // The point writes' hashes came with them; the keys written otherwise join them.
         let mut hashes = writes.point_hashes;
         let mut stamp = [0u8; 10];
         stamp[..8].copy_from_slice(&version.to_be_bytes());
+        if self.journal.is_some() && !self.watchers.is_empty() {
+            // Held from the first write (see the end of this function).
+            self.held_notices = Some(Vec::new());
+        }
         for (begin, end) in &writes.cleared {
             let keys: Vec<StoredKey> = self
                 .data
@@ -486,7 +501,7 @@ impl State {
         }
         let stamped_value = writes.points.values().any(|p| matches!(p.base, Base::Stamped(..)));
         if !self.watchers.is_empty() {
-            self.held_notices = Some(Vec::new());
+            self.held_notices.get_or_insert_with(Vec::new);
         }
         for (key, point) in writes.points.into_entries() {
             let mut value = match point.base {
@@ -500,11 +515,15 @@ impl State {
             }
             self.write_version(key, version, value, alone);
         }
-        if let Some(mut held) = self.held_notices.take() {
-            // Stable: a key's watchers in the order they were armed.
-            held.sort_by(|(a, _), (b, _)| a.cmp(b));
-            for (_, notify) in held {
-                let _ = notify.send(Ok(()));
+        // The point writes' notices, told in key order (stable: a key's watchers in the
+        // order they were armed). With a journal, every notice of the commit is held until
+        // it is on disk, the ones of the writes below included.
+        if self.journal.is_none() {
+            if let Some(mut held) = self.held_notices.take() {
+                held.sort_by(|(a, _), (b, _)| a.cmp(b));
+                for (_, notify) in held {
+                    let _ = notify.send(Ok(()));
+                }
             }
         }
         let stamped_key = !writes.stamped_keys.is_empty();
@@ -529,6 +548,12 @@ impl State {
         }
         self.version = version;
         self.stats.commits += 1;
+        if let Some(journal) = &mut self.journal {
+            // Watchers hear of the commit once it is on disk, as readers see it then.
+            let mut held = self.held_notices.take().unwrap_or_default();
+            held.sort_by(|(a, _), (b, _)| a.cmp(b));
+            journal.committed(version, held.into_iter().map(|(_, notify)| notify).collect());
+        }
         Ok(CommitInfo { version, versionstamp: (stamped_key || stamped_value).then_some(stamp) })
     }
 
@@ -541,6 +566,9 @@ impl State {
     fn write_version(&mut self, key: StoredKey, version: Version, value: Option<Vec<u8>>, alone: bool) {
         if !self.watchers.is_empty() {
             self.fire_watchers(&key, value.as_deref());
+        }
+        if let Some(journal) = &mut self.journal {
+            journal.record(Mutation { key: key.to_vec(), value: value.clone() });
         }
         let value = value.map(Vec::into_boxed_slice);
         match self.data.entry(key) {
@@ -592,7 +620,13 @@ impl State {
     fn arm_watch(&mut self, key: Vec<u8>, seen: Option<Vec<u8>>, notify: WatchSender) {
         let latest = self.data.get(key.as_slice()).and_then(|v| v.last()).and_then(|(_, value)| value.as_deref());
         if latest != seen.as_deref() {
-            let _ = notify.send(Ok(()));
+            match &mut self.journal {
+                // The value it moved to may not be on disk yet: told once it is.
+                Some(journal) => journal.notify_when_durable(notify),
+                None => {
+                    let _ = notify.send(Ok(()));
+                }
+            }
             return;
         }
         // Watchers dropped by their callers would pile up on a key nobody writes.
@@ -605,7 +639,9 @@ impl State {
     /// live transaction can conflict with.
     fn collect_garbage(&mut self, now_version: Version) {
         let oldest_live = self.live_reads.keys().next().copied().unwrap_or(self.version);
-        let horizon = oldest_live.max(now_version - TRANSACTION_LIFE_VERSIONS_MAX).min(self.version);
+        // Transactions to come read at the durable version: its values stay.
+        let durable = self.durable_version().unwrap_or(self.version);
+        let horizon = oldest_live.max(now_version - TRANSACTION_LIFE_VERSIONS_MAX).min(self.version).min(durable);
         while self.expiry.front().is_some_and(|(v, _)| *v <= horizon) {
             let Some((_, key)) = self.expiry.pop_front() else { break };
             if let Some(versions) = self.data.get_mut(key.as_slice()) {
@@ -655,6 +691,7 @@ impl MemoryKv {
             recent_floor: 0,
             graveyard: Vec::new(),
             stats: MemoryKvStats::default(),
+            journal: None,
         };
         let latency_on = AtomicBool::new(!state.faults.latency_max.is_zero());
         let transaction_size_limit = options.transaction_size_limit;
@@ -662,6 +699,60 @@ impl MemoryKv {
         let shared =
             Shared { state: Mutex::new(state), clock, sleeper, transaction_size_limit, latency_on, measure_lock };
         Self { shared: Arc::new(shared), client: None, exempt: false }
+    }
+
+    /// A durable store (see [`super::journal`]): `pairs` as of `version` (the last commit
+    /// `engine` wrote), its commits written by `engine` on a thread of its own before they
+    /// are acknowledged. Versions go on from `version`. Returns the store and its writer
+    /// thread, which ends once every handle is dropped or [`Self::close_journal`] is
+    /// called, after writing every commit already made.
+    ///
+    /// # Errors
+    /// The writer thread could not be started.
+    pub(super) fn journaled(
+        clock: Arc<dyn Clock>,
+        pairs: Vec<(Vec<u8>, Vec<u8>)>,
+        version: Version,
+        engine: Box<dyn JournalEngine>,
+    ) -> Result<(MemoryKv, std::thread::JoinHandle<()>), JournalError> {
+        let kv = Self::new(clock);
+        let (sender, receiver) = std::sync::mpsc::channel();
+        {
+            let mut state = kv.shared.lock();
+            for (key, value) in pairs {
+                state
+                    .data
+                    .entry(StoredKey::from_vec(key))
+                    .or_insert(smallvec::smallvec![(version, Some(value.into()))]);
+            }
+            state.version = version;
+            state.version_offset = version;
+            state.journal = Some(JournalState::new(sender));
+        }
+        let shared = Arc::downgrade(&kv.shared);
+        let settle = move |outcome: Result<Version, JournalError>| {
+            let Some(shared) = shared.upgrade() else { return false };
+            let mut state = shared.lock();
+            let Some(journal) = state.journal.as_mut() else { return false };
+            match outcome {
+                Ok(version) => journal.durable(version),
+                Err(_) => journal.fail(),
+            }
+            true
+        };
+        let writer = std::thread::Builder::new()
+            .name("sundial-journal".into())
+            .spawn(move || super::journal::write_loop(receiver, engine, settle))
+            .map_err(|e| JournalError(format!("starting the journal's writer thread: {e}")))?;
+        Ok((kv, writer))
+    }
+
+    /// Closes a durable store's journal: commits after this fail (1031); the writer
+    /// finishes the commits already made and ends. Nothing for a store without a journal.
+    pub(super) fn close_journal(&self) {
+        if let Some(journal) = self.shared.lock().journal.as_mut() {
+            journal.close();
+        }
     }
 
     /// A handle on the same store whose operations come from client `name` (for
@@ -750,6 +841,11 @@ impl MemoryKv {
         if (state.unavailable || partitioned) && !self.exempt {
             state.stats.unavailable += 1;
             return Err((state, KvError::new(KvError::TRANSACTION_TIMED_OUT)));
+        }
+        if let Some(error) = state.journal.as_ref().and_then(JournalState::failure) {
+            // The disk refused a write: nothing more is served (what was read stays true,
+            // and nothing is acknowledged that is not on disk).
+            return Err((state, error));
         }
         Ok(state)
     }
@@ -978,9 +1074,10 @@ impl MemoryTransaction {
         let read_version = match data.read_version {
             Some(version) => version,
             None => {
-                state.register_read(now_version);
-                data.read_version = Some(now_version);
-                now_version
+                let version = state.durable_version().map_or(now_version, |durable| durable.min(now_version));
+                state.register_read(version);
+                data.read_version = Some(version);
+                version
             }
         };
         if now_version - read_version > TRANSACTION_LIFE_VERSIONS_MAX {
@@ -1173,8 +1270,16 @@ impl KvTransaction for MemoryTransaction {
     }
 
     fn commit(&self) -> impl Future<Output = Result<CommitInfo, KvError>> + Send {
-        let (result, latency) = self.commit_now();
-        self.delayed(result, latency)
+        let (result, latency, durable) = self.commit_now();
+        let delayed = self.delayed(result, latency);
+        async move {
+            let info = delayed.await?;
+            if let Some(durable) = durable {
+                // Acknowledged once on disk; a journal that failed leaves it unknown.
+                durable.await.unwrap_or_else(|_| Err(KvError::new(KvError::COMMIT_UNKNOWN_RESULT)))?;
+            }
+            Ok(info)
+        }
     }
 
     fn watch(&self, key: &[u8]) -> impl Future<Output = Result<(), KvError>> + Send + 'static {
@@ -1190,11 +1295,13 @@ impl KvTransaction for MemoryTransaction {
 }
 
 impl MemoryTransaction {
-    fn commit_now(&self) -> (Result<CommitInfo, KvError>, Option<Duration>) {
+    /// Commits under the store's lock: the result, the latency to add and, with a
+    /// journal, what tells when the commit is on disk.
+    fn commit_now(&self) -> (Result<CommitInfo, KvError>, Option<Duration>, Option<DurableNotice>) {
         let kv = &self.inner.kv;
         let mut data = self.inner.data.lock();
         if data.finished {
-            return (Err(KvError::new(KvError::USED_DURING_COMMIT)), None);
+            return (Err(KvError::new(KvError::USED_DURING_COMMIT)), None, None);
         }
         data.finished = true;
         let read_version = data.read_version;
@@ -1211,7 +1318,7 @@ impl MemoryTransaction {
                     let _ = notify.send(Err(error.clone()));
                 }
                 let latency = kv.latency(&mut state);
-                return (Err(error), latency);
+                return (Err(error), latency, None);
             }
         };
         let latency = kv.latency(&mut state);
@@ -1225,6 +1332,11 @@ impl MemoryTransaction {
             })
             .collect();
         let result = self.commit_locked(&mut data, &mut state, now_version, point_hashes);
+        // A read-only commit's version is its read version, on disk already.
+        let durable = match (&result, &mut state.journal) {
+            (Ok(info), Some(journal)) => journal.acknowledge(info.version),
+            _ => None,
+        };
         for ((key, notify), seen) in watches.into_iter().zip(seen) {
             match &result {
                 Ok(_) => state.arm_watch(key, seen, notify),
@@ -1241,7 +1353,7 @@ impl MemoryTransaction {
             }
         }
         state.collect_garbage(now_version);
-        (result, latency)
+        (result, latency, durable)
     }
 
     fn commit_locked(

@@ -167,7 +167,7 @@ const DOUBTING_TURNS: u64 = 4;
 /// `STEAL_CHECK` of 5 s) once late enough to steal, where the fires of dead and lagging
 /// nodes, which vouch for nothing, wait one or two as before.
 pub fn steal_read_trusts(now: DateTime<Utc>, every: Duration) -> bool {
-    steal_turn(now, every) % DOUBTING_TURNS != 0
+    !steal_turn(now, every).is_multiple_of(DOUBTING_TURNS)
 }
 
 /// Each shard's home among `nodes` (an index into `nodes`; empty without nodes): (shard,

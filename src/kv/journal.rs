@@ -1,0 +1,212 @@
+//! The journal of a durable [`MemoryKv`](super::MemoryKv): its commits, on their way to a
+//! storage engine on disk.
+//!
+//! A durable store is a `MemoryKv` that keeps every transaction rule it has (conflicts,
+//! versions, read-your-writes, watches) and adds three things:
+//!
+//! - **Each commit's writes are recorded** as they are applied (each key's new value, or
+//!   its deletion: what atomic ops, versionstamps and range clears came to) and handed to
+//!   a writer thread in version order.
+//! - **A commit is acknowledged once it is on disk.** The writer takes every commit
+//!   waiting, writes them as one engine transaction and syncs it (a group commit: one
+//!   fsync for all the commits that came while the last one ran), then tells their
+//!   committers and their watchers.
+//! - **Reads are served at the durable version.** A transaction's read version is never
+//!   above the last commit on disk while later ones are still on their way, so nothing a
+//!   transaction reads can be lost by a crash: a commit the writer has not finished is
+//!   not acknowledged, not seen, and its watchers are not told. Conflicts are checked
+//!   against every commit, on disk or not, as before.
+//!
+//! A write the engine refuses (a full or failing disk) stops the store: every commit
+//! waiting is reported unknown (1021) and every later operation fails with 1031, so
+//! nothing is acknowledged that is not on disk; the node reports its store unreachable
+//! and must be restarted.
+
+use std::collections::VecDeque;
+use std::sync::mpsc::{Receiver, Sender};
+
+use super::buffer::WatchSender;
+use super::{KvError, Version};
+
+/// One key's new value (`None`: deleted) in a commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mutation {
+    /// The key.
+    pub key: Vec<u8>,
+    /// Its value after the commit.
+    pub value: Option<Vec<u8>>,
+}
+
+/// The writes of one commit, in the order they were applied (a key may come twice: the
+/// later wins).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalEntry {
+    /// The commit's version.
+    pub version: Version,
+    /// Its writes.
+    pub mutations: Vec<Mutation>,
+}
+
+/// Every key with its value, and the version of the last commit written.
+pub type Loaded = (Vec<(Vec<u8>, Vec<u8>)>, Version);
+
+/// A storage engine that keeps a durable store's data: the latest value of every key and
+/// the version of the last commit written.
+pub trait JournalEngine: Send + 'static {
+    /// Every key with its value, in any order, and the version of the last commit written
+    /// (0 for a new store).
+    ///
+    /// # Errors
+    /// The data cannot be read back (a corrupt file is refused, never reset).
+    fn load(&mut self) -> Result<Loaded, JournalError>;
+
+    /// Writes `entries` (in version order) as one transaction, and returns once it is on
+    /// disk (synced).
+    ///
+    /// # Errors
+    /// The engine or the disk refused the write; nothing of it may be taken as written.
+    fn write(&mut self, entries: &[JournalEntry]) -> Result<(), JournalError>;
+}
+
+/// A storage engine's failure.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct JournalError(pub String);
+
+/// What a committer waits on: `Ok` once its commit is on disk.
+pub(super) type DurableNotice = futures_channel::oneshot::Receiver<Result<(), KvError>>;
+
+/// A commit applied in memory, not yet on disk.
+struct PendingCommit {
+    version: Version,
+    /// Its committers (the transaction, once it asks) and the watchers it fired.
+    acks: Vec<futures_channel::oneshot::Sender<Result<(), KvError>>>,
+    notices: Vec<WatchSender>,
+}
+
+/// A durable store's journal, kept in the store's state (under its lock).
+pub(super) struct JournalState {
+    /// The writes of the commit being applied.
+    collecting: Vec<Mutation>,
+    /// The commits on their way to disk, oldest first.
+    pending: VecDeque<PendingCommit>,
+    /// To the writer thread (`None` once the journal failed or closed).
+    sender: Option<Sender<JournalEntry>>,
+    failed: Option<KvError>,
+}
+
+impl JournalState {
+    /// A journal whose entries go to `sender`.
+    pub(super) fn new(sender: Sender<JournalEntry>) -> Self {
+        Self { collecting: Vec::new(), pending: VecDeque::new(), sender: Some(sender), failed: None }
+    }
+
+    /// Records one write of the commit being applied.
+    pub(super) fn record(&mut self, mutation: Mutation) {
+        self.collecting.push(mutation);
+    }
+
+    /// The commit being applied got `version`; `notices` are the watches it fired.
+    pub(super) fn committed(&mut self, version: Version, notices: Vec<WatchSender>) {
+        let mutations = std::mem::take(&mut self.collecting);
+        let sent = self.sender.as_ref().is_some_and(|sender| sender.send(JournalEntry { version, mutations }).is_ok());
+        if !sent && self.failed.is_none() {
+            self.failed = Some(KvError::new(KvError::TRANSACTION_TIMED_OUT));
+        }
+        self.pending.push_back(PendingCommit { version, acks: Vec::new(), notices });
+    }
+
+    /// What tells the committer of `version` that it is on disk: `None` when it is already
+    /// (a read-only commit's version is its read version).
+    pub(super) fn acknowledge(&mut self, version: Version) -> Option<DurableNotice> {
+        let pending = self.pending.iter_mut().rev().find(|p| p.version == version)?;
+        let (sender, receiver) = futures_channel::oneshot::channel();
+        pending.acks.push(sender);
+        Some(receiver)
+    }
+
+    /// Tells `notify` once every commit applied so far is on disk (at once when all are).
+    pub(super) fn notify_when_durable(&mut self, notify: WatchSender) {
+        match self.pending.back_mut() {
+            Some(last) => last.notices.push(notify),
+            None => {
+                let _ = notify.send(Ok(()));
+            }
+        }
+    }
+
+    /// The newest version at or below which every commit is on disk, while some commit
+    /// is not (`None`: all are).
+    pub(super) fn durable_version(&self) -> Option<Version> {
+        self.pending.front().map(|first| first.version - 1)
+    }
+
+    /// The error every operation fails with once the journal failed.
+    pub(super) fn failure(&self) -> Option<KvError> {
+        self.failed.clone()
+    }
+
+    /// Every commit up to `version` is on disk: tells their committers and watchers.
+    pub(super) fn durable(&mut self, version: Version) {
+        while self.pending.front().is_some_and(|first| first.version <= version) {
+            let Some(done) = self.pending.pop_front() else { break };
+            for ack in done.acks {
+                let _ = ack.send(Ok(()));
+            }
+            for notify in done.notices {
+                let _ = notify.send(Ok(()));
+            }
+        }
+    }
+
+    /// The engine refused a write: the commits waiting are unknown, and the store stops.
+    pub(super) fn fail(&mut self) {
+        let error = KvError::new(KvError::TRANSACTION_TIMED_OUT);
+        self.failed = Some(error.clone());
+        self.sender = None;
+        for pending in self.pending.drain(..) {
+            for ack in pending.acks {
+                let _ = ack.send(Err(KvError::new(KvError::COMMIT_UNKNOWN_RESULT)));
+            }
+            for notify in pending.notices {
+                let _ = notify.send(Err(error.clone()));
+            }
+        }
+    }
+
+    /// Closes the journal: later commits fail; the writer finishes the ones sent.
+    pub(super) fn close(&mut self) {
+        self.sender = None;
+        if self.failed.is_none() {
+            self.failed = Some(KvError::new(KvError::TRANSACTION_TIMED_OUT));
+        }
+    }
+}
+
+/// The writer: takes every entry waiting (blocking for the first), writes them as one
+/// engine transaction, then reports the last version written (or the failure) through
+/// `settle`, until the store closes its end. `settle` returns `false` once the store is
+/// gone.
+pub(super) fn write_loop(
+    receiver: Receiver<JournalEntry>,
+    mut engine: Box<dyn JournalEngine>,
+    settle: impl Fn(Result<Version, JournalError>) -> bool,
+) {
+    while let Ok(first) = receiver.recv() {
+        let mut entries = vec![first];
+        entries.extend(receiver.try_iter());
+        let last = entries.last().map_or(0, |entry| entry.version);
+        match engine.write(&entries) {
+            Ok(()) => {
+                if !settle(Ok(last)) {
+                    // The store is gone; finish what was sent.
+                    continue;
+                }
+            }
+            Err(error) => {
+                settle(Err(error));
+                return;
+            }
+        }
+    }
+}

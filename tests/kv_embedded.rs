@@ -1,0 +1,169 @@
+//! Goal: the embedded durable store (`EmbeddedKv`, a `MemoryKv` journaled to a redb file)
+//! keeps FoundationDB's transaction semantics rule by rule, and keeps its durability
+//! contract: what a commit acknowledged is there after the store is reopened, versions go
+//! on from where they were, nothing a reader saw is lost, one process owns a directory,
+//! and a damaged or foreign file is refused with the file left as it was.
+//!
+//! Method: every rule of `kv_rules` and the serializability model run on a store in a
+//! fresh directory (watches waited for in real time: they fire once the commit is on
+//! disk); then the store is closed and opened again, or its file damaged, and what it
+//! holds or says is checked.
+
+mod kv_rules;
+mod serializability;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use sundial::kv::embedded::{EmbeddedError, EmbeddedKv, DATA_FILE};
+use sundial::kv::{AtomicOp, Kv, KvTransaction, RangeRequest};
+use sundial::time::{from_micros, ManualClock, SystemClock};
+use sundial_test_support::dir::TempDir;
+
+fn clock() -> ManualClock {
+    ManualClock::new(from_micros(1_800_000_000_000_000).unwrap())
+}
+
+fn env(clock: ManualClock) -> kv_rules::Env {
+    kv_rules::Env { clock, watch_timeout: Duration::from_secs(5), watch_grace: Duration::from_millis(100) }
+}
+
+macro_rules! on_embedded {
+    ($($name:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            let dir = TempDir::new("kv");
+            let clock = clock();
+            let store = EmbeddedKv::open(dir.path(), Arc::new(clock.clone())).unwrap();
+            kv_rules::$name(store.kv(), &env(clock)).await;
+        }
+    )*};
+}
+
+for_each_kv_rule!(on_embedded);
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// `tests/kv_model.rs`'s check, on the durable store.
+    #[test]
+    fn transactions_are_serializable_and_conflict_only_for_a_reason(script in serializability::script()) {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let dir = TempDir::new("model");
+        let (initial, records) = runtime.block_on(async {
+            let clock = clock();
+            let store = EmbeddedKv::open(dir.path(), Arc::new(clock.clone())).unwrap();
+            serializability::run_script(store.kv(), &clock, &script).await
+        });
+        serializability::check(&initial, &records)?;
+    }
+}
+
+/// `s` then a versionstamp (its offset, 1, in the last four bytes).
+fn stamped_key() -> Vec<u8> {
+    let mut key = b"s".to_vec();
+    key.extend_from_slice(&[0; 10]);
+    key.extend_from_slice(&1u32.to_le_bytes());
+    key
+}
+
+fn open(dir: &TempDir) -> EmbeddedKv {
+    EmbeddedKv::open(dir.path(), Arc::new(SystemClock::new())).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_was_acknowledged_is_there_after_reopening() {
+    let dir = TempDir::new("reopen");
+    let store = open(&dir);
+    let kv = store.kv().clone();
+    kv_rules::put(&kv, &[("a", "1"), ("b", "2"), ("c", "3")]).await;
+    let t = kv.create_transaction().unwrap();
+    t.clear(b"b");
+    t.atomic_op(b"n", &5u64.to_le_bytes(), AtomicOp::Add);
+    t.clear_range(b"c", b"d");
+    t.atomic_op(&stamped_key(), b"first", AtomicOp::SetVersionstampedKey);
+    let first = t.commit().await.unwrap();
+    store.close();
+
+    let store = open(&dir);
+    let kv = store.kv().clone();
+    assert_eq!(kv_rules::get(&kv, "a").await.as_deref(), Some("1"));
+    assert_eq!(kv_rules::get(&kv, "b").await, None);
+    assert_eq!(kv_rules::get(&kv, "c").await, None);
+    let t = kv.create_transaction().unwrap();
+    assert_eq!(t.get(b"n", false).await.unwrap(), Some(5u64.to_le_bytes().to_vec()));
+    // Versions go on from the last one written: a versionstamp of now sorts after one
+    // written before the restart.
+    t.atomic_op(&stamped_key(), b"second", AtomicOp::SetVersionstampedKey);
+    let second = t.commit().await.unwrap();
+    assert!(second.version > first.version, "{} after {}", second.version, first.version);
+    let t = kv.create_transaction().unwrap();
+    let stamped = t.get_range(&RangeRequest::prefix(b"s"), false).await.unwrap().pairs;
+    let values: Vec<&[u8]> = stamped.iter().map(|(_, v)| v.as_slice()).collect();
+    assert_eq!(values, [b"first".as_slice(), b"second"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_made_together_are_all_on_disk_when_acknowledged() {
+    let dir = TempDir::new("group");
+    let store = open(&dir);
+    let kv = store.kv().clone();
+    let commits: Vec<_> = (0..200)
+        .map(|i| {
+            let kv = kv.clone();
+            tokio::spawn(async move { kv_rules::put(&kv, &[(&format!("k{i:03}"), "v")]).await })
+        })
+        .collect();
+    for commit in commits {
+        commit.await.unwrap();
+    }
+    // Not closed: dropped with nothing left to write, as a process that is killed now.
+    drop(store);
+    let store = open(&dir);
+    let t = store.kv().create_transaction().unwrap();
+    assert_eq!(t.get_range(&RangeRequest::prefix(b"k"), false).await.unwrap().pairs.len(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_open_of_the_same_directory_is_refused() {
+    let dir = TempDir::new("lock");
+    let store = open(&dir);
+    let second = EmbeddedKv::open(dir.path(), Arc::new(SystemClock::new()));
+    assert!(matches!(&second, Err(EmbeddedError::Locked { .. })), "{second:?}");
+    let message = second.unwrap_err().to_string();
+    assert!(message.contains("in use by another sundial process"), "{message}");
+    store.close();
+    // Free again once closed.
+    open(&dir).close();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_or_foreign_file_is_refused_and_left_as_it_was() {
+    let dir = TempDir::new("corrupt");
+    let store = open(&dir);
+    for i in 0..500 {
+        kv_rules::put(store.kv(), &[(&format!("key{i:04}"), &"x".repeat(100))]).await;
+    }
+    store.close();
+    let path = dir.path().join(DATA_FILE);
+    let good = std::fs::read(&path).unwrap();
+
+    // Another program's file.
+    std::fs::write(&path, b"not a database at all, just some text that happens to be here").unwrap();
+    let refused = EmbeddedKv::open(dir.path(), Arc::new(SystemClock::new()));
+    assert!(matches!(&refused, Err(EmbeddedError::Corrupt { .. })), "{refused:?}");
+    assert_eq!(std::fs::read(&path).unwrap(), b"not a database at all, just some text that happens to be here");
+
+    // Cut in half.
+    std::fs::write(&path, &good[..good.len() / 2]).unwrap();
+    let refused = EmbeddedKv::open(dir.path(), Arc::new(SystemClock::new()));
+    assert!(refused.is_err(), "a truncated file must not open as an empty store");
+    assert_eq!(std::fs::read(&path).unwrap().len(), good.len() / 2, "left as it was");
+
+    // Whole again: it opens with everything.
+    std::fs::write(&path, &good).unwrap();
+    let store = open(&dir);
+    let t = store.kv().create_transaction().unwrap();
+    assert_eq!(t.get_range(&RangeRequest::prefix(b"key"), false).await.unwrap().pairs.len(), 500);
+}
