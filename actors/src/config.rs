@@ -1,7 +1,8 @@
 //! The `sundial` node's TOML config file (see `actors/sundial.example.toml`).
 //!
 //! ```toml
-//! [store]                 # kind = "memory" (default); "postgres" with url, schema,
+//! [store]                 # kind = "embedded" (default in a file) with path; "memory"
+//!                         # (the default without a file); "postgres" with url, schema,
 //!                         # password_file, pool_size and timeouts; or "fdb" with
 //!                         # cluster_file and transaction_timeout_seconds
 //! [leader]                # kind = "store" (default) or "kubernetes" (a Lease object)
@@ -46,6 +47,10 @@ const OTHER_ENV: [&str; 6] =
     ["SUNDIAL_SERVER", "SUNDIAL_RUN_ID", "SUNDIAL_JOB", "SUNDIAL_TRIGGER", "SUNDIAL_SCHEDULED_AT", "SUNDIAL_ATTEMPT"];
 /// The in-memory store's default history cap.
 pub const DEFAULT_MAX_RUNS: u64 = 10_000;
+
+/// The embedded store's data directory when `[store] path` is not given, relative to the
+/// config file's directory.
+pub const DEFAULT_DATA_DIR: &str = "sundial-data";
 /// The environment variable holding the PostgreSQL store's password (`[store]
 /// password_file` wins over it; a password in `url` is used when neither is set).
 pub const STORE_PASSWORD_ENV: &str = "SUNDIAL_STORE_PASSWORD";
@@ -119,10 +124,21 @@ impl std::error::Error for ConfigError {}
 /// Which store the node uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreConfig {
-    /// The embedded in-memory store: one node, history capped at `max_runs`.
+    /// The embedded in-memory store: one node, history capped at `max_runs`, forgotten
+    /// when the process ends.
     Memory {
         /// Finished runs kept at most.
         max_runs: u64,
+    },
+    /// The embedded durable store (`sundial::kv::embedded::EmbeddedKv`): one node, its
+    /// data in a directory of its own, kept across restarts and crashes.
+    Embedded {
+        /// The data directory (`path`; relative to the config file's directory, default
+        /// `sundial-data` there).
+        path: PathBuf,
+        /// Finished runs kept at most (`max_runs`); `None`: history retention alone
+        /// bounds them.
+        max_runs: Option<u64>,
     },
     /// A PostgreSQL database shared with other nodes (`sundial::kv::postgres::PgKv`).
     Postgres(PostgresStore),
@@ -309,6 +325,8 @@ struct StoreSection {
     connect_timeout_seconds: Option<toml::Value>,
     #[serde(default)]
     operation_timeout_seconds: Option<toml::Value>,
+    #[serde(default)]
+    path: Option<PathBuf>,
 }
 
 #[derive(Deserialize, Default)]
@@ -389,7 +407,9 @@ fn leader(section: LeaderSection) -> Result<LeaderConfig, ConfigError> {
 #[derive(Deserialize, Default, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 enum StoreKind {
+    /// A config file that names no store keeps its data.
     #[default]
+    Embedded,
     Memory,
     Postgres,
     Fdb,
@@ -505,13 +525,16 @@ struct RuntimeSection {
 }
 
 impl NodeFileConfig {
-    /// No file: the embedded store, default options (with `SUNDIAL_*` applied), the admin
+    /// No file: the in-memory store, default options (with `SUNDIAL_*` applied), the admin
     /// API on loopback, no jobs.
     ///
     /// # Errors
     /// An invalid `SUNDIAL_*` variable.
     pub fn defaults(env: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
-        Self::from_file(File::default(), env)
+        // Without a file there is no place of its own for data: the in-memory store.
+        let mut file = File::default();
+        file.store.kind = StoreKind::Memory;
+        Self::from_file(file, env)
     }
 
     /// Reads and checks `path`; `env` supplies `SUNDIAL_*` overrides.
@@ -524,10 +547,19 @@ impl NodeFileConfig {
             key: None,
             problem: format!("cannot read: {e}"),
         })?;
-        Self::parse(&text, env).map_err(|e| e.in_file(path))
+        let mut config = Self::parse(&text, env).map_err(|e| e.in_file(path))?;
+        if let StoreConfig::Embedded { path: data, .. } = &mut config.store {
+            // Relative to the file, wherever the node is started from.
+            if data.is_relative() {
+                let base = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+                *data = base.join(&*data);
+            }
+        }
+        Ok(config)
     }
 
-    /// Parses and checks config text.
+    /// Parses and checks config text (a relative embedded store `path` stays relative:
+    /// [`Self::load`] resolves it against the file's directory).
     ///
     /// # Errors
     /// The first problem, naming the key.
@@ -551,7 +583,27 @@ impl NodeFileConfig {
                 return Err(ConfigError::at(*key, "only a store of kind \"postgres\" takes this"));
             }
         }
+        if file.store.kind != StoreKind::Embedded && file.store.path.is_some() {
+            return Err(ConfigError::at("store.path", "only a store of kind \"embedded\" has a data directory"));
+        }
         let store = match file.store.kind {
+            StoreKind::Embedded => {
+                let other = [
+                    ("store.cluster_file", file.store.cluster_file.is_some()),
+                    ("store.transaction_timeout_seconds", file.store.transaction_timeout_seconds.is_some()),
+                ];
+                if let Some((key, _)) = other.iter().find(|(_, set)| *set) {
+                    return Err(ConfigError::at(*key, "a store of kind \"embedded\" does not take this"));
+                }
+                if file.store.max_runs == Some(0) {
+                    return Err(ConfigError::at("store.max_runs", "must be at least 1"));
+                }
+                let path = file.store.path.unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
+                if path.as_os_str().is_empty() {
+                    return Err(ConfigError::at("store.path", "must name a directory"));
+                }
+                StoreConfig::Embedded { path, max_runs: file.store.max_runs }
+            }
             StoreKind::Postgres => {
                 let other = [
                     ("store.cluster_file", file.store.cluster_file.is_some()),
@@ -584,7 +636,7 @@ impl NodeFileConfig {
             }
             StoreKind::Fdb => {
                 if file.store.max_runs.is_some() {
-                    return Err(ConfigError::at("store.max_runs", "only the memory store caps its history"));
+                    return Err(ConfigError::at("store.max_runs", "only the embedded stores cap their history"));
                 }
                 let transaction_timeout =
                     file.store.transaction_timeout_seconds.as_ref().map(transaction_timeout).transpose()?;
@@ -686,7 +738,7 @@ mod tests {
     fn the_example_file_loads() {
         let text = include_str!("../sundial.example.toml");
         let config = parse(text).unwrap();
-        assert_eq!(config.store, StoreConfig::Memory { max_runs: 10_000 });
+        assert_eq!(config.store, StoreConfig::Embedded { path: "sundial-data".into(), max_runs: None });
         assert!(config.jobs.iter().any(|j| j.job_type.as_str() == "shell"));
         assert!(config.jobs.iter().any(|j| j.job_type.as_str() == "http"));
         assert!(!config.calendars.is_empty());
@@ -733,8 +785,37 @@ mod tests {
     }
 
     #[test]
+    fn a_file_keeps_its_data_in_an_embedded_store_beside_it_unless_it_says_otherwise() {
+        assert_eq!(parse("").unwrap().store, StoreConfig::Embedded { path: "sundial-data".into(), max_runs: None });
+        let text = "[store]\nkind = \"embedded\"\npath = \"/var/lib/sundial\"\nmax_runs = 500";
+        assert_eq!(
+            parse(text).unwrap().store,
+            StoreConfig::Embedded { path: "/var/lib/sundial".into(), max_runs: Some(500) }
+        );
+        assert_eq!(parse("[store]\nkind = \"memory\"").unwrap().store, StoreConfig::Memory { max_runs: 10_000 });
+        for (text, key) in [
+            ("[store]\nkind = \"memory\"\npath = \"x\"", "store.path"),
+            ("[store]\nkind = \"postgres\"\nurl = \"postgres://a@b/c\"\npath = \"x\"", "store.path"),
+            ("[store]\npath = \"\"", "store.path"),
+            ("[store]\nmax_runs = 0", "store.max_runs"),
+            ("[store]\ncluster_file = \"x\"", "store.cluster_file"),
+        ] {
+            let error = parse(text).err().unwrap_or_else(|| panic!("{text} was accepted")).to_string();
+            assert!(error.contains(key), "{text}: {error}");
+        }
+        // A relative path is the file's neighbour, wherever the node starts.
+        let dir = std::env::temp_dir().join(format!("sundial-config-path-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("node.toml"), "[store]\npath = \"data\"").unwrap();
+        let config = NodeFileConfig::load(&dir.join("node.toml"), &BTreeMap::new()).unwrap();
+        assert_eq!(config.store, StoreConfig::Embedded { path: dir.join("data"), max_runs: None });
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn defaults_are_a_memory_store_and_a_loopback_api() {
         let config = NodeFileConfig::defaults(&BTreeMap::new()).unwrap();
+        assert!(matches!(config.store, StoreConfig::Memory { .. }));
         assert_eq!(config.admin.listen.to_string(), DEFAULT_ADMIN_ADDR);
         assert!(config.admin.token.is_none());
         assert!(config.jobs.is_empty());

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use sundial::entropy::Entropy;
 use sundial::job::{JobDefinition, JobTypeKey, RetryPolicy};
+use sundial::kv::embedded::EmbeddedKv;
 use sundial::kv::memory::{MemoryKv, MemoryKvOptions};
 use sundial::kv::postgres::{PgKv, PgOpenError};
 use sundial::kv::Kv;
@@ -192,6 +193,9 @@ async fn start(config: NodeFileConfig, demo: bool, origin: String) -> u8 {
     let node_id = config.options.node_id_or_default(&host, std::process::id(), &mut entropy);
     match config.store.clone() {
         StoreConfig::Memory { max_runs } => {
+            tracing::info!(
+                "in-memory store: jobs added at run time and all history are forgotten when this node stops"
+            );
             let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
             let store_options = StoreOptions { max_runs: Some(max_runs), ..StoreOptions::default() };
             serve(Setup {
@@ -207,6 +211,33 @@ async fn start(config: NodeFileConfig, demo: bool, origin: String) -> u8 {
                 store_probe: None,
             })
             .await
+        }
+        StoreConfig::Embedded { path, max_runs } => {
+            let store = match EmbeddedKv::open(&path, clock.clone()) {
+                Ok(store) => store,
+                Err(error) => {
+                    eprintln!("sundial: store.path: {error}");
+                    return exit::UNAVAILABLE;
+                }
+            };
+            let shown = std::fs::canonicalize(&path).unwrap_or(path);
+            tracing::info!(path = %shown.display(), "embedded store open: data kept across restarts");
+            let setup = Setup {
+                config,
+                registry,
+                node_id,
+                clock,
+                entropy,
+                kv: store.kv().clone(),
+                store_options: StoreOptions { max_runs, ..StoreOptions::default() },
+                shared: false,
+                store_kind: "embedded",
+                store_probe: None,
+            };
+            let code = serve(setup).await;
+            // Every commit made is written before the directory is let go.
+            store.close();
+            code
         }
         StoreConfig::Postgres(postgres) => start_postgres(config, registry, node_id, clock, entropy, postgres).await,
         StoreConfig::Fdb { cluster_file, transaction_timeout } => {
