@@ -167,3 +167,30 @@ async fn a_damaged_or_foreign_file_is_refused_and_left_as_it_was() {
     let t = store.kv().create_transaction().unwrap();
     assert_eq!(t.get_range(&RangeRequest::prefix(b"key"), false).await.unwrap().pairs.len(), 500);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_data_frees_space_for_later_writes() {
+    let dir = TempDir::new("space");
+    let store = open(&dir);
+    let kv = store.kv().clone();
+    let path = dir.path().join(DATA_FILE);
+    // History written and expired, round after round, as retention does.
+    let mut sizes = Vec::new();
+    for round in 0..12 {
+        for batch in 0..20 {
+            let t = kv.create_transaction().unwrap();
+            for i in 0..100 {
+                t.set(format!("h/{round:02}/{batch:02}/{i:03}").as_bytes(), &[7; 200]);
+            }
+            t.commit().await.unwrap();
+        }
+        let t = kv.create_transaction().unwrap();
+        t.clear_range(b"h/", b"h0");
+        t.commit().await.unwrap();
+        sizes.push(std::fs::metadata(&path).unwrap().len());
+    }
+    // Each round writes about 500 KB and deletes it: the file stops growing after the
+    // first rounds instead of growing by that much each round.
+    let (early, last) = (sizes[3], sizes[11]);
+    assert!(last <= early + early / 2, "the file grew from {early} to {last} bytes: {sizes:?}");
+}
