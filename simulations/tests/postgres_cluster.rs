@@ -101,9 +101,9 @@ fn a_database_restarted_under_load_loses_no_run_and_no_completion() {
     cluster.start_all();
     sleep(6.0);
     // A crash: no clean shutdown; the server recovers from its WAL.
-    cluster.server.stop("immediate");
+    cluster.server().stop("immediate");
     sleep(5.0);
-    cluster.server.start_again();
+    cluster.server().start_again();
     sleep(12.0);
     cluster.healed = now();
     let checked = runtime().block_on(cluster.check(&cluster.workload()));

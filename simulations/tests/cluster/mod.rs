@@ -1,5 +1,5 @@
-//! A cluster of real `sundial node` processes on a throwaway PostgreSQL server, and the
-//! simulation's checkers run on what it did.
+//! A cluster of real `sundial node` processes on a throwaway PostgreSQL server (or one
+//! node on its embedded store), and the simulation's checkers run on what it did.
 //!
 //! The nodes share one config. Their jobs are `shell` jobs that append a line when a run
 //! starts and one when it ends (run id, job, scheduled time, attempt, node, time) to a
@@ -22,13 +22,17 @@ use chrono::{DateTime, TimeDelta, Utc};
 use sundial::calendar::Calendars;
 use sundial::entropy::Entropy;
 use sundial::job::{JobRun, RunCause};
+use sundial::kv::embedded::EmbeddedKv;
+use sundial::kv::memory::MemoryKv;
 use sundial::kv::postgres::{PgKv, PgKvOptions};
+use sundial::kv::Kv;
 use sundial::store::records::RunRecord;
 use sundial::store::{JobStatus, KvJobStore, StoreOptions};
 use sundial::time::SystemClock;
 use sundial_simulations::check::{self, Checked, Inputs, LiveNode, Samples, Setting};
 use sundial_simulations::trace::{Event, EventKind, StartFacts};
 use sundial_simulations::workload::Workload;
+use sundial_test_support::dir::TempDir;
 use sundial_test_support::postgres::{PgServer, ServerOptions};
 use uuid::Uuid;
 
@@ -111,9 +115,13 @@ struct Node {
     lives: Vec<(u32, DateTime<Utc>, Option<DateTime<Utc>>)>,
 }
 
-/// A cluster of node processes on a PostgreSQL server of its own.
+/// A cluster of node processes on a PostgreSQL server of its own, or one node on its
+/// embedded store.
 pub(crate) struct Cluster {
-    pub(crate) server: PgServer,
+    /// The nodes' server (`None`: one node on its embedded store).
+    server: Option<PgServer>,
+    /// The embedded store's directory's parent (removed with the cluster).
+    _temp: Option<TempDir>,
     dir: PathBuf,
     config: PathBuf,
     effects: PathBuf,
@@ -142,21 +150,39 @@ impl Cluster {
     pub(crate) fn new(nodes: usize, jobs: &str) -> Option<Self> {
         let server = PgServer::start(ServerOptions::default())?;
         let dir = server.dir().join("cluster");
+        let store =
+            format!("[store]\nkind = \"postgres\"\nurl = \"{}\"\nschema = \"cluster\"\npool_size = 8\n", server.url());
+        Some(Self::create(Some(server), None, dir, nodes, &store, jobs))
+    }
+
+    /// One node, `n1`, on its embedded store (`data` beside the config), with `jobs`; not
+    /// started.
+    pub(crate) fn embedded(jobs: &str) -> Self {
+        let temp = TempDir::new("embedded-node");
+        let dir = temp.path().to_path_buf();
+        Self::create(None, Some(temp), dir, 1, "[store]\nkind = \"embedded\"\npath = \"data\"\n", jobs)
+    }
+
+    fn create(
+        server: Option<PgServer>,
+        temp: Option<TempDir>,
+        dir: PathBuf,
+        nodes: usize,
+        store: &str,
+        jobs: &str,
+    ) -> Self {
         std::fs::create_dir_all(&dir).unwrap();
         let effects = dir.join("effects.log");
         std::fs::write(&effects, "").unwrap();
         let config = dir.join("sundial.toml");
-        let text = format!(
-            "[store]\nkind = \"postgres\"\nurl = \"{}\"\nschema = \"cluster\"\npool_size = 8\n\n[scheduler]\n{SCHEDULER}\n{jobs}",
-            server.url()
-        );
-        std::fs::write(&config, text).unwrap();
+        std::fs::write(&config, format!("{store}\n[scheduler]\n{SCHEDULER}\n{jobs}")).unwrap();
         let nodes = (1..=nodes)
             .map(|i| Node { id: format!("n{i}"), port: free_port(), child: None, lives: Vec::new() })
             .collect();
         let epoch = now();
-        Some(Self {
+        Self {
             server,
+            _temp: temp,
             dir,
             config,
             effects,
@@ -168,7 +194,12 @@ impl Cluster {
             jobs: jobs.to_owned(),
             changed: BTreeSet::new(),
             healed: epoch,
-        })
+        }
+    }
+
+    /// The nodes' PostgreSQL server.
+    pub(crate) fn server(&mut self) -> &mut PgServer {
+        self.server.as_mut().expect("a cluster on PostgreSQL")
     }
 
     fn node(&mut self, id: &str) -> &mut Node {
@@ -360,14 +391,15 @@ impl Cluster {
 
     /// A store handle on the cluster's schema, for reading what the nodes wrote.
     pub(crate) async fn store(&self) -> KvJobStore<PgKv> {
-        let mut options = PgKvOptions::new(&self.server.url()).unwrap();
+        let server = self.server.as_ref().expect("a cluster on PostgreSQL (an embedded store is read once stopped)");
+        let mut options = PgKvOptions::new(&server.url()).unwrap();
         options.schema = "cluster".into();
         let kv = PgKv::open(options, Arc::new(SystemClock::new())).await.unwrap();
         KvJobStore::new(kv, Arc::new(Calendars::new()), Entropy::from_seed(7), StoreOptions::default())
     }
 
     /// Every run record in the store.
-    pub(crate) async fn history(&self, store: &KvJobStore<PgKv>) -> Vec<RunRecord> {
+    pub(crate) async fn history<K: Kv>(&self, store: &KvJobStore<K>) -> Vec<RunRecord> {
         sundial_simulations::world::every_run(store).await.expect("read the history")
     }
 
@@ -462,19 +494,59 @@ impl Cluster {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let history = self.history(&store).await;
         let end = now();
-        let events = self.events(&effects, &history);
+        let live = self.live(None);
+        self.judge(workload, &store, &effects, history, end, &live).await
+    }
+
+    /// Stops the one node of an embedded store as a deploy does, then reads its store and
+    /// runs the checkers as of the moment it was asked to stop (it served until then).
+    pub(crate) async fn check_stopped(&mut self, workload: &Workload) -> Checked {
+        let end = now();
+        let live = self.live(Some(end));
+        self.stop_all();
+        let effects = std::fs::read_to_string(&self.effects).unwrap();
+        let (store, _open) = self.open_stopped();
+        let history = self.history(&store).await;
+        self.judge(workload, &store, &effects, history, end, &live).await
+    }
+
+    /// The embedded store of a stopped node, and what keeps it open.
+    pub(crate) fn open_stopped(&self) -> (KvJobStore<MemoryKv>, EmbeddedKv) {
+        let embedded = EmbeddedKv::open(&self.dir.join("data"), Arc::new(SystemClock::new())).expect("open the store");
+        let kv = embedded.kv().clone();
+        (KvJobStore::new(kv, Arc::new(Calendars::new()), Entropy::from_seed(7), StoreOptions::default()), embedded)
+    }
+
+    /// The node incarnations running now (or, with `at`, those that ran until then).
+    fn live(&self, at: Option<DateTime<Utc>>) -> Vec<LiveNode> {
+        self.nodes
+            .iter()
+            .filter(|n| n.child.is_some())
+            .filter_map(|n| {
+                let (i, from, _) = n.lives.last()?;
+                at.is_none_or(|at| *from <= at).then(|| LiveNode {
+                    node: n.id.clone(),
+                    incarnation: *i,
+                    started: *from,
+                })
+            })
+            .collect()
+    }
+
+    async fn judge<K: Kv>(
+        &self,
+        workload: &Workload,
+        store: &KvJobStore<K>,
+        effects: &str,
+        history: Vec<RunRecord>,
+        end: DateTime<Utc>,
+        live: &[LiveNode],
+    ) -> Checked {
+        let events = self.events(effects, &history);
         let statuses: Vec<JobStatus> = store.statuses().await.expect("read the jobs");
         let triggers: BTreeSet<(String, String)> = statuses
             .iter()
             .flat_map(|s| s.triggers.iter().map(|t| (s.definition.name.to_string(), t.name.clone())))
-            .collect();
-        let live: Vec<LiveNode> = self
-            .nodes
-            .iter()
-            .filter(|n| n.child.is_some())
-            .filter_map(|n| {
-                n.lives.last().map(|(i, from, _)| LiveNode { node: n.id.clone(), incarnation: *i, started: *from })
-            })
             .collect();
         let skews = vec![TimeDelta::zero(); self.nodes.len()];
         let calendars = Calendars::new();
@@ -496,7 +568,7 @@ impl Cluster {
             clock_offsets: (TimeDelta::zero(), TimeDelta::zero()),
             samples: &Samples::default(),
             triggers: &triggers,
-            live: &live,
+            live,
             liveness_from: self.healed,
             jumped_ahead: Duration::ZERO,
             end,
