@@ -194,3 +194,28 @@ async fn deleted_data_frees_space_for_later_writes() {
     let (early, last) = (sizes[3], sizes[11]);
     assert!(last <= early + early / 2, "the file grew from {early} to {last} bytes: {sizes:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_torn_tail_of_the_log_is_discarded_at_open() {
+    let dir = TempDir::new("torn");
+    let store = open(&dir);
+    kv_rules::put(store.kv(), &[("kept", "1")]).await;
+    for i in 0..50 {
+        kv_rules::put(store.kv(), &[(&format!("torn{i:02}"), &"y".repeat(500))]).await;
+    }
+    // What a crash leaves: the files as they are while the store is open (every commit
+    // acknowledged is in the log), the log's last frame cut short by the crash.
+    let crashed = TempDir::new("torn-image");
+    let log = format!("{DATA_FILE}-wal");
+    std::fs::copy(dir.path().join(DATA_FILE), crashed.path().join(DATA_FILE)).unwrap();
+    let mut tail = std::fs::read(dir.path().join(&log)).unwrap();
+    store.close();
+    assert!(tail.len() > 4096, "the commits are in the log ({} bytes)", tail.len());
+    tail.truncate(tail.len() - 100);
+    std::fs::write(crashed.path().join(&log), &tail).unwrap();
+    let store = EmbeddedKv::open(crashed.path(), Arc::new(SystemClock::new())).unwrap();
+    assert_eq!(kv_rules::get(store.kv(), "kept").await.as_deref(), Some("1"));
+    let t = store.kv().create_transaction().unwrap();
+    let torn = t.get_range(&RangeRequest::prefix(b"torn"), false).await.unwrap().pairs;
+    assert_eq!(torn.len(), 49, "every commit but the torn last one");
+}

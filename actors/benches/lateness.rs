@@ -2,6 +2,10 @@
 //! sundial node and, in the same run, on `apalis` with `apalis-cron` (in memory, no-op
 //! jobs), side by side with the p99 ratio. sundial writes full run history; the peer writes
 //! none. Missed and duplicated fires are counted from what the jobs themselves recorded.
+//! Every sundial case runs twice in its rounds: on `MemoryKv`, and on the durable
+//! embedded store (`EmbeddedKv`: each commit synced to SQLite's log in a temporary
+//! directory before it returns), whose table follows the main one with its p99 against
+//! `MemoryKv`'s and apalis's, and its bytes on disk per trigger and per run recorded.
 //!
 //! Loads: N triggers each firing every second = N fires/s, each measured for 20 s or as
 //! long as 1,000 fires take (100 s at 10 fires/s), so that a p99 is not the maximum of a
@@ -43,6 +47,7 @@ use apalis_cron::{CronScheduler, Tick};
 use chrono::{DateTime, TimeDelta, Timelike, Utc};
 use sundial::entropy::Entropy;
 use sundial::job::{JobDefinition, JobTriggerDefinition, JobTypeKey};
+use sundial::kv::embedded::{EmbeddedEngine, EmbeddedKv};
 use sundial::kv::memory::{MemoryKv, MemoryKvOptions, MemoryKvStats};
 use sundial::name::{JobName, TriggerName};
 use sundial::options::SchedulerOptions;
@@ -245,15 +250,65 @@ fn next_second(t: DateTime<Utc>) -> DateTime<Utc> {
     t.with_nanosecond(0).unwrap() + TimeDelta::seconds(1)
 }
 
-/// A node on the embedded store with `triggers` triggers of `schedule`, 100 per job,
-/// recording up to `fires` runs without reallocating.
+/// Which store a sundial node of the bench keeps its data in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Store {
+    /// `MemoryKv`.
+    Memory,
+    /// `EmbeddedKv`: `MemoryKv` with every commit synced to a file before it returns, on
+    /// this engine.
+    Durable(EmbeddedEngine),
+}
+
+/// The engines the durable store is measured on: SQLite (its default), and with the
+/// feature `engine-comparison` redb too.
+fn engines() -> Vec<EmbeddedEngine> {
+    #[cfg(feature = "engine-comparison")]
+    return vec![EmbeddedEngine::Sqlite, EmbeddedEngine::Redb];
+    #[cfg(not(feature = "engine-comparison"))]
+    vec![EmbeddedEngine::Sqlite]
+}
+
+/// A durable store's directory, removed when dropped (after the store it holds).
+struct DurableDir {
+    store: Option<EmbeddedKv>,
+    path: std::path::PathBuf,
+}
+
+impl DurableDir {
+    /// The size of the files in the directory now.
+    fn bytes(&self) -> u64 {
+        let files = std::fs::read_dir(&self.path).into_iter().flatten().flatten();
+        files.filter_map(|f| f.metadata().ok()).map(|m| m.len()).sum()
+    }
+}
+
+impl Drop for DurableDir {
+    fn drop(&mut self) {
+        if let Some(store) = self.store.take() {
+            store.close();
+        }
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// A node on `store` with `triggers` triggers of `schedule`, 100 per job, recording up to
+/// `fires` runs without reallocating (and the durable store's directory, to keep while
+/// the node runs).
 async fn sundial_node(
     node: &str,
     triggers: usize,
     schedule: &str,
     options: SchedulerOptions,
     fires: usize,
-) -> (sundial_actors::scheduler::JobScheduler<KvJobStore<MemoryKv>>, Records, Arc<dyn Clock>, MemoryKv) {
+    store: Store,
+) -> (
+    sundial_actors::scheduler::JobScheduler<KvJobStore<MemoryKv>>,
+    Records,
+    Arc<dyn Clock>,
+    MemoryKv,
+    Option<DurableDir>,
+) {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let records = records_for(fires);
     let (c, r) = (clock.clone(), records.clone());
@@ -262,8 +317,18 @@ async fn sundial_node(
         .build()
         .unwrap();
     // The lock's hold is measured (a few clock reads per hold): it is the store's serial part.
-    let options_kv = MemoryKvOptions { measure_lock: true, ..MemoryKvOptions::default() };
-    let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), options_kv);
+    let (kv, durable) = match store {
+        Store::Memory => {
+            let options_kv = MemoryKvOptions { measure_lock: true, ..MemoryKvOptions::default() };
+            (MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), options_kv), None)
+        }
+        Store::Durable(engine) => {
+            let path = std::env::temp_dir().join(format!("sundial-lateness-{}-{node}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&path);
+            let opened = EmbeddedKv::open_with_engine(&path, clock.clone(), Arc::new(TokioSleeper), engine).unwrap();
+            (opened.kv().clone(), Some(DurableDir { store: Some(opened), path }))
+        }
+    };
     let store =
         KvJobStore::new(kv.clone(), registry.calendars().clone(), Entropy::from_seed(1), StoreOptions::default());
     let mut config = NodeConfig::new(store, registry, options, node, clock.clone(), Entropy::from_seed(2));
@@ -284,17 +349,18 @@ async fn sundial_node(
     for chunk in defs.chunks(100) {
         assert!(scheduler.schedule(chunk.to_vec()).await.iter().all(Result::is_ok));
     }
-    (scheduler, records, clock, kv)
+    (scheduler, records, clock, kv, durable)
 }
 
-async fn sundial_cron(load: usize, seconds: i64, node: &str) -> Summary {
+async fn sundial_cron(load: usize, seconds: i64, node: &str, store: Store) -> Summary {
     let options = SchedulerOptions {
         max_concurrent_runs: (load * 2 + 64) as u32,
         acquire_batch_size: load.clamp(16, 2_000) as u32,
         ..SchedulerOptions::default()
     };
-    let (scheduler, records, clock, kv) =
-        sundial_node(node, load, "cron * * * * * *", options, expected_fires(load, seconds)).await;
+    let (scheduler, records, clock, kv, durable) =
+        sundial_node(node, load, "cron * * * * * *", options, expected_fires(load, seconds), store).await;
+    let bytes_before = durable.as_ref().map_or(0, DurableDir::bytes);
     let cpu_before = process_cpu();
     let store_before = kv.stats();
     let serving = Instant::now();
@@ -309,6 +375,15 @@ async fn sundial_cron(load: usize, seconds: i64, node: &str) -> Summary {
     scheduler.stop(Duration::from_secs(5)).await;
     let running = serving.elapsed();
     let records = records.lock().unwrap().clone();
+    if let Some(durable) = &durable {
+        // Runs recorded while it ran: each is its run record and two history entries.
+        let grown = durable.bytes().saturating_sub(bytes_before);
+        eprintln!(
+            "durable store ({node}), {load} fires/s: {} bytes on disk at the start ({load} triggers), {:.0} more per run recorded",
+            bytes_before,
+            grown as f64 / records.len().max(1) as f64
+        );
+    }
     let cpu = cpu_per_fire(cpu_before, process_cpu(), records.len());
     let per_fire = |work: EngineWork| {
         let time = engine.time_in.iter().find(|(w, _)| *w == work).map_or(Duration::ZERO, |(_, t)| *t);
@@ -400,7 +475,7 @@ async fn apalis_burst(count: usize) -> (Duration, usize) {
 
 /// `count` one-shot triggers due at the same instant: time from that instant until the
 /// last one started, and how many ran.
-async fn sundial_burst(count: usize) -> (Duration, usize) {
+async fn sundial_burst(count: usize, store: Store) -> (Duration, usize) {
     let clock = SystemClock::new();
     let due = next_second(clock.now()) + TimeDelta::seconds(2);
     let schedule = format!("once {}", sundial::schedule::format_instant(due));
@@ -409,7 +484,8 @@ async fn sundial_burst(count: usize) -> (Duration, usize) {
         acquire_batch_size: 2_000,
         ..SchedulerOptions::default()
     };
-    let (scheduler, records, clock, _) = sundial_node("burst-node", count, &schedule, options, count).await;
+    let (scheduler, records, clock, _, _durable) =
+        sundial_node("burst-node", count, &schedule, options, count, store).await;
     scheduler.serve();
     tokio::time::sleep((due - clock.now()).to_std().unwrap_or_default() + Duration::from_secs(3)).await;
     scheduler.stop(Duration::from_secs(5)).await;
@@ -498,17 +574,24 @@ fn main() {
     );
     println!("{:>8} {:>4} | {:^43} | {:^43} |", "", "", "sundial", "apalis + apalis-cron");
     let mut cpu = Vec::new();
+    let mut durable_rows = Vec::new();
     for (i, &load) in loads.iter().enumerate() {
         let measured = measured_seconds(load, seconds, fires);
         // A long measurement alternates the two in rounds, so that both meet the same
         // phases of a machine whose timer wake-ups drift from minute to minute.
         let (mut ours, mut peer) = (Vec::new(), Vec::new());
+        let mut durable: Vec<Vec<Summary>> = engines().iter().map(|_| Vec::new()).collect();
         for round in 0..(measured + ROUND_SECONDS - 1) / ROUND_SECONDS {
             let length = ROUND_SECONDS.min(measured - round * ROUND_SECONDS);
-            ours.push(runtime.block_on(sundial_cron(load, length, &format!("bench-{i}-{round}"))));
+            ours.push(runtime.block_on(sundial_cron(load, length, &format!("bench-{i}-{round}"), Store::Memory)));
+            for (e, engine) in engines().into_iter().enumerate() {
+                let node = format!("durable-{i}-{round}-{e}");
+                durable[e].push(runtime.block_on(sundial_cron(load, length, &node, Store::Durable(engine))));
+            }
             peer.push(runtime.block_on(apalis_cron(load, length)));
         }
         let (ours, peer) = (Summary::merge(ours), Summary::merge(peer));
+        let durable: Vec<Summary> = durable.into_iter().map(Summary::merge).collect();
         println!(
             "{:>8} {:>4} | {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>6} {:>4} | {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>6} {:>4} | {:>8.1}x",
             load,
@@ -528,6 +611,28 @@ fn main() {
             peer.pct(0.99) / ours.pct(0.99)
         );
         cpu.push((load, ours.cpu_per_fire_us, ours.engine_per_fire_us, peer.cpu_per_fire_us));
+        durable_rows.push((load, measured, ours.pct(0.99), peer.pct(0.99), durable));
+    }
+    if !durable_rows.is_empty() {
+        println!(
+            "\nthe durable store (EmbeddedKv: MemoryKv, each commit synced to a file first), same loads, same rounds"
+        );
+        for (load, measured, memory_p99, apalis_p99, d, engine) in durable_rows
+            .iter()
+            .flat_map(|(l, m, mp, ap, ds)| ds.iter().zip(engines()).map(move |(d, engine)| (l, m, mp, ap, d, engine)))
+        {
+            println!(
+                "{load:>8} {measured:>4} {engine:?} | p50 {:.2} p90 {:.2} p99 {:.2} max {:.2} ms, {} missed, {} dup | p99 {:.1}x MemoryKv's, apalis's {:.1}x it",
+                d.pct(0.5),
+                d.pct(0.9),
+                d.pct(0.99),
+                d.pct(1.0),
+                d.missed,
+                d.duplicated,
+                d.pct(0.99) / memory_p99,
+                apalis_p99 / d.pct(0.99)
+            );
+        }
     }
     println!("\nwhere the time goes, per fire that ran (process CPU on both cores; engine time on sundial's clock)");
     for (load, ours, engine, peer) in cpu {
@@ -541,10 +646,17 @@ fn main() {
     }
     // Sustained: 100,000 fires/s for 20 s on one node (the peer at the same load).
     let (load, seconds) = (100_000, 20);
-    let ours = runtime.block_on(sundial_cron(load, seconds, "bench-sustained"));
+    let ours = runtime.block_on(sundial_cron(load, seconds, "bench-sustained", Store::Memory));
     let peer = runtime.block_on(apalis_cron(load, seconds));
+    let durable: Vec<(String, Summary)> = engines()
+        .into_iter()
+        .map(|e| {
+            (format!("{e:?}"), runtime.block_on(sundial_cron(load, seconds, "durable-sustained", Store::Durable(e))))
+        })
+        .collect();
     println!("\nsustained {load} fires/s for {seconds} s (target: 0 missed, p99 <= 50 ms)");
-    for (name, s) in [("sundial", &ours), ("apalis", &peer)] {
+    let named = [("sundial", &ours), ("apalis", &peer)].into_iter().chain(durable.iter().map(|(n, s)| (n.as_str(), s)));
+    for (name, s) in named {
         println!(
             "{name:>8}: p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms, {} missed, {} duplicated; ran {:.0} fires/s",
             s.pct(0.5),
@@ -916,7 +1028,9 @@ fn cpu_text(cpu: f64) -> String {
 /// The one-shot burst of `size` triggers on both schedulers, printed.
 fn burst(runtime: &tokio::runtime::Runtime, size: usize) {
     let started = Instant::now();
-    let (last, ran) = runtime.block_on(sundial_burst(size));
+    let (last, ran) = runtime.block_on(sundial_burst(size, Store::Memory));
+    let durable: Vec<_> =
+        engines().into_iter().map(|e| (e, runtime.block_on(sundial_burst(size, Store::Durable(e))))).collect();
     let (peer_last, peer_ran) = runtime.block_on(apalis_burst(size));
     println!(
         "\n{size} one-shot triggers due at one instant: the last started {:.1} ms after it on sundial ({ran} ran), \
@@ -926,4 +1040,10 @@ fn burst(runtime: &tokio::runtime::Runtime, size: usize) {
         peer_last.as_secs_f64() / last.as_secs_f64(),
         started.elapsed().as_secs_f64()
     );
+    for (engine, (last, ran)) in durable {
+        println!(
+            "on the durable store ({engine:?}): the last started {:.1} ms after it ({ran} ran)",
+            last.as_secs_f64() * 1e3
+        );
+    }
 }

@@ -1,24 +1,30 @@
-//! The embedded durable store: a [`MemoryKv`] whose commits are written to a
-//! [redb](https://docs.rs/redb) file before they are acknowledged (see [`super::journal`]
-//! for how), so a single node keeps its jobs, runs and history across restarts and
-//! crashes without a database server.
+//! The embedded durable store: a [`MemoryKv`] whose commits are written to a storage
+//! engine on disk before they are acknowledged (see [`super::journal`] for how), so a
+//! single node keeps its jobs, runs and history across restarts and crashes without a
+//! database server. The engine is SQLite (bundled, through `rusqlite`) in WAL mode; redb
+//! is the other engine measured (feature `embedded-redb`; why SQLite: `docs/performance.md`,
+//! "The embedded store").
 //!
 //! # Durability contract
 //!
-//! - A commit acknowledged to its caller is on disk: written in a redb transaction with
-//!   immediate durability (synced), grouped with the commits that came while the previous
-//!   write ran. `kill -9` or a power cut at any instant loses no acknowledged commit.
+//! - A commit acknowledged to its caller is on disk: written in one SQLite transaction
+//!   with the commits that came while the previous write ran, appended to the
+//!   write-ahead log and synced (`synchronous = FULL`). `kill -9` or a power cut at any
+//!   instant loses no acknowledged commit.
 //! - Nothing a transaction reads can be lost: reads are served at the last version on
 //!   disk.
-//! - A write cut short by a crash is not half there: redb commits are atomic (checksummed
-//!   commit slots), and the file opens as of the last complete commit.
-//! - A file that is not a sound sundial store (another program's file, a damaged one, a
-//!   newer layout) is refused at open with an error naming it, never reset.
+//! - A write cut short by a crash is not half there: each frame of the log is
+//!   checksummed, and a torn or half-written tail is discarded at open (the store opens
+//!   as of its last whole commit).
+//! - A file that is not a sound sundial store (another program's file, a damaged or
+//!   truncated one, a newer layout) is refused at open with an error naming it, and left
+//!   as it was.
 //! - One owner: the data directory's `LOCK` file is locked by the operating system for
 //!   as long as the store is open; a second process (or a second open in this one) gets
 //!   [`EmbeddedError::Locked`]. The lock goes with the process, however it ends.
 //! - Space: deleted keys (expired history, deleted jobs) free their pages for later
-//!   writes; the file does not grow without bound under a steady load.
+//!   writes; the file does not grow without bound under a steady load. The log is
+//!   checkpointed into the database as it grows.
 //!
 //! The whole data set is held in memory, as `MemoryKv` holds it, and read from the file at
 //! open.
@@ -28,21 +34,32 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError};
+#[cfg(feature = "embedded-redb")]
+mod redb_engine;
+mod sqlite_engine;
 
-use super::journal::{JournalEngine, JournalEntry, JournalError, Loaded};
+use super::journal::JournalEngine;
 use super::memory::MemoryKv;
-use super::Version;
-use crate::time::Clock;
+use crate::time::{Clock, NoSleep, Sleeper};
 
-/// Every key and its latest value.
-const DATA: TableDefinition<&[u8], &[u8]> = TableDefinition::new("data");
-/// `version`: the last commit written; `layout`: the file's layout version.
-const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// The layout this build writes and reads.
 const LAYOUT: u64 = 1;
-/// The data file's name in the data directory.
-pub const DATA_FILE: &str = "sundial.redb";
+/// The data file's name in the data directory (SQLite's database; its write-ahead log is
+/// beside it, with `-wal` appended).
+pub const DATA_FILE: &str = "sundial.sqlite";
+/// The redb engine's data file.
+pub const REDB_FILE: &str = "sundial.redb";
+
+/// The storage engine under an embedded store.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum EmbeddedEngine {
+    /// SQLite in WAL mode (the default), [`DATA_FILE`].
+    #[default]
+    Sqlite,
+    /// redb, a copy-on-write B-tree file, [`REDB_FILE`] (feature `embedded-redb`).
+    #[cfg(feature = "embedded-redb")]
+    Redb,
+}
 /// The lock file's name in the data directory.
 pub const LOCK_FILE: &str = "LOCK";
 
@@ -92,6 +109,32 @@ impl EmbeddedKv {
     /// [`EmbeddedError`]: the directory is in use, cannot be created, or holds a file that
     /// is not a sound store.
     pub fn open(dir: &Path, clock: Arc<dyn Clock>) -> Result<Self, EmbeddedError> {
+        Self::open_with_sleeper(dir, clock, Arc::new(NoSleep))
+    }
+
+    /// [`Self::open`], with retries' backoff slept on `sleeper` (a node's: its runtime's
+    /// timer; [`Self::open`]'s does not wait).
+    ///
+    /// # Errors
+    /// As [`Self::open`].
+    pub fn open_with_sleeper(
+        dir: &Path,
+        clock: Arc<dyn Clock>,
+        sleeper: Arc<dyn Sleeper>,
+    ) -> Result<Self, EmbeddedError> {
+        Self::open_with_engine(dir, clock, sleeper, EmbeddedEngine::default())
+    }
+
+    /// [`Self::open_with_sleeper`] on `engine`.
+    ///
+    /// # Errors
+    /// As [`Self::open`].
+    pub fn open_with_engine(
+        dir: &Path,
+        clock: Arc<dyn Clock>,
+        sleeper: Arc<dyn Sleeper>,
+        engine: EmbeddedEngine,
+    ) -> Result<Self, EmbeddedError> {
         let io = |path: &Path| {
             let path = path.to_path_buf();
             move |e: std::io::Error| EmbeddedError::Io { path, message: e.to_string() }
@@ -105,11 +148,22 @@ impl EmbeddedKv {
             Err(std::fs::TryLockError::WouldBlock) => return Err(EmbeddedError::Locked { path: lock_path }),
             Err(std::fs::TryLockError::Error(e)) => return Err(io(&lock_path)(e)),
         }
-        let path = dir.join(DATA_FILE);
-        let mut engine = RedbEngine::open(&path)?;
+        let (path, mut engine): (PathBuf, Box<dyn JournalEngine>) = match engine {
+            EmbeddedEngine::Sqlite => {
+                let path = dir.join(DATA_FILE);
+                let engine = sqlite_engine::SqliteEngine::open(&path)?;
+                (path, Box::new(engine))
+            }
+            #[cfg(feature = "embedded-redb")]
+            EmbeddedEngine::Redb => {
+                let path = dir.join(REDB_FILE);
+                let engine = redb_engine::RedbEngine::open(&path)?;
+                (path, Box::new(engine))
+            }
+        };
         let (pairs, version) =
             engine.load().map_err(|e| EmbeddedError::Corrupt { path: path.clone(), message: e.0 })?;
-        let (kv, writer) = MemoryKv::journaled(clock, pairs, version, Box::new(engine))
+        let (kv, writer) = MemoryKv::journaled(clock, sleeper, pairs, version, engine)
             .map_err(|e| EmbeddedError::Io { path: path.clone(), message: e.0 })?;
         Ok(Self { kv, writer: Some(writer), dir: dir.to_path_buf(), _lock: lock })
     }
@@ -141,88 +195,5 @@ impl EmbeddedKv {
 impl Drop for EmbeddedKv {
     fn drop(&mut self) {
         self.shut();
-    }
-}
-
-/// The journal's engine: one redb file.
-struct RedbEngine {
-    db: Database,
-}
-
-impl RedbEngine {
-    fn open(path: &Path) -> Result<Self, EmbeddedError> {
-        let corrupt = |message: String| EmbeddedError::Corrupt { path: path.to_path_buf(), message };
-        // redb asserts some of its file's structure instead of reporting it (a file cut
-        // short fails an assertion at open): such a panic is a refusal like any other.
-        let opened = std::panic::catch_unwind(|| Database::create(path)).map_err(|panic| {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "the engine gave up reading it".to_owned());
-            corrupt(what)
-        })?;
-        let db = match opened {
-            Ok(db) => db,
-            // redb reads a file that is not one of its own as invalid data.
-            Err(redb::DatabaseError::Storage(redb::StorageError::Io(e)))
-                if e.kind() != std::io::ErrorKind::InvalidData =>
-            {
-                return Err(EmbeddedError::Io { path: path.to_path_buf(), message: e.to_string() })
-            }
-            Err(e) => return Err(corrupt(e.to_string())),
-        };
-        Ok(Self { db })
-    }
-}
-
-fn engine_error(e: impl std::fmt::Display) -> JournalError {
-    JournalError(e.to_string())
-}
-
-impl JournalEngine for RedbEngine {
-    fn load(&mut self) -> Result<Loaded, JournalError> {
-        let read = self.db.begin_read().map_err(engine_error)?;
-        let meta = match read.open_table(META) {
-            Ok(meta) => meta,
-            // A new file: written at the first commit.
-            Err(TableError::TableDoesNotExist(_)) => return Ok((Vec::new(), 0)),
-            Err(e) => return Err(engine_error(e)),
-        };
-        let layout = meta.get("layout").map_err(engine_error)?.map(|v| v.value());
-        if layout != Some(LAYOUT) {
-            let found = layout.map_or_else(|| "none".to_owned(), |v| v.to_string());
-            return Err(JournalError(format!("layout {found}, this build reads {LAYOUT}")));
-        }
-        let version = meta.get("version").map_err(engine_error)?.map_or(0, |v| v.value());
-        let data = read.open_table(DATA).map_err(engine_error)?;
-        let mut pairs = Vec::new();
-        for pair in data.iter().map_err(engine_error)? {
-            let (key, value) = pair.map_err(engine_error)?;
-            pairs.push((key.value().to_vec(), value.value().to_vec()));
-        }
-        let version = Version::try_from(version).map_err(engine_error)?;
-        Ok((pairs, version))
-    }
-
-    fn write(&mut self, entries: &[JournalEntry]) -> Result<(), JournalError> {
-        let txn = self.db.begin_write().map_err(engine_error)?;
-        {
-            let mut data = txn.open_table(DATA).map_err(engine_error)?;
-            for entry in entries {
-                for mutation in &entry.mutations {
-                    match &mutation.value {
-                        Some(value) => data.insert(mutation.key.as_slice(), value.as_slice()).map(drop),
-                        None => data.remove(mutation.key.as_slice()).map(drop),
-                    }
-                    .map_err(engine_error)?;
-                }
-            }
-            let mut meta = txn.open_table(META).map_err(engine_error)?;
-            let last = entries.last().map_or(0, |entry| entry.version);
-            meta.insert("version", u64::try_from(last).unwrap_or(0)).map_err(engine_error)?;
-            meta.insert("layout", LAYOUT).map_err(engine_error)?;
-        }
-        txn.commit().map_err(engine_error)
     }
 }

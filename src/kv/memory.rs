@@ -701,8 +701,8 @@ impl MemoryKv {
         Self { shared: Arc::new(shared), client: None, exempt: false }
     }
 
-    /// A durable store (see [`super::journal`]): `pairs` as of `version` (the last commit
-    /// `engine` wrote), its commits written by `engine` on a thread of its own before they
+    /// A durable store (see [`super::journal`]) sleeping its retries' backoff on `sleeper`:
+    /// `pairs` as of `version` (the last commit `engine` wrote), its commits written by `engine` on a thread of its own before they
     /// are acknowledged. Versions go on from `version`. Returns the store and its writer
     /// thread, which ends once every handle is dropped or [`Self::close_journal`] is
     /// called, after writing every commit already made.
@@ -711,11 +711,12 @@ impl MemoryKv {
     /// The writer thread could not be started.
     pub(super) fn journaled(
         clock: Arc<dyn Clock>,
+        sleeper: Arc<dyn Sleeper>,
         pairs: Vec<(Vec<u8>, Vec<u8>)>,
         version: Version,
         engine: Box<dyn JournalEngine>,
     ) -> Result<(MemoryKv, std::thread::JoinHandle<()>), JournalError> {
-        let kv = Self::new(clock);
+        let kv = Self::with_options(clock, sleeper, MemoryKvOptions::default());
         let (sender, receiver) = std::sync::mpsc::channel();
         {
             let mut state = kv.shared.lock();

@@ -213,7 +213,7 @@ async fn start(config: NodeFileConfig, demo: bool, origin: String) -> u8 {
             .await
         }
         StoreConfig::Embedded { path, max_runs } => {
-            let store = match EmbeddedKv::open(&path, clock.clone()) {
+            let store = match EmbeddedKv::open_with_sleeper(&path, clock.clone(), Arc::new(TokioSleeper)) {
                 Ok(store) => store,
                 Err(error) => {
                     eprintln!("sundial: store.path: {error}");

@@ -1,0 +1,89 @@
+//! The embedded store's SQLite engine (bundled SQLite through `rusqlite`): one table of
+//! keys and values in WAL mode with full synchronous commits, so a commit is one append
+//! to the write-ahead log and one fsync; SQLite checkpoints the log into the database
+//! file as it grows.
+
+use std::path::Path;
+
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+
+use super::super::journal::{JournalEngine, JournalEntry, JournalError, Loaded};
+use super::super::Version;
+use super::{EmbeddedError, LAYOUT};
+
+/// The engine: one SQLite database.
+pub(super) struct SqliteEngine {
+    db: Connection,
+}
+
+fn engine_error(e: impl std::fmt::Display) -> JournalError {
+    JournalError(e.to_string())
+}
+
+impl SqliteEngine {
+    pub(super) fn open(path: &Path) -> Result<Self, EmbeddedError> {
+        let corrupt = |e: rusqlite::Error| EmbeddedError::Corrupt { path: path.to_path_buf(), message: e.to_string() };
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let db = Connection::open_with_flags(path, flags)
+            .map_err(|e| EmbeddedError::Io { path: path.to_path_buf(), message: e.to_string() })?;
+        // A file that is not a database fails at its first read: here, before anything
+        // is written to it.
+        let check: String = db.query_row("PRAGMA quick_check", [], |row| row.get(0)).map_err(corrupt)?;
+        if check != "ok" {
+            return Err(EmbeddedError::Corrupt { path: path.to_path_buf(), message: check });
+        }
+        db.execute_batch(
+            "PRAGMA journal_mode = WAL;
+             PRAGMA synchronous = FULL;
+             CREATE TABLE IF NOT EXISTS data (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID;
+             CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);",
+        )
+        .map_err(corrupt)?;
+        Ok(Self { db })
+    }
+}
+
+impl JournalEngine for SqliteEngine {
+    fn load(&mut self) -> Result<Loaded, JournalError> {
+        let meta = |name: &str| -> Result<Option<i64>, JournalError> {
+            self.db
+                .query_row("SELECT value FROM meta WHERE name = ?1", [name], |row| row.get(0))
+                .optional()
+                .map_err(engine_error)
+        };
+        let Some(layout) = meta("layout")? else { return Ok((Vec::new(), 0)) };
+        if u64::try_from(layout).ok() != Some(LAYOUT) {
+            return Err(JournalError(format!("layout {layout}, this build reads {LAYOUT}")));
+        }
+        let version: Version = meta("version")?.unwrap_or(0);
+        let mut statement = self.db.prepare("SELECT k, v FROM data").map_err(engine_error)?;
+        let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?))).map_err(engine_error)?;
+        let pairs = rows.collect::<Result<Vec<(Vec<u8>, Vec<u8>)>, _>>().map_err(engine_error)?;
+        Ok((pairs, version))
+    }
+
+    fn write(&mut self, entries: &[JournalEntry]) -> Result<(), JournalError> {
+        let txn = self.db.transaction().map_err(engine_error)?;
+        {
+            let mut put =
+                txn.prepare_cached("INSERT OR REPLACE INTO data (k, v) VALUES (?1, ?2)").map_err(engine_error)?;
+            let mut delete = txn.prepare_cached("DELETE FROM data WHERE k = ?1").map_err(engine_error)?;
+            for entry in entries {
+                for mutation in &entry.mutations {
+                    match &mutation.value {
+                        Some(value) => put.execute(params![mutation.key, value]),
+                        None => delete.execute(params![mutation.key]),
+                    }
+                    .map_err(engine_error)?;
+                }
+            }
+            let last = entries.last().map_or(0, |entry| entry.version);
+            let mut meta = txn
+                .prepare_cached("INSERT OR REPLACE INTO meta (name, value) VALUES (?1, ?2)")
+                .map_err(engine_error)?;
+            meta.execute(params!["version", last]).map_err(engine_error)?;
+            meta.execute(params!["layout", LAYOUT as i64]).map_err(engine_error)?;
+        }
+        txn.commit().map_err(engine_error)
+    }
+}
