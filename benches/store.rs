@@ -9,8 +9,12 @@
 //! 4. The store's share of one fire on the node's hot path: 10,000 every-second cron
 //!    triggers, acquired in batches of 2,000 and completed in batches of 256, as the
 //!    node's poller and completer do. µs per fire = acquisition + completion.
+//! 5. The durable embedded store with 1,000,000 triggers (`--durable [triggers]`, feature
+//!    `embedded`): bytes on disk per trigger, and how long opening it takes (reading every
+//!    key into memory).
 //!
-//! Run: `cargo bench --bench store` (add `-- --quick` for smaller sizes).
+//! Run: `cargo bench --bench store` (add `-- --quick` for smaller sizes;
+//! `cargo bench --bench store --features embedded -- --durable` for 5 alone).
 
 #![allow(clippy::disallowed_methods)] // A benchmark measures wall time by definition.
 
@@ -251,8 +255,50 @@ async fn fire_cost(triggers: usize, seconds: usize) -> (Duration, Duration) {
     (acquiring / fires as u32, completing / fires as u32)
 }
 
+/// Registers `triggers` idle triggers on a durable store in a fresh directory, closes it,
+/// and opens it again: bytes on disk per trigger, and the open's time.
+#[cfg(feature = "embedded")]
+fn durable_benchmark(triggers: usize) {
+    use sundial::kv::embedded::EmbeddedKv;
+    let dir = std::env::temp_dir().join(format!("sundial-store-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let clock = ManualClock::new(t0());
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let store = EmbeddedKv::open(&dir, Arc::new(clock.clone())).unwrap();
+    let jobs =
+        KvJobStore::new(store.kv().clone(), Arc::new(Calendars::new()), Entropy::from_seed(1), StoreOptions::default());
+    let began = Instant::now();
+    runtime.block_on(register(&jobs, triggers / 100, 100, "cron 0 0 0 1 1 *", "j"));
+    let written = began.elapsed();
+    drop(jobs);
+    store.close();
+    let bytes: u64 =
+        std::fs::read_dir(&dir).unwrap().flatten().filter_map(|f| f.metadata().ok()).map(|m| m.len()).sum();
+    let began = Instant::now();
+    let store = EmbeddedKv::open(&dir, Arc::new(clock)).unwrap();
+    let opened = began.elapsed();
+    let keys = store.kv().key_count();
+    store.close();
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("5. the durable embedded store with {triggers} triggers ({keys} keys)");
+    println!(
+        "written in {:.1} s; {:.0} bytes on disk per trigger; opened (every key read into memory) in {:.2} s",
+        written.as_secs_f64(),
+        bytes as f64 / triggers as f64,
+        opened.as_secs_f64()
+    );
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    if std::env::args().any(|a| a == "--durable") {
+        let triggers = std::env::args().filter_map(|a| a.parse().ok()).next().unwrap_or(1_000_000);
+        #[cfg(feature = "embedded")]
+        durable_benchmark(triggers);
+        #[cfg(not(feature = "embedded"))]
+        eprintln!("--durable needs the feature `embedded` ({triggers} triggers asked)");
+        return;
+    }
     let only_cycle = std::env::args().any(|a| a == "--cycle");
     if std::env::args().any(|a| a == "--fires") {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();

@@ -61,10 +61,32 @@ async fn a_connection_lost_during_commit_is_an_unknown_result() {
     let commit = tokio::spawn(async move { t.commit().await });
     let waiting =
         format!("SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%{schema}.commit(%'");
+    let mut polls = 0;
     let pid: i32 = loop {
         if let Some(row) = holder.query_opt(&waiting, &[]).await.unwrap() {
             break row.get(0);
         }
+        // Never a hang: a commit that ended without waiting, or never reached the server,
+        // fails the test with what it did.
+        if commit.is_finished() {
+            panic!("the commit did not wait for the sequencer: {:?}", commit.await);
+        }
+        let sessions = "SELECT pid, state, wait_event_type, left(query, 60) FROM pg_stat_activity";
+        assert!(
+            polls < 3_000,
+            "the commit did not reach the server within 30 s; sessions: {:?}",
+            holder.query(sessions, &[]).await.map(|rows| rows
+                .iter()
+                .map(|r| format!(
+                    "{:?} {:?} {:?} {:?}",
+                    r.get::<_, i32>(0),
+                    r.get::<_, Option<String>>(1),
+                    r.get::<_, Option<String>>(2),
+                    r.get::<_, Option<String>>(3)
+                ))
+                .collect::<Vec<_>>())
+        );
+        polls += 1;
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     holder.execute("SELECT pg_terminate_backend($1)", &[&pid]).await.unwrap();

@@ -110,18 +110,25 @@ impl JournalState {
     pub(super) fn committed(&mut self, version: Version, notices: Vec<WatchSender>) {
         let mutations = std::mem::take(&mut self.collecting);
         let sent = self.sender.as_ref().is_some_and(|sender| sender.send(JournalEntry { version, mutations }).is_ok());
-        if !sent && self.failed.is_none() {
-            self.failed = Some(KvError::new(KvError::TRANSACTION_TIMED_OUT));
-        }
         self.pending.push_back(PendingCommit { version, acks: Vec::new(), notices });
+        if !sent {
+            // The writer is gone: nothing waiting will be written.
+            self.fail();
+        }
     }
 
     /// What tells the committer of `version` that it is on disk: `None` when it is already
-    /// (a read-only commit's version is its read version).
+    /// (a read-only commit's version is its read version). Once the journal failed, a
+    /// commit it could not take is unknown (1021), never acknowledged.
     pub(super) fn acknowledge(&mut self, version: Version) -> Option<DurableNotice> {
-        let pending = self.pending.iter_mut().rev().find(|p| p.version == version)?;
         let (sender, receiver) = futures_channel::oneshot::channel();
-        pending.acks.push(sender);
+        match self.pending.iter_mut().rev().find(|p| p.version == version) {
+            Some(pending) => pending.acks.push(sender),
+            None if self.failed.is_some() => {
+                let _ = sender.send(Err(KvError::new(KvError::COMMIT_UNKNOWN_RESULT)));
+            }
+            None => return None,
+        }
         Some(receiver)
     }
 
@@ -208,5 +215,70 @@ pub(super) fn write_loop(
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mutation(key: &str) -> Mutation {
+        Mutation { key: key.as_bytes().to_vec(), value: Some(b"v".to_vec()) }
+    }
+
+    #[test]
+    fn commits_are_acknowledged_in_order_once_written_and_reads_stay_below_the_first_unwritten() {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let mut journal = JournalState::new(sender);
+        assert_eq!(journal.durable_version(), None, "nothing on its way");
+        for version in [10, 11, 12] {
+            journal.record(mutation("k"));
+            journal.committed(version, Vec::new());
+        }
+        let entries: Vec<JournalEntry> = receiver.try_iter().collect();
+        assert_eq!(
+            entries.iter().map(|e| (e.version, e.mutations.len())).collect::<Vec<_>>(),
+            [(10, 1), (11, 1), (12, 1)]
+        );
+        assert_eq!(journal.durable_version(), Some(9));
+        let (mut first, mut third) = (journal.acknowledge(10).unwrap(), journal.acknowledge(12).unwrap());
+        assert!(journal.acknowledge(9).is_none(), "a read-only commit's version is on disk already");
+        let (watch, mut fired) = futures_channel::oneshot::channel();
+        journal.notify_when_durable(watch);
+        journal.durable(11);
+        assert_eq!(first.try_recv().unwrap(), Some(Ok(())));
+        assert_eq!(third.try_recv().unwrap(), None, "12 is not written yet");
+        assert_eq!(fired.try_recv().unwrap(), None, "told once everything applied is written");
+        assert_eq!(journal.durable_version(), Some(11));
+        journal.durable(12);
+        assert_eq!(third.try_recv().unwrap(), Some(Ok(())));
+        assert_eq!(fired.try_recv().unwrap(), Some(Ok(())));
+        assert_eq!(journal.durable_version(), None);
+    }
+
+    #[test]
+    fn a_failed_or_missing_writer_leaves_commits_unknown_never_acknowledged() {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let mut journal = JournalState::new(sender);
+        journal.committed(5, Vec::new());
+        let mut waiting = journal.acknowledge(5).unwrap();
+        journal.fail();
+        assert_eq!(
+            waiting.try_recv().unwrap().map(|r| r.map_err(|e| e.code())),
+            Some(Err(KvError::COMMIT_UNKNOWN_RESULT))
+        );
+        assert!(journal.failure().is_some());
+        // The writer thread is gone: a commit it can no longer take is unknown too.
+        drop(receiver);
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let mut journal = JournalState::new(sender);
+        drop(receiver);
+        journal.committed(7, Vec::new());
+        let mut lost = journal.acknowledge(7).unwrap();
+        assert_eq!(
+            lost.try_recv().unwrap().map(|r| r.map_err(|e| e.code())),
+            Some(Err(KvError::COMMIT_UNKNOWN_RESULT))
+        );
+        assert_eq!(journal.failure().map(|e| e.code()), Some(KvError::TRANSACTION_TIMED_OUT));
     }
 }
