@@ -246,6 +246,8 @@ fn warnings_at_start_name_a_lease_too_short_to_renew_and_a_misspelt_setting() {
     assert!(line.contains("WARN") && line.contains("lease_ttl_ms=5"), "{line}");
     let line = said("SUNDIAL_POLL_INTERVAL is not a setting");
     assert!(line.contains("WARN") && line.contains("did you mean SUNDIAL_POLL_INTERVAL_SECONDS?"), "{line}");
+    // SIGTERM stops a node cleanly once it serves (its handler is set up by then).
+    said("sundial node serving");
     assert!(node.terminate().success(), "{}", node.seen.join("\n"));
 }
 
@@ -280,7 +282,8 @@ fn a_configured_node_is_driven_through_the_api_and_the_cli() {
     assert_eq!(job["spec"]["triggers"][0]["schedule"], "cron 0 0 2 * * * tz=Europe/Berlin");
     let info = node.cli_json(&["node", "info"]);
     assert_eq!(info["state"], "serving");
-    assert_eq!(info["store"], "memory");
+    assert_eq!(info["store"], "embedded");
+    assert!(dir.0.join("sundial-data").join(sundial::kv::embedded::DATA_FILE).exists(), "beside the config");
     for kind in ["shell", "http", "log"] {
         assert!(info["job_types"].as_array().unwrap().iter().any(|t| t == kind), "{info}");
     }
