@@ -1,4 +1,4 @@
-//! The journal of a durable [`MemoryKv`](super::MemoryKv): its commits, on their way to a
+//! The journal of a durable [`MemoryKv`](super::memory::MemoryKv): its commits, on their way to a
 //! storage engine on disk.
 //!
 //! A durable store is a `MemoryKv` that keeps every transaction rule it has (conflicts,

@@ -256,7 +256,7 @@ impl<K: Kv> KvJobStore<K> {
         outcomes.pop().unwrap_or(Ok(SyncOutcome::Unchanged))
     }
 
-    /// [`Self::sync_code_job`] for each of `defs`, [`SYNC_BATCH`] jobs a transaction (a node
+    /// [`Self::sync_code_job`] for each of `defs`, 64 jobs a transaction (a node
     /// with thousands of code jobs starts taking fires after a few round trips, not one
     /// per job), in order. One job's refusal (an invalid definition, a switch between
     /// local and cluster-unique refused while runs go) is its own outcome; the others are
