@@ -18,7 +18,7 @@ mod cluster;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use cluster::{shell_job, standard_jobs, Cluster};
+use cluster::{shell_job, standard_jobs, toml_job_as_json, Cluster};
 use sundial::job::{RunCause, RunState};
 
 fn sleep(seconds: f64) {
@@ -42,13 +42,6 @@ fn seed() -> u64 {
         let nanos = cluster::now().timestamp_nanos_opt().unwrap_or(1);
         (nanos as u64) | 1
     })
-}
-
-/// A `[[jobs]]` table as the admin API's JSON job spec.
-fn toml_job_as_json(table: &str) -> String {
-    let parsed: toml::Table = toml::from_str(table).unwrap();
-    let job = parsed["jobs"].as_array().unwrap()[0].clone();
-    serde_json::to_string(&job).unwrap()
 }
 
 #[test]

@@ -16,7 +16,7 @@ mod cluster;
 
 use std::time::Duration;
 
-use cluster::{now, standard_jobs, Cluster};
+use cluster::{now, standard_jobs, toml_job_as_json, Cluster};
 
 /// One scenario at a time: three nodes and a server each already share two cores, and a
 /// starved node is one the scenario did not mean to fault.
@@ -202,11 +202,4 @@ fn wait_for(cluster: &Cluster, done: impl Fn(&[sundial::store::records::RunRecor
         sleep(0.2);
     }
     false
-}
-
-/// A `[[jobs]]` table as the admin API's JSON job spec.
-fn toml_job_as_json(table: &str) -> String {
-    let parsed: toml::Table = toml::from_str(table).unwrap();
-    let job = parsed["jobs"].as_array().unwrap()[0].clone();
-    serde_json::to_string(&job).unwrap()
 }

@@ -93,6 +93,13 @@ pub(crate) fn shell_job(name: &str, seconds: f64, fail: bool, extra: &str, sched
     table + "\n"
 }
 
+/// A `[[jobs]]` table as the admin API's JSON job spec.
+pub(crate) fn toml_job_as_json(table: &str) -> String {
+    let parsed: toml::Table = toml::from_str(table).unwrap();
+    let job = parsed["jobs"].as_array().unwrap()[0].clone();
+    serde_json::to_string(&job).unwrap()
+}
+
 /// The jobs most scenarios run: a short non-concurrent job every second (every fire run,
 /// in order), a long one that requests recovery, a concurrent one whose runs overlap, and
 /// one whose first attempts fail and are retried.
