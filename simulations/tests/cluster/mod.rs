@@ -489,8 +489,8 @@ impl Cluster {
         node.lives.iter().rev().find(|(_, from, _)| *from <= at).map_or(1, |(n, _, _)| *n)
     }
 
-    /// Stops nothing; reads the effects, then the store (every run a line names is in it
-    /// by then), and runs the simulation's checkers. Panics with every violation found.
+    /// Reads the effects, then the store (every run a line names is in it by then), and
+    /// runs the simulation's checkers. Panics with every violation found.
     pub(crate) async fn check(&self, workload: &Workload) -> Checked {
         let store = self.store().await;
         // The lines first: a run is recorded before it starts, so every run they name is
@@ -499,10 +499,22 @@ impl Cluster {
         // lines (runs started meanwhile are due within the checkers' margin of the end).
         let effects = std::fs::read_to_string(&self.effects).unwrap();
         tokio::time::sleep(Duration::from_secs(1)).await;
+        // History and job statuses are two reads; a fire committed between them would
+        // count in one and not the other. The nodes are frozen (SIGSTOP) across both, after
+        // a pause in which the server finishes what they had already sent.
+        let pids: Vec<i32> = self.nodes.iter().filter_map(|n| n.child.as_ref().map(|c| c.id() as i32)).collect();
+        for pid in &pids {
+            signal(*pid, "STOP");
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
         let history = self.history(&store).await;
+        let statuses: Vec<JobStatus> = store.statuses().await.expect("read the jobs");
+        for pid in &pids {
+            signal(*pid, "CONT");
+        }
         let end = now();
         let live = self.live(None);
-        self.judge(workload, &store, &effects, history, end, &live).await
+        self.judge(workload, &statuses, &effects, history, end, &live)
     }
 
     /// Stops the one node of an embedded store as a deploy does, then reads its store and
@@ -514,7 +526,8 @@ impl Cluster {
         let effects = std::fs::read_to_string(&self.effects).unwrap();
         let (store, _open) = self.open_stopped();
         let history = self.history(&store).await;
-        self.judge(workload, &store, &effects, history, end, &live).await
+        let statuses: Vec<JobStatus> = store.statuses().await.expect("read the jobs");
+        self.judge(workload, &statuses, &effects, history, end, &live)
     }
 
     /// The embedded store of a stopped node, and what keeps it open.
@@ -540,17 +553,18 @@ impl Cluster {
             .collect()
     }
 
-    async fn judge<K: Kv>(
+    /// Runs the checkers on what was read: the effects' lines, the history and the jobs'
+    /// statuses (read with no commit between them).
+    fn judge(
         &self,
         workload: &Workload,
-        store: &KvJobStore<K>,
+        statuses: &[JobStatus],
         effects: &str,
         history: Vec<RunRecord>,
         end: DateTime<Utc>,
         live: &[LiveNode],
     ) -> Checked {
         let events = self.events(effects, &history);
-        let statuses: Vec<JobStatus> = store.statuses().await.expect("read the jobs");
         let triggers: BTreeSet<(String, String)> = statuses
             .iter()
             .flat_map(|s| s.triggers.iter().map(|t| (s.definition.name.to_string(), t.name.clone())))
@@ -580,7 +594,7 @@ impl Cluster {
             jumped_ahead: Duration::ZERO,
             end,
             late_jobs: &BTreeSet::new(),
-            final_jobs: &statuses,
+            final_jobs: statuses,
             changed_at: &BTreeMap::new(),
             in_flux: &BTreeSet::new(),
         };
