@@ -1,4 +1,5 @@
-//! Goal: the embedded durable store (`EmbeddedKv`, a `MemoryKv` journaled to a redb file)
+//! Goal: the embedded durable store (`EmbeddedKv`, a `MemoryKv` journaled to a commit log
+//! folded into a SQLite file)
 //! keeps FoundationDB's transaction semantics rule by rule, and keeps its durability
 //! contract: what a commit acknowledged is there after the store is reopened, versions go
 //! on from where they were, nothing a reader saw is lost, one process owns a directory,
@@ -16,9 +17,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use sundial::kv::embedded::{EmbeddedError, EmbeddedKv, DATA_FILE};
+use sundial::kv::embedded::{EmbeddedError, EmbeddedKv, EmbeddedOptions, DATA_FILE, LOG_FILE};
 use sundial::kv::{AtomicOp, Kv, KvTransaction, RangeRequest};
-use sundial::time::{from_micros, ManualClock, SystemClock};
+use sundial::time::{from_micros, ManualClock, NoSleep, SystemClock};
 use sundial_test_support::dir::TempDir;
 
 fn clock() -> ManualClock {
@@ -166,17 +167,29 @@ async fn a_damaged_or_foreign_file_is_refused_and_left_as_it_was() {
     let store = open(&dir);
     let t = store.kv().create_transaction().unwrap();
     assert_eq!(t.get_range(&RangeRequest::prefix(b"key"), false).await.unwrap().pairs.len(), 500);
+    store.close();
+
+    // The commit log is held to the same rule.
+    let log = dir.path().join(LOG_FILE);
+    std::fs::write(&log, b"not a log either").unwrap();
+    let refused = EmbeddedKv::open(dir.path(), Arc::new(SystemClock::new()));
+    assert!(matches!(&refused, Err(EmbeddedError::Corrupt { .. })), "{refused:?}");
+    assert_eq!(std::fs::read(&log).unwrap(), b"not a log either");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleted_data_frees_space_for_later_writes() {
     let dir = TempDir::new("space");
-    let store = open(&dir);
+    // Folded every 256 KiB of writes (a round writes about 500 KB).
+    let options = EmbeddedOptions { fold_bytes: 256 << 10, ..EmbeddedOptions::default() };
+    let store =
+        EmbeddedKv::open_with_options(dir.path(), Arc::new(SystemClock::new()), Arc::new(NoSleep), options).unwrap();
     let kv = store.kv().clone();
-    let path = dir.path().join(DATA_FILE);
+    let bytes =
+        || -> u64 { std::fs::read_dir(dir.path()).unwrap().map(|f| f.unwrap().metadata().unwrap().len()).sum() };
     // History written and expired, round after round, as retention does.
     let mut sizes = Vec::new();
-    for round in 0..12 {
+    for round in 0..16 {
         for batch in 0..20 {
             let t = kv.create_transaction().unwrap();
             for i in 0..100 {
@@ -187,12 +200,18 @@ async fn deleted_data_frees_space_for_later_writes() {
         let t = kv.create_transaction().unwrap();
         t.clear_range(b"h/", b"h0");
         t.commit().await.unwrap();
-        sizes.push(std::fs::metadata(&path).unwrap().len());
+        sizes.push(bytes());
     }
-    // Each round writes about 500 KB and deletes it: the file stops growing after the
-    // first rounds instead of growing by that much each round.
-    let (early, last) = (sizes[3], sizes[11]);
-    assert!(last <= early + early / 2, "the file grew from {early} to {last} bytes: {sizes:?}");
+    // Each round writes about 500 KB and deletes it. The files (data, log and their
+    // write-ahead logs, each of which SQLite lets grow to about 4 MB before it starts it
+    // again) stop growing after the first rounds instead of growing by that much each
+    // round.
+    let (early, last) = (sizes[9], sizes[15]);
+    assert!(last <= early + early / 10, "the files grew from {early} to {last} bytes: {sizes:?}");
+    // Closed, the log is folded whole and gives its pages back.
+    store.close();
+    let log = std::fs::metadata(dir.path().join(LOG_FILE)).unwrap().len();
+    assert!(log < 64 << 10, "the closed store's commit log holds {log} bytes");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -204,15 +223,18 @@ async fn a_torn_tail_of_the_log_is_discarded_at_open() {
         kv_rules::put(store.kv(), &[(&format!("torn{i:02}"), &"y".repeat(500))]).await;
     }
     // What a crash leaves: the files as they are while the store is open (every commit
-    // acknowledged is in the log), the log's last frame cut short by the crash.
+    // acknowledged is in the commit log's write-ahead log, none folded yet), the last
+    // frame cut short by the crash.
     let crashed = TempDir::new("torn-image");
-    let log = format!("{DATA_FILE}-wal");
-    std::fs::copy(dir.path().join(DATA_FILE), crashed.path().join(DATA_FILE)).unwrap();
-    let mut tail = std::fs::read(dir.path().join(&log)).unwrap();
+    let wal = format!("{LOG_FILE}-wal");
+    for file in [DATA_FILE, LOG_FILE] {
+        std::fs::copy(dir.path().join(file), crashed.path().join(file)).unwrap();
+    }
+    let mut tail = std::fs::read(dir.path().join(&wal)).unwrap();
     store.close();
     assert!(tail.len() > 4096, "the commits are in the log ({} bytes)", tail.len());
     tail.truncate(tail.len() - 100);
-    std::fs::write(crashed.path().join(&log), &tail).unwrap();
+    std::fs::write(crashed.path().join(&wal), &tail).unwrap();
     let store = EmbeddedKv::open(crashed.path(), Arc::new(SystemClock::new())).unwrap();
     assert_eq!(kv_rules::get(store.kv(), "kept").await.as_deref(), Some("1"));
     let t = store.kv().create_transaction().unwrap();

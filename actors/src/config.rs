@@ -139,6 +139,9 @@ pub enum StoreConfig {
         /// Finished runs kept at most (`max_runs`); `None`: history retention alone
         /// bounds them.
         max_runs: Option<u64>,
+        /// The KiB of writes the commit log gathers before folding them into the data
+        /// file (`fold_kib`); `None`: the store's default (32 MiB).
+        fold_kib: Option<u64>,
     },
     /// A PostgreSQL database shared with other nodes (`sundial::kv::postgres::PgKv`).
     Postgres(PostgresStore),
@@ -327,6 +330,8 @@ struct StoreSection {
     operation_timeout_seconds: Option<toml::Value>,
     #[serde(default)]
     path: Option<PathBuf>,
+    #[serde(default)]
+    fold_kib: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -586,6 +591,9 @@ impl NodeFileConfig {
         if file.store.kind != StoreKind::Embedded && file.store.path.is_some() {
             return Err(ConfigError::at("store.path", "only a store of kind \"embedded\" has a data directory"));
         }
+        if file.store.kind != StoreKind::Embedded && file.store.fold_kib.is_some() {
+            return Err(ConfigError::at("store.fold_kib", "only a store of kind \"embedded\" has a commit log"));
+        }
         let store = match file.store.kind {
             StoreKind::Embedded => {
                 let other = [
@@ -602,7 +610,11 @@ impl NodeFileConfig {
                 if path.as_os_str().is_empty() {
                     return Err(ConfigError::at("store.path", "must name a directory"));
                 }
-                StoreConfig::Embedded { path, max_runs: file.store.max_runs }
+                let fold_kib = file.store.fold_kib;
+                if fold_kib.is_some_and(|kib| !(1..=1 << 20).contains(&kib)) {
+                    return Err(ConfigError::at("store.fold_kib", "must be from 1 to 1048576 (1 GiB)"));
+                }
+                StoreConfig::Embedded { path, max_runs: file.store.max_runs, fold_kib }
             }
             StoreKind::Postgres => {
                 let other = [
@@ -738,7 +750,7 @@ mod tests {
     fn the_example_file_loads() {
         let text = include_str!("../sundial.example.toml");
         let config = parse(text).unwrap();
-        assert_eq!(config.store, StoreConfig::Embedded { path: "sundial-data".into(), max_runs: None });
+        assert_eq!(config.store, StoreConfig::Embedded { path: "sundial-data".into(), max_runs: None, fold_kib: None });
         assert!(config.jobs.iter().any(|j| j.job_type.as_str() == "shell"));
         assert!(config.jobs.iter().any(|j| j.job_type.as_str() == "http"));
         assert!(!config.calendars.is_empty());
@@ -786,11 +798,14 @@ mod tests {
 
     #[test]
     fn a_file_keeps_its_data_in_an_embedded_store_beside_it_unless_it_says_otherwise() {
-        assert_eq!(parse("").unwrap().store, StoreConfig::Embedded { path: "sundial-data".into(), max_runs: None });
-        let text = "[store]\nkind = \"embedded\"\npath = \"/var/lib/sundial\"\nmax_runs = 500";
+        assert_eq!(
+            parse("").unwrap().store,
+            StoreConfig::Embedded { path: "sundial-data".into(), max_runs: None, fold_kib: None }
+        );
+        let text = "[store]\nkind = \"embedded\"\npath = \"/var/lib/sundial\"\nmax_runs = 500\nfold_kib = 4096";
         assert_eq!(
             parse(text).unwrap().store,
-            StoreConfig::Embedded { path: "/var/lib/sundial".into(), max_runs: Some(500) }
+            StoreConfig::Embedded { path: "/var/lib/sundial".into(), max_runs: Some(500), fold_kib: Some(4096) }
         );
         assert_eq!(parse("[store]\nkind = \"memory\"").unwrap().store, StoreConfig::Memory { max_runs: 10_000 });
         for (text, key) in [
@@ -798,6 +813,8 @@ mod tests {
             ("[store]\nkind = \"postgres\"\nurl = \"postgres://a@b/c\"\npath = \"x\"", "store.path"),
             ("[store]\npath = \"\"", "store.path"),
             ("[store]\nmax_runs = 0", "store.max_runs"),
+            ("[store]\nfold_kib = 0", "store.fold_kib"),
+            ("[store]\nkind = \"memory\"\nfold_kib = 64", "store.fold_kib"),
             ("[store]\ncluster_file = \"x\"", "store.cluster_file"),
         ] {
             let error = parse(text).err().unwrap_or_else(|| panic!("{text} was accepted")).to_string();
@@ -808,7 +825,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("node.toml"), "[store]\npath = \"data\"").unwrap();
         let config = NodeFileConfig::load(&dir.join("node.toml"), &BTreeMap::new()).unwrap();
-        assert_eq!(config.store, StoreConfig::Embedded { path: dir.join("data"), max_runs: None });
+        assert_eq!(config.store, StoreConfig::Embedded { path: dir.join("data"), max_runs: None, fold_kib: None });
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -1,39 +1,50 @@
-//! The embedded durable store: a [`MemoryKv`] whose commits are written to a storage
-//! engine on disk before they are acknowledged (see [`super::journal`] for how), so a
-//! single node keeps its jobs, runs and history across restarts and crashes without a
-//! database server. The engine is SQLite (bundled, through `rusqlite`) in WAL mode; redb
-//! is the other engine measured (feature `embedded-redb`; why SQLite: `docs/performance.md`,
+//! The embedded durable store: a [`MemoryKv`] whose commits are on disk before they are
+//! acknowledged (see [`super::journal`] for how), so a single node keeps its jobs, runs
+//! and history across restarts and crashes without a database server.
+//!
+//! Two files hold it, both SQLite databases (bundled, through `rusqlite`) in WAL mode:
+//! the commit log ([`LOG_FILE`]), to which each group commit is appended as one row, and
+//! the data file ([`DATA_FILE`]), a table of every key's latest value, into which a
+//! thread of its own folds the log's rows many at a time and then deletes them. A commit
+//! costs one append and one fsync however its keys are spread; a key written by many
+//! commits (a trigger, at each fire) reaches the data file once a fold. redb is the other
+//! data engine measured (feature `embedded-redb`; why SQLite: `docs/performance.md`,
 //! "The embedded store").
 //!
 //! # Durability contract
 //!
-//! - A commit acknowledged to its caller is on disk: written in one SQLite transaction
-//!   with the commits that came while the previous write ran, appended to the
-//!   write-ahead log and synced (`synchronous = FULL`). `kill -9` or a power cut at any
-//!   instant loses no acknowledged commit.
+//! - A commit acknowledged to its caller is on disk: appended to the commit log in one
+//!   SQLite transaction with the commits that came while the previous append ran, and
+//!   synced (`synchronous = FULL`). `kill -9` or a power cut at any instant loses no
+//!   acknowledged commit.
 //! - Nothing a transaction reads can be lost: reads are served at the last version on
 //!   disk.
-//! - A write cut short by a crash is not half there: each frame of the log is
-//!   checksummed, and a torn or half-written tail is discarded at open (the store opens
-//!   as of its last whole commit).
+//! - A write cut short by a crash is not half there: each frame of SQLite's write-ahead
+//!   logs is checksummed, and a torn or half-written tail is discarded at open (the store
+//!   opens as of its last whole commit). A fold is one transaction of the data file that
+//!   records the last version it holds; the log's rows are deleted only after it, and at
+//!   open the rows past that version are applied again.
 //! - A file that is not a sound sundial store (another program's file, a damaged or
 //!   truncated one, a newer layout) is refused at open with an error naming it, and left
 //!   as it was.
 //! - One owner: the data directory's `LOCK` file is locked by the operating system for
 //!   as long as the store is open; a second process (or a second open in this one) gets
 //!   [`EmbeddedError::Locked`]. The lock goes with the process, however it ends.
-//! - Space: deleted keys (expired history, deleted jobs) free their pages for later
-//!   writes; the file does not grow without bound under a steady load. The log is
-//!   checkpointed into the database as it grows.
+//! - Space: folded rows of the log and deleted keys of the data file (expired history,
+//!   deleted jobs) free their pages for later writes, and SQLite starts each write-ahead
+//!   log again once it passes about 4 MB: the files do not grow without bound under a
+//!   steady load. A store closed cleanly has folded its whole log.
 //!
-//! The whole data set is held in memory, as `MemoryKv` holds it, and read from the file at
-//! open.
+//! The whole data set is held in memory, as `MemoryKv` holds it, and read from the files
+//! at open.
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+mod log;
+mod logged;
 #[cfg(feature = "embedded-redb")]
 mod redb_engine;
 mod sqlite_engine;
@@ -45,10 +56,13 @@ use crate::time::{Clock, NoSleep, Sleeper};
 /// The layout this build writes and reads.
 const LAYOUT: u64 = 1;
 /// The data file's name in the data directory (SQLite's database; its write-ahead log is
-/// beside it, with `-wal` appended).
+/// beside it, with `-wal` appended), with the SQLite engine.
 pub const DATA_FILE: &str = "sundial.sqlite";
 /// The redb engine's data file.
 pub const REDB_FILE: &str = "sundial.redb";
+/// The commit log's file (a SQLite database whatever the data engine; its write-ahead log
+/// is beside it, with `-wal` appended).
+pub const LOG_FILE: &str = "sundial-log.sqlite";
 
 /// The storage engine under an embedded store.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -60,6 +74,23 @@ pub enum EmbeddedEngine {
     #[cfg(feature = "embedded-redb")]
     Redb,
 }
+/// How an embedded store is kept on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EmbeddedOptions {
+    /// The engine of the data file.
+    pub engine: EmbeddedEngine,
+    /// The bytes of writes (keys and values) the commit log gathers before they are folded
+    /// into the data file: more folds fewer writes of keys written often (a trigger is at
+    /// each fire) and costs a longer replay at open after a crash. Default 16 MiB.
+    pub fold_bytes: usize,
+}
+
+impl Default for EmbeddedOptions {
+    fn default() -> Self {
+        Self { engine: EmbeddedEngine::default(), fold_bytes: logged::FOLD_BYTES }
+    }
+}
+
 /// The lock file's name in the data directory.
 pub const LOCK_FILE: &str = "LOCK";
 
@@ -80,10 +111,11 @@ pub enum EmbeddedError {
         /// What the operating system said.
         message: String,
     },
-    /// The data file is not a sound sundial store; it is left as it is.
+    /// A file of the store (or, when its contents disagree, its directory) is not sound;
+    /// it is left as it is.
     #[error("{path} is not a usable sundial store ({message}); it was left untouched")]
     Corrupt {
-        /// The data file.
+        /// The file, or the directory.
         path: PathBuf,
         /// What is wrong with it.
         message: String,
@@ -122,18 +154,18 @@ impl EmbeddedKv {
         clock: Arc<dyn Clock>,
         sleeper: Arc<dyn Sleeper>,
     ) -> Result<Self, EmbeddedError> {
-        Self::open_with_engine(dir, clock, sleeper, EmbeddedEngine::default())
+        Self::open_with_options(dir, clock, sleeper, EmbeddedOptions::default())
     }
 
-    /// [`Self::open_with_sleeper`] on `engine`.
+    /// [`Self::open_with_sleeper`] with `options`.
     ///
     /// # Errors
     /// As [`Self::open`].
-    pub fn open_with_engine(
+    pub fn open_with_options(
         dir: &Path,
         clock: Arc<dyn Clock>,
         sleeper: Arc<dyn Sleeper>,
-        engine: EmbeddedEngine,
+        options: EmbeddedOptions,
     ) -> Result<Self, EmbeddedError> {
         let io = |path: &Path| {
             let path = path.to_path_buf();
@@ -148,23 +180,17 @@ impl EmbeddedKv {
             Err(std::fs::TryLockError::WouldBlock) => return Err(EmbeddedError::Locked { path: lock_path }),
             Err(std::fs::TryLockError::Error(e)) => return Err(io(&lock_path)(e)),
         }
-        let (path, mut engine): (PathBuf, Box<dyn JournalEngine>) = match engine {
-            EmbeddedEngine::Sqlite => {
-                let path = dir.join(DATA_FILE);
-                let engine = sqlite_engine::SqliteEngine::open(&path)?;
-                (path, Box::new(engine))
-            }
+        let data: Box<dyn JournalEngine> = match options.engine {
+            EmbeddedEngine::Sqlite => Box::new(sqlite_engine::SqliteEngine::open(&dir.join(DATA_FILE))?),
             #[cfg(feature = "embedded-redb")]
-            EmbeddedEngine::Redb => {
-                let path = dir.join(REDB_FILE);
-                let engine = redb_engine::RedbEngine::open(&path)?;
-                (path, Box::new(engine))
-            }
+            EmbeddedEngine::Redb => Box::new(redb_engine::RedbEngine::open(&dir.join(REDB_FILE))?),
         };
+        let log = log::CommitLog::open(&dir.join(LOG_FILE))?;
+        let mut engine = logged::LoggedEngine::new(log, data, logged::FoldLimits::new(options.fold_bytes));
         let (pairs, version) =
-            engine.load().map_err(|e| EmbeddedError::Corrupt { path: path.clone(), message: e.0 })?;
-        let (kv, writer) = MemoryKv::journaled(clock, sleeper, pairs, version, engine)
-            .map_err(|e| EmbeddedError::Io { path: path.clone(), message: e.0 })?;
+            engine.load().map_err(|e| EmbeddedError::Corrupt { path: dir.to_path_buf(), message: e.0 })?;
+        let (kv, writer) = MemoryKv::journaled(clock, sleeper, pairs, version, Box::new(engine))
+            .map_err(|e| EmbeddedError::Io { path: dir.to_path_buf(), message: e.0 })?;
         Ok(Self { kv, writer: Some(writer), dir: dir.to_path_buf(), _lock: lock })
     }
 

@@ -567,11 +567,14 @@ impl State {
         if !self.watchers.is_empty() {
             self.fire_watchers(&key, value.as_deref());
         }
+        let entry = self.data.entry(key);
         if let Some(journal) = &mut self.journal {
-            journal.record(Mutation { key: key.to_vec(), value: value.clone() });
+            let existed = matches!(&entry, std::collections::btree_map::Entry::Occupied(versions)
+                if versions.get().last().is_some_and(|(_, value)| value.is_some()));
+            journal.record(Mutation { key: entry.key().to_vec(), value: value.clone(), existed });
         }
         let value = value.map(Vec::into_boxed_slice);
-        match self.data.entry(key) {
+        match entry {
             std::collections::btree_map::Entry::Occupied(mut versions) if alone => match value {
                 Some(value) => {
                     let versions = versions.get_mut();
@@ -709,6 +712,7 @@ impl MemoryKv {
     ///
     /// # Errors
     /// The writer thread could not be started.
+    #[cfg_attr(not(feature = "embedded"), allow(dead_code))]
     pub(super) fn journaled(
         clock: Arc<dyn Clock>,
         sleeper: Arc<dyn Sleeper>,
@@ -750,6 +754,7 @@ impl MemoryKv {
 
     /// Closes a durable store's journal: commits after this fail (1031); the writer
     /// finishes the commits already made and ends. Nothing for a store without a journal.
+    #[cfg_attr(not(feature = "embedded"), allow(dead_code))]
     pub(super) fn close_journal(&self) {
         if let Some(journal) = self.shared.lock().journal.as_mut() {
             journal.close();

@@ -163,11 +163,13 @@ impl Cluster {
     }
 
     /// One node, `n1`, on its embedded store (`data` beside the config), with `jobs`; not
-    /// started.
+    /// started. Its commit log is folded every 16 KiB of writes (every few runs of these
+    /// workloads), so kills land before, during and after folds.
     pub(crate) fn embedded(jobs: &str) -> Self {
         let temp = TempDir::new("embedded-node");
         let dir = temp.path().to_path_buf();
-        Self::create(None, Some(temp), dir, 1, "[store]\nkind = \"embedded\"\npath = \"data\"\n", jobs)
+        let store = "[store]\nkind = \"embedded\"\npath = \"data\"\nfold_kib = 16\n";
+        Self::create(None, Some(temp), dir, 1, store, jobs)
     }
 
     fn create(

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError};
 
-use super::super::journal::{JournalEngine, JournalEntry, JournalError, Loaded};
+use super::super::journal::{Batch, JournalEngine, JournalError, Loaded};
 use super::super::Version;
 use super::{EmbeddedError, LAYOUT};
 
@@ -76,22 +76,19 @@ impl JournalEngine for RedbEngine {
         Ok((pairs, version))
     }
 
-    fn write(&mut self, entries: &[JournalEntry]) -> Result<(), JournalError> {
+    fn write(&mut self, batch: Batch) -> Result<(), JournalError> {
         let txn = self.db.begin_write().map_err(engine_error)?;
         {
             let mut data = txn.open_table(DATA).map_err(engine_error)?;
-            for entry in entries {
-                for mutation in &entry.mutations {
-                    match &mutation.value {
-                        Some(value) => data.insert(mutation.key.as_slice(), value.as_slice()).map(drop),
-                        None => data.remove(mutation.key.as_slice()).map(drop),
-                    }
-                    .map_err(engine_error)?;
+            for mutation in &batch.mutations {
+                match &mutation.value {
+                    Some(value) => data.insert(mutation.key.as_slice(), value.as_slice()).map(drop),
+                    None => data.remove(mutation.key.as_slice()).map(drop),
                 }
+                .map_err(engine_error)?;
             }
             let mut meta = txn.open_table(META).map_err(engine_error)?;
-            let last = entries.last().map_or(0, |entry| entry.version);
-            meta.insert("version", u64::try_from(last).unwrap_or(0)).map_err(engine_error)?;
+            meta.insert("version", u64::try_from(batch.version).unwrap_or(0)).map_err(engine_error)?;
             meta.insert("layout", LAYOUT).map_err(engine_error)?;
         }
         txn.commit().map_err(engine_error)

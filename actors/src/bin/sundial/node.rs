@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sundial::entropy::Entropy;
 use sundial::job::{JobDefinition, JobTypeKey, RetryPolicy};
-use sundial::kv::embedded::EmbeddedKv;
+use sundial::kv::embedded::{EmbeddedKv, EmbeddedOptions};
 use sundial::kv::memory::{MemoryKv, MemoryKvOptions};
 use sundial::kv::postgres::{PgKv, PgOpenError};
 use sundial::kv::Kv;
@@ -212,8 +212,13 @@ async fn start(config: NodeFileConfig, demo: bool, origin: String) -> u8 {
             })
             .await
         }
-        StoreConfig::Embedded { path, max_runs } => {
-            let store = match EmbeddedKv::open_with_sleeper(&path, clock.clone(), Arc::new(TokioSleeper)) {
+        StoreConfig::Embedded { path, max_runs, fold_kib } => {
+            let mut options = EmbeddedOptions::default();
+            if let Some(kib) = fold_kib.and_then(|kib| usize::try_from(kib).ok()) {
+                options.fold_bytes = kib.saturating_mul(1024);
+            }
+            let opened = EmbeddedKv::open_with_options(&path, clock.clone(), Arc::new(TokioSleeper), options);
+            let store = match opened {
                 Ok(store) => store,
                 Err(error) => {
                     eprintln!("sundial: store.path: {error}");
