@@ -118,20 +118,17 @@ pub struct StoreOptions {
     /// A deliberate bug, to show that the simulation's checkers catch it.
     #[cfg(feature = "test-hooks")]
     pub broken: Option<BrokenStore>,
-    /// Told of every run a transaction deletes (retention, eviction), with its record, so
-    /// a simulation can check what was deleted and when.
-    #[cfg(feature = "test-hooks")]
+    /// Told of every run a transaction deletes (retention, eviction), with its record (a
+    /// simulation checks what was deleted and when; a host could archive it).
     pub on_run_deleted: Option<RunDeletedHook>,
 }
 
-/// A callback given each deleted run's record (feature `test-hooks`). It is called when
-/// the deleting transaction clears the run, before it commits: a transaction that then
-/// fails calls it for a run that stays, and its retry calls it again.
-#[cfg(feature = "test-hooks")]
+/// A callback given each deleted run's record. It is called when the deleting
+/// transaction clears the run, before it commits: a transaction that then fails calls it
+/// for a run that stays, and its retry calls it again.
 #[derive(Clone)]
 pub struct RunDeletedHook(pub Arc<dyn Fn(&RunRecord) + Send + Sync>);
 
-#[cfg(feature = "test-hooks")]
 impl std::fmt::Debug for RunDeletedHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("RunDeletedHook")
@@ -146,7 +143,6 @@ impl Default for StoreOptions {
             unblock_batch: 64,
             #[cfg(feature = "test-hooks")]
             broken: None,
-            #[cfg(feature = "test-hooks")]
             on_run_deleted: None,
         }
     }

@@ -12,7 +12,13 @@ use sundial::calendar::JobCalendar;
 use sundial::entropy::Entropy;
 use sundial::job::JobDefinition;
 use sundial::name::CalendarName;
+#[cfg(feature = "broken-stores")]
 pub use sundial::store::BrokenStore;
+
+/// A deliberate store bug; none in a build without the feature `broken-stores`.
+#[cfg(not(feature = "broken-stores"))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BrokenStore {}
 
 /// A kind of fault the plan can inject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -251,7 +257,7 @@ pub struct SimOptions {
     pub jobs: usize,
     /// Enabled faults.
     pub faults: Faults,
-    /// A deliberate store bug (feature `test-hooks` of the store), to test the checkers.
+    /// A deliberate store bug (feature `broken-stores`), to test the checkers.
     pub broken_store: Option<BrokenStore>,
     /// How long the nodes keep finished runs (their `history_retention`): two seeds in three
     /// draw 10 to 60 minutes, so the leader deletes history while runs come and go; the

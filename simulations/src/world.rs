@@ -480,6 +480,7 @@ impl World {
             deleted.entry(record.id).or_insert_with(|| DeletedRun { record: record.clone(), at: truth.now() });
         }));
         let store_options = StoreOptions {
+            #[cfg(feature = "broken-stores")]
             broken: self.options.broken_store,
             on_run_deleted: Some(on_run_deleted),
             ..StoreOptions::default()

@@ -912,7 +912,6 @@ impl<K: Kv> KvJobStore<K> {
 
     /// Deletes a finished run and its index entries.
     pub(crate) fn delete_run(&self, tx: &Tx<'_, K::Transaction>, run: &RunRecord) {
-        #[cfg(feature = "test-hooks")]
         if let Some(hook) = &self.options.on_run_deleted {
             (hook.0)(run);
         }

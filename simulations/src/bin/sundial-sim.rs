@@ -389,20 +389,10 @@ fn default_threads() -> usize {
 fn describe_options(options: &SimOptions, cron_mix: Option<&str>) -> String {
     let workload = workload::generate(options);
     let plan = faults::plan(options);
-    let broken = match options.broken_store {
-        Some(BrokenStore::AcquireWithoutConflictCheck) => " broken-store=conflict-check",
-        Some(BrokenStore::EarlyMisfire) => " broken-store=early-misfire",
-        Some(BrokenStore::EarlyRetention) => " broken-store=early-retention",
-        Some(BrokenStore::RescheduleStalls) => " broken-store=reschedule-stalls",
-        Some(BrokenStore::IntervalTwice) => " broken-store=interval-twice",
-        Some(BrokenStore::LocalRunsRefused) => " broken-store=local-refused",
-        Some(BrokenStore::UnblockLost) => " broken-store=unblock-lost",
-        Some(BrokenStore::SkipCounted) => " broken-store=skip-counted",
-        Some(BrokenStore::RetryUnindexed) => " broken-store=retry-unindexed",
-        Some(BrokenStore::RepeatShort) => " broken-store=repeat-short",
-        Some(BrokenStore::CodesDropped) => " broken-store=codes-dropped",
-        None => "",
-    };
+    let broken = options
+        .broken_store
+        .and_then(|bug| BROKEN_STORES.iter().find(|(_, known)| *known == bug))
+        .map_or_else(String::new, |(name, _)| format!(" broken-store={name}"));
     format!(
         "seed {}\noptions: nodes={} duration={}s liveness={}s jobs={} retention={}s faults={}{broken}\n\
          workload: {} code jobs, {} runtime jobs{}, {} operations; fault plan: {} timed faults, skew {:?} ms\n",
@@ -449,23 +439,33 @@ fn wall_now() -> std::time::Instant {
     std::time::Instant::now()
 }
 
+/// The store bugs `--broken-store` names (none without the feature `broken-stores`).
+#[cfg(feature = "broken-stores")]
+const BROKEN_STORES: &[(&str, BrokenStore)] = &[
+    ("conflict-check", BrokenStore::AcquireWithoutConflictCheck),
+    ("early-misfire", BrokenStore::EarlyMisfire),
+    ("early-retention", BrokenStore::EarlyRetention),
+    ("reschedule-stalls", BrokenStore::RescheduleStalls),
+    ("interval-twice", BrokenStore::IntervalTwice),
+    ("local-refused", BrokenStore::LocalRunsRefused),
+    ("unblock-lost", BrokenStore::UnblockLost),
+    ("skip-counted", BrokenStore::SkipCounted),
+    ("retry-unindexed", BrokenStore::RetryUnindexed),
+    ("repeat-short", BrokenStore::RepeatShort),
+    ("codes-dropped", BrokenStore::CodesDropped),
+];
+#[cfg(not(feature = "broken-stores"))]
+const BROKEN_STORES: &[(&str, BrokenStore)] = &[];
+
 fn parse_broken(text: &str) -> Result<BrokenStore, String> {
-    match text {
-        "conflict-check" => Ok(BrokenStore::AcquireWithoutConflictCheck),
-        "early-misfire" => Ok(BrokenStore::EarlyMisfire),
-        "early-retention" => Ok(BrokenStore::EarlyRetention),
-        "reschedule-stalls" => Ok(BrokenStore::RescheduleStalls),
-        "interval-twice" => Ok(BrokenStore::IntervalTwice),
-        "local-refused" => Ok(BrokenStore::LocalRunsRefused),
-        "unblock-lost" => Ok(BrokenStore::UnblockLost),
-        "skip-counted" => Ok(BrokenStore::SkipCounted),
-        "retry-unindexed" => Ok(BrokenStore::RetryUnindexed),
-        "repeat-short" => Ok(BrokenStore::RepeatShort),
-        "codes-dropped" => Ok(BrokenStore::CodesDropped),
-        other => Err(format!(
-            "'{other}' is not a store bug here (conflict-check, early-misfire, early-retention, reschedule-stalls, \
-             interval-twice, local-refused, unblock-lost, skip-counted, retry-unindexed, repeat-short, \
-             codes-dropped)"
-        )),
+    if BROKEN_STORES.is_empty() {
+        return Err("this sundial-sim has no broken stores: build it with `--features broken-stores`".into());
+    }
+    match BROKEN_STORES.iter().find(|(name, _)| *name == text) {
+        Some((_, bug)) => Ok(*bug),
+        None => {
+            let names: Vec<&str> = BROKEN_STORES.iter().map(|(name, _)| *name).collect();
+            Err(format!("'{text}' is not a store bug here ({})", names.join(", ")))
+        }
     }
 }
