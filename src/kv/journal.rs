@@ -136,6 +136,12 @@ pub trait JournalEngine: Send + 'static {
 #[error("{0}")]
 pub struct JournalError(pub String);
 
+/// An engine's error as a [`JournalError`] (its message).
+#[cfg_attr(not(feature = "embedded"), allow(dead_code))]
+pub(super) fn engine_error(e: impl std::fmt::Display) -> JournalError {
+    JournalError(e.to_string())
+}
+
 /// What a committer waits on: `Ok` once its commit is on disk.
 pub(super) type DurableNotice = futures_channel::oneshot::Receiver<Result<(), KvError>>;
 

@@ -7,17 +7,13 @@ use std::path::Path;
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
-use super::super::journal::{Batch, JournalError, Mutation};
+use super::super::journal::{engine_error, Batch, JournalError, Mutation};
 use super::super::Version;
 use super::{EmbeddedError, LAYOUT};
 
 /// The log: one SQLite database, one row per batch, keyed by the batch's version.
 pub(super) struct CommitLog {
     db: Connection,
-}
-
-fn engine_error(e: impl std::fmt::Display) -> JournalError {
-    JournalError(e.to_string())
 }
 
 impl CommitLog {

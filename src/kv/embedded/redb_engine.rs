@@ -6,7 +6,7 @@ use std::path::Path;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError};
 
-use super::super::journal::{Batch, JournalEngine, JournalError, Loaded};
+use super::super::journal::{engine_error, Batch, JournalEngine, JournalError, Loaded};
 use super::super::Version;
 use super::{EmbeddedError, LAYOUT};
 
@@ -45,10 +45,6 @@ impl RedbEngine {
         };
         Ok(Self { db })
     }
-}
-
-fn engine_error(e: impl std::fmt::Display) -> JournalError {
-    JournalError(e.to_string())
 }
 
 impl JournalEngine for RedbEngine {

@@ -7,17 +7,13 @@ use std::path::Path;
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
-use super::super::journal::{Batch, JournalEngine, JournalError, Loaded};
+use super::super::journal::{engine_error, Batch, JournalEngine, JournalError, Loaded};
 use super::super::Version;
 use super::{EmbeddedError, LAYOUT};
 
 /// The engine: one SQLite database.
 pub(super) struct SqliteEngine {
     db: Connection,
-}
-
-fn engine_error(e: impl std::fmt::Display) -> JournalError {
-    JournalError(e.to_string())
 }
 
 impl SqliteEngine {
