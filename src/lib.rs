@@ -22,6 +22,17 @@
 //! - [`coordination`]: "run this once across the cluster" for fires from another trigger
 //!   source (SPEC §15).
 //! - [`options`]: node options from TOML and the environment.
+//! - [`rules`]: pure scheduling decisions (misfires, retries, run slots, how far ahead and
+//!   how many fires to acquire).
+//! - [`local`]: a node's local triggers and in-process retries, as a state machine.
+//! - [`poll`]: the poller's decisions (how long a node sleeps after a cycle).
+//! - [`lapse`]: observer-judged expiry: a lease or record held by another is taken over
+//!   only once this observer saw it unchanged for its whole lease, on its own clock.
+//! - [`kv`]: the FoundationDB-shaped transaction trait and its engines (`MemoryKv`; behind
+//!   features, the durable `EmbeddedKv` and PostgreSQL's `PgKv`).
+//! - [`store`]: the job store over a `Kv` (`KvJobStore`): records, keys, codec, and the
+//!   transactions that acquire fires, record runs and keep history.
+//! - [`leader`]: leader election (in-process, or a lease in the store).
 //!
 //! ## Glossary
 //! - **job**: what to do — a type key naming the code, data, flags, policies, triggers.
@@ -56,6 +67,7 @@ pub mod leader;
 pub mod local;
 pub mod name;
 pub mod options;
+pub mod poll;
 pub mod rules;
 pub mod schedule;
 pub mod store;

@@ -22,6 +22,7 @@ use sundial::error::SchedulingError;
 use sundial::job::JsonObject;
 use sundial::kv::{AsKvError, KvError};
 use sundial::name::JobName;
+use sundial::poll::{wait_after_cycle, CycleEnd, NextDue, STEAL_CHECK, STEAL_GRACE};
 use sundial::rules::{acquire_slots, AcquisitionBatch, AcquisitionLead};
 use sundial::store::{
     steal_read_due, steal_read_trusts, AcquireRequest, AcquiredRun, Acquisition, DueFilter, DueHeads, DueOutlook,
@@ -39,13 +40,6 @@ use crate::run::{RunActor, RunArgs, RunMsg};
 use crate::stats::{EngineWork, StoreOp};
 use crate::ticker::Ticker;
 
-/// How late a fire in another node's shard must be before this node takes it.
-const STEAL_GRACE: Duration = Duration::from_secs(2);
-/// How often at most a node reads the other nodes' shards for late fires to steal. The
-/// nodes take turns half as long (see [`steal_read_due`]): a dead node's fires wait
-/// `STEAL_GRACE` plus up to this until taken elsewhere, and the cluster reads twice per
-/// `STEAL_CHECK` however many nodes it has.
-const STEAL_CHECK: Duration = Duration::from_secs(5);
 /// Fires due this soon are always acquired ahead; their runs wait for their scheduled
 /// instant, so acquisition happens before the due time instead of after it.
 const LOOKAHEAD: Duration = Duration::from_millis(100);
@@ -60,8 +54,6 @@ const PRIOR_COST_PER_RUN: Duration = Duration::from_micros(40);
 const OUTLOOK_LIMIT: usize = 100_000;
 /// How long a full node waits after a slot frees before it acquires again.
 const REFILL_DELAY: Duration = Duration::from_millis(5);
-/// The shortest sleep after a cycle that left a due fire untaken, so a node never spins.
-const MIN_RETRY_WAIT: Duration = Duration::from_millis(10);
 
 /// Messages to the poller.
 #[derive(Debug)]
@@ -640,9 +632,9 @@ fn takes_scheduled<S: JobStore>(shared: &NodeShared<S>) -> bool {
 }
 
 /// How long to sleep after a cycle that ran at `ran_at` (and started its due local fires
-/// when `local_polled`) and whose acquisition ended as `taken` (not `Full`): until this
-/// node's next fire enters the lookahead, its next local fire, or a late fire elsewhere
-/// becomes stealable, and at most one poll interval.
+/// when `local_polled`) and whose acquisition ended as `taken` (not `Full`): see
+/// [`wait_after_cycle`]. Reads what is due next when the acquisition did not, and sets the
+/// next acquisition's lookahead from it.
 async fn next_wait<S: JobStore>(
     state: &mut PollerState<S>,
     ran_at: chrono::DateTime<chrono::Utc>,
@@ -650,69 +642,44 @@ async fn next_wait<S: JobStore>(
     taken: Taken,
 ) -> Duration {
     let shared = state.shared.clone();
-    let poll_interval = shared.options.poll_interval;
     // A successful acquisition reached the fires due by `acquired_until`.
     let acquired_until = matches!(taken, Taken::Done(_)).then(|| sundial::time::add_duration(ran_at, state.lookahead));
     let now = shared.clock.now();
-    let local_wait = state.local.poll_timeout().map(|due| {
-        let wait = (due - now).to_std().unwrap_or(Duration::ZERO);
-        // A local fire still due after this cycle started the due ones is the next of a
-        // trigger catching up (each cycle moved every due trigger on): at once. Due while
-        // this cycle started none (no heartbeat, or runs to adopt first): not at once,
-        // never spin on it.
-        if due <= ran_at && !local_polled {
-            wait.max(MIN_RETRY_WAIT)
-        } else {
-            wait
-        }
-    });
-    if let Taken::NoSlots = taken {
+    let local_due = state.local.poll_timeout();
+    let next_due = match taken {
         // Nothing can be taken until a run ends (which wakes the poller) or the next
         // heartbeat succeeds: no need to know what is due.
-        return local_wait.map_or(poll_interval, |local| local.min(poll_interval));
-    }
-    // What is due next, as the acquisition saw it (saves reading every shard again).
-    let outlook = match taken {
-        Taken::Done(Some(outlook)) => Ok(outlook),
-        _ => {
+        Taken::NoSlots => None,
+        // What is due next, as the acquisition saw it (saves reading every shard again).
+        Taken::Done(Some(outlook)) => Some(Ok(outlook)),
+        Taken::Done(None) | Taken::Failed | Taken::Full => {
             let limit = state.lead.saturation().min(OUTLOOK_LIMIT);
             let busy_jobs = state.local.held_jobs();
             let filter = DueFilter { scheduled: takes_scheduled(&shared), busy_jobs: &busy_jobs };
-            shared.store.due_outlook(&shared.node_id, filter, MAX_LOOKAHEAD, limit).await
+            Some(shared.store.due_outlook(&shared.node_id, filter, MAX_LOOKAHEAD, limit).await)
         }
     };
-    // The more fires fall due together, the earlier their acquisition starts.
-    state.lookahead = match &outlook {
-        Ok(next) if next.first.is_some() => state.lead.lead(next.count),
-        _ => LOOKAHEAD,
-    };
-    let horizon = sundial::time::add_duration(now, state.lookahead);
-    let until_stealable = |due| {
-        let stealable = sundial::time::add_duration(due, STEAL_GRACE);
-        (stealable - now).to_std().unwrap_or(Duration::ZERO).max(MIN_RETRY_WAIT)
-    };
-    let wait = match outlook {
-        Ok(next) => {
-            let home = match next.first {
-                Some(due) if due > horizon => (due - horizon).to_std().unwrap_or(Duration::ZERO),
-                // Fires this cycle's acquisition did not reach (the lead grew, or time
-                // passed while it ran): acquire them now.
-                Some(due) if acquired_until.is_some_and(|reached| due > reached) => Duration::ZERO,
-                // Ours and due, yet not taken (written since, or hidden behind many fires
-                // this node leaves waiting, which the outlook skips): wake when any node may
-                // take it rather than spin on it.
-                Some(due) => until_stealable(due),
-                None => poll_interval,
-            };
-            // Other nodes' fires only once they are late enough to take, and checked at
-            // most every STEAL_CHECK: a node is not woken by every fire of the cluster.
-            // (Not read this cycle: the next periodic cycle looks.)
-            let elsewhere = next.first_elsewhere.map_or(poll_interval, |due| until_stealable(due).max(STEAL_CHECK));
-            home.min(elsewhere)
+    let next_due = next_due.map(|outlook| {
+        // The more fires fall due together, the earlier their acquisition starts.
+        state.lookahead = match &outlook {
+            Ok(next) if next.first.is_some() => state.lead.lead(next.count),
+            _ => LOOKAHEAD,
+        };
+        match outlook {
+            Ok(next) => NextDue::Known { home: next.first, elsewhere: next.first_elsewhere },
+            Err(_) => NextDue::Unknown,
         }
-        Err(_) => poll_interval,
-    };
-    local_wait.map_or(wait, |local| local.min(wait)).min(poll_interval)
+    });
+    wait_after_cycle(&CycleEnd {
+        now,
+        ran_at,
+        poll_interval: shared.options.poll_interval,
+        local_due,
+        local_polled,
+        next_due,
+        lookahead: state.lookahead,
+        acquired_until,
+    })
 }
 
 /// Refreshes local jobs when due, and starts this node's due local fires and retries.
