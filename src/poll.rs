@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use crate::store::DueOutlook;
 use crate::time::add_duration;
 
 /// How late a fire in another node's shard must be before this node takes it.
@@ -19,6 +20,52 @@ pub const STEAL_CHECK: Duration = Duration::from_secs(5);
 
 /// The shortest sleep after a cycle that left a due fire untaken, so a node never spins.
 pub const MIN_RETRY_WAIT: Duration = Duration::from_millis(10);
+
+/// Whether a cycle writes the heartbeat, given how long ago the last one committed
+/// (`None`: none did): when it is half a poll interval old. The cycles a node runs between
+/// its regular ones (woken for a due fire, a local change, a freed slot) skip it, so a busy
+/// node writes one or two a poll interval, not one per wake-up; cancel requests, read with
+/// it, wait at most a poll interval, as SPEC §10 has them. (A poller that wrote none yet
+/// writes one at its first cycle whatever this says.)
+pub fn heartbeat_due(age: Option<Duration>, poll_interval: Duration) -> bool {
+    age.is_none_or(|age| age >= poll_interval / 2)
+}
+
+/// How long until the last committed heartbeat, `age` ago, is a poll interval old
+/// (`None` once it is, or when none committed: a failed heartbeat is retried at the next
+/// regular cycle). A cycle comes by then, so heartbeats keep their cadence whatever wakes
+/// the node in between.
+pub fn until_heartbeat(age: Option<Duration>, poll_interval: Duration) -> Option<Duration> {
+    poll_interval.checked_sub(age?).filter(|left| !left.is_zero())
+}
+
+/// How a cycle's acquisition ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taken {
+    /// It took a full batch: more may be due now, so the next cycle comes at once.
+    Full,
+    /// It took what was due; what is due next, as its transaction saw it (`None`: not read).
+    Done(Option<DueOutlook>),
+    /// It failed; the next cycle adopts the runs it may have committed.
+    Failed,
+    /// It did not run: no run slot is free, or this cycle's heartbeat failed.
+    NoSlots,
+}
+
+impl Taken {
+    /// Whether an acquisition at `now` that ended so left nothing due in this node's home
+    /// shards: it ran (a free slot, a recent heartbeat), did not fill its batch, and the
+    /// outlook after it has no fire due by `now`. A node that says so in its heartbeat is
+    /// trusted by the others not to need its shards read for late fires while that
+    /// heartbeat is recent; fires it leaves waiting for jobs busy on it would never be
+    /// taken then, so the caller also requires that none is.
+    pub fn caught_up(&self, now: DateTime<Utc>) -> bool {
+        match self {
+            Taken::Done(Some(outlook)) => outlook.first.is_none_or(|first| first > now),
+            Taken::Done(None) | Taken::Full | Taken::Failed | Taken::NoSlots => false,
+        }
+    }
+}
 
 /// What a cycle learned of the fires due next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,6 +179,28 @@ mod tests {
 
     fn home(due: i64) -> Option<NextDue> {
         Some(NextDue::Known { home: Some(at(due)), elsewhere: None })
+    }
+
+    #[test]
+    fn a_heartbeat_is_written_every_half_poll_interval_and_a_cycle_comes_by_the_full_one() {
+        let poll = Duration::from_secs(1);
+        assert!(heartbeat_due(None, poll), "none committed yet");
+        assert!(!heartbeat_due(Some(ms(499)), poll), "a cycle woken early skips it");
+        assert!(heartbeat_due(Some(ms(500)), poll));
+        assert_eq!(until_heartbeat(Some(ms(300)), poll), Some(ms(700)));
+        assert_eq!(until_heartbeat(Some(ms(1_000)), poll), None, "overdue: the next regular cycle");
+        assert_eq!(until_heartbeat(None, poll), None);
+    }
+
+    #[test]
+    fn a_node_is_caught_up_only_after_an_acquisition_that_left_nothing_due() {
+        let outlook = |first: Option<i64>| DueOutlook { first: first.map(at), count: 0, first_elsewhere: None };
+        assert!(Taken::Done(Some(outlook(None))).caught_up(at(0)));
+        assert!(Taken::Done(Some(outlook(Some(5)))).caught_up(at(0)), "the next fire is later");
+        assert!(!Taken::Done(Some(outlook(Some(0)))).caught_up(at(0)), "one is due now");
+        for taken in [Taken::Done(None), Taken::Full, Taken::Failed, Taken::NoSlots] {
+            assert!(!taken.caught_up(at(0)), "{taken:?}");
+        }
     }
 
     #[test]

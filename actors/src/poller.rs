@@ -22,7 +22,9 @@ use sundial::error::SchedulingError;
 use sundial::job::JsonObject;
 use sundial::kv::{AsKvError, KvError};
 use sundial::name::JobName;
-use sundial::poll::{wait_after_cycle, CycleEnd, NextDue, STEAL_CHECK, STEAL_GRACE};
+use sundial::poll::{
+    heartbeat_due, until_heartbeat, wait_after_cycle, CycleEnd, NextDue, Taken, STEAL_CHECK, STEAL_GRACE,
+};
 use sundial::rules::{acquire_slots, AcquisitionBatch, AcquisitionLead};
 use sundial::store::{
     steal_read_due, steal_read_trusts, AcquireRequest, AcquiredRun, Acquisition, DueFilter, DueHeads, DueOutlook,
@@ -425,7 +427,10 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
     // first heartbeat commits, it has no record) would never be reaped. A cycle soon after
     // the last heartbeat (woken for a due fire) relies on it; acquisition checks in its own
     // transaction that the node was not declared lost.
-    let alive = !shared.shared_store || !heartbeat_due(state) || heartbeat(state, now).await;
+    let heartbeat_first = state.known_times_declared_lost.is_none();
+    let alive = !shared.shared_store
+        || !(heartbeat_first || heartbeat_due(shared.heartbeat_age(), shared.options.poll_interval))
+        || heartbeat(state, now).await;
     if !state.unadopted.is_empty() {
         adopt_committed_runs(myself, state).await;
         state.known_due = None;
@@ -454,58 +459,15 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
         state.known_due = None;
         Taken::NoSlots
     };
-    state.caught_up = caught_up(&taken, now) && state.local.busy_jobs().is_empty();
+    state.caught_up = taken.caught_up(now) && state.local.busy_jobs().is_empty();
     if let Taken::Full = taken {
         return Duration::ZERO;
     }
     let wait = next_wait(state, now, local_polled, taken).await;
     // Only a shared store's node heartbeats: `None` for the others.
-    match until_heartbeat(&shared) {
+    match until_heartbeat(shared.heartbeat_age(), shared.options.poll_interval) {
         Some(heartbeat) => wait.min(heartbeat),
         None => wait,
-    }
-}
-
-/// Whether this cycle writes the heartbeat: this poller wrote none yet, or the last one
-/// committed is half a poll interval old. The cycles a node runs between its regular ones
-/// (woken for a due fire, a local change, a freed slot) skip it, so a busy node writes one
-/// or two a poll interval, not one per wake-up; cancel requests, read with it, wait at
-/// most a poll interval, as SPEC §10 has them.
-fn heartbeat_due<S: JobStore>(state: &PollerState<S>) -> bool {
-    let shared = &state.shared;
-    state.known_times_declared_lost.is_none()
-        || shared.heartbeat_age().is_none_or(|age| age >= shared.options.poll_interval / 2)
-}
-
-/// How long until the last committed heartbeat is a poll interval old (`None` once it is:
-/// a failed heartbeat is retried at the next regular cycle). A cycle comes by then, so
-/// heartbeats keep their cadence whatever wakes the node in between.
-fn until_heartbeat<S: JobStore>(shared: &NodeShared<S>) -> Option<Duration> {
-    shared.options.poll_interval.checked_sub(shared.heartbeat_age()?).filter(|left| !left.is_zero())
-}
-
-/// How a cycle's acquisition ended.
-enum Taken {
-    /// It took a full batch: more may be due now, so the next cycle comes at once.
-    Full,
-    /// It took what was due; what is due next, as its transaction saw it (`None`: not read).
-    Done(Option<DueOutlook>),
-    /// It failed; the next cycle adopts the runs it may have committed.
-    Failed,
-    /// It did not run: no run slot is free, or this cycle's heartbeat failed.
-    NoSlots,
-}
-
-/// Whether an acquisition at `now` that ended as `taken` left nothing due in this node's
-/// home shards: it ran (a free slot, a recent heartbeat), did not fill its batch, and the
-/// outlook after it has no fire due by `now`. A node that says so in its heartbeat is
-/// trusted by the others not to need its shards read for late fires while that
-/// heartbeat is recent; fires it leaves waiting for jobs busy here would never be taken
-/// then, so the caller also requires that none is.
-fn caught_up(taken: &Taken, now: chrono::DateTime<chrono::Utc>) -> bool {
-    match taken {
-        Taken::Done(Some(outlook)) => outlook.first.is_none_or(|first| first > now),
-        Taken::Done(None) | Taken::Full | Taken::Failed | Taken::NoSlots => false,
     }
 }
 
