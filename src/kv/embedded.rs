@@ -218,6 +218,26 @@ impl EmbeddedKv {
     }
 }
 
+/// Opens (creating if need be) the SQLite database at `path` in WAL mode with full
+/// synchronous commits, after checking it is one (`quick_check`: a file that is not a
+/// database fails at its first read, here, before anything is written to it), and runs
+/// `setup` (its pragmas and tables). A file it refuses is left as it was.
+fn open_sqlite(path: &Path, setup: &str) -> Result<rusqlite::Connection, EmbeddedError> {
+    use rusqlite::OpenFlags;
+    let corrupt = |message: String| EmbeddedError::Corrupt { path: path.to_path_buf(), message };
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let db = rusqlite::Connection::open_with_flags(path, flags)
+        .map_err(|e| EmbeddedError::Io { path: path.to_path_buf(), message: e.to_string() })?;
+    let check: String = db.query_row("PRAGMA quick_check", [], |row| row.get(0)).map_err(|e| corrupt(e.to_string()))?;
+    if check != "ok" {
+        return Err(corrupt(check));
+    }
+    db.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;")
+        .and_then(|()| db.execute_batch(setup))
+        .map_err(|e| corrupt(e.to_string()))?;
+    Ok(db)
+}
+
 impl Drop for EmbeddedKv {
     fn drop(&mut self) {
         self.shut();

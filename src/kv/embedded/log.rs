@@ -5,11 +5,11 @@
 
 use std::path::Path;
 
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension};
 
 use super::super::journal::{engine_error, Batch, JournalError, Mutation};
 use super::super::Version;
-use super::{EmbeddedError, LAYOUT};
+use super::{open_sqlite, EmbeddedError, LAYOUT};
 
 /// The log: one SQLite database, one row per batch, keyed by the batch's version.
 pub(super) struct CommitLog {
@@ -20,24 +20,14 @@ impl CommitLog {
     /// Opens (creating if need be) the log at `path`; a file that is not one is refused.
     pub(super) fn open(path: &Path) -> Result<Self, EmbeddedError> {
         let corrupt = |message: String| EmbeddedError::Corrupt { path: path.to_path_buf(), message };
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let db = Connection::open_with_flags(path, flags)
-            .map_err(|e| EmbeddedError::Io { path: path.to_path_buf(), message: e.to_string() })?;
-        let check: String =
-            db.query_row("PRAGMA quick_check", [], |row| row.get(0)).map_err(|e| corrupt(e.to_string()))?;
-        if check != "ok" {
-            return Err(corrupt(check));
-        }
         // The write-ahead log is cut back to 64 MiB after a checkpoint: the rows of a
         // folded batch are deleted, and their pages reused by later ones.
-        db.execute_batch(
-            "PRAGMA journal_mode = WAL;
-             PRAGMA synchronous = FULL;
-             PRAGMA journal_size_limit = 67108864;
+        let db = open_sqlite(
+            path,
+            "PRAGMA journal_size_limit = 67108864;
              CREATE TABLE IF NOT EXISTS log (version INTEGER PRIMARY KEY, mutations BLOB NOT NULL);
              CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);",
-        )
-        .map_err(|e| corrupt(e.to_string()))?;
+        )?;
         let layout: Option<i64> = db
             .query_row("SELECT value FROM meta WHERE name = 'layout'", [], |row| row.get(0))
             .optional()

@@ -5,11 +5,11 @@
 
 use std::path::Path;
 
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension};
 
 use super::super::journal::{engine_error, Batch, JournalEngine, JournalError, Loaded};
 use super::super::Version;
-use super::{EmbeddedError, LAYOUT};
+use super::{open_sqlite, EmbeddedError, LAYOUT};
 
 /// The engine: one SQLite database.
 pub(super) struct SqliteEngine {
@@ -18,28 +18,16 @@ pub(super) struct SqliteEngine {
 
 impl SqliteEngine {
     pub(super) fn open(path: &Path) -> Result<Self, EmbeddedError> {
-        let corrupt = |e: rusqlite::Error| EmbeddedError::Corrupt { path: path.to_path_buf(), message: e.to_string() };
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let db = Connection::open_with_flags(path, flags)
-            .map_err(|e| EmbeddedError::Io { path: path.to_path_buf(), message: e.to_string() })?;
-        // A file that is not a database fails at its first read: here, before anything
-        // is written to it.
-        let check: String = db.query_row("PRAGMA quick_check", [], |row| row.get(0)).map_err(corrupt)?;
-        if check != "ok" {
-            return Err(EmbeddedError::Corrupt { path: path.to_path_buf(), message: check });
-        }
         // A fold writes keys all over the table: 64 MiB of page cache, and the file mapped
         // into memory, keep its pages from being read again and again.
-        db.execute_batch(
-            "PRAGMA journal_mode = WAL;
-             PRAGMA synchronous = FULL;
-             PRAGMA cache_size = -65536;
+        let db = open_sqlite(
+            path,
+            "PRAGMA cache_size = -65536;
              PRAGMA mmap_size = 1073741824;
              PRAGMA journal_size_limit = 67108864;
              CREATE TABLE IF NOT EXISTS data (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID;
              CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);",
-        )
-        .map_err(corrupt)?;
+        )?;
         Ok(Self { db })
     }
 }
