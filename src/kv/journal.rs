@@ -88,7 +88,7 @@ impl Gathered {
 pub type Loaded = (Vec<(Vec<u8>, Vec<u8>)>, Version);
 
 /// Commits written together: their writes in the order applied (a later write of a key
-/// wins), or, once [merged](Self::merge), each key once in key order.
+/// wins), or, once [gathered](Gathered), each key once in key order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Batch {
     /// The version of the last commit in it.
@@ -98,14 +98,6 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// The batch of `mutations` applied in order (a later write of a key wins), as of
-    /// `version`.
-    pub fn merge(version: Version, mutations: impl IntoIterator<Item = Mutation>) -> Self {
-        let mut latest = Gathered::default();
-        latest.add(mutations);
-        latest.into_batch(version)
-    }
-
     /// The bytes of its keys and values.
     pub fn bytes(&self) -> usize {
         self.mutations.iter().map(|m| m.key.len() + m.value.as_ref().map_or(0, Vec::len)).sum()
@@ -335,7 +327,9 @@ mod tests {
         let set = |key: &str, value: &str| Mutation { key: key.into(), value: Some(value.into()), existed: true };
         let clear = |key: &str| Mutation { key: key.into(), value: None, existed: true };
         let new = |mutation: Mutation| Mutation { existed: false, ..mutation };
-        let first = Batch::merge(3, [new(set("b", "1")), set("a", "1"), clear("b"), set("c", "1"), new(clear("d"))]);
+        let mut gathered = Gathered::default();
+        gathered.add([new(set("b", "1")), set("a", "1"), clear("b"), set("c", "1"), new(clear("d"))]);
+        let first = gathered.into_batch(3);
         assert_eq!(first.mutations, [set("a", "1"), new(clear("b")), set("c", "1"), new(clear("d"))]);
         assert_eq!(first.bytes(), 6);
         let changes: Vec<bool> = first.mutations.iter().map(Mutation::changes).collect();

@@ -224,8 +224,9 @@ mod tests {
     impl JournalEngine for Recorded {
         fn load(&mut self) -> Result<Loaded, JournalError> {
             let (writes, _) = &*self.0.lock().unwrap();
-            let batch =
-                Batch::merge(writes.last().map_or(0, |b| b.version), writes.iter().flat_map(|b| b.mutations.clone()));
+            let mut gathered = Gathered::default();
+            gathered.add(writes.iter().flat_map(|b| b.mutations.clone()));
+            let batch = gathered.into_batch(writes.last().map_or(0, |b| b.version));
             let pairs = batch.mutations.into_iter().filter_map(|m| Some((m.key, m.value?))).collect();
             Ok((pairs, batch.version))
         }
