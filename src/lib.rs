@@ -55,24 +55,22 @@
 // allowed place each (see clippy.toml).
 #![deny(clippy::disallowed_methods, clippy::disallowed_types)]
 
-pub mod calendar;
-pub mod coordination;
-pub mod cron;
-pub mod entropy;
-pub mod error;
-pub mod job;
+// The layers, each depending only on those above it in this list (tests/layers.rs keeps
+// it so): the model, the key-value boundary, the job store over it, cluster coordination
+// over the store, and the engine's pure decisions. The node's actors (crate
+// `sundial-actors`) are the shells on top.
+mod model;
+pub use model::{calendar, cron, entropy, error, job, lapse, name, options, rules, schedule, time, timezone};
+
 pub mod kv;
-pub mod lapse;
-pub mod leader;
-pub mod local;
-pub mod name;
-pub mod options;
-pub mod poll;
-pub mod rules;
-pub mod schedule;
+
 pub mod store;
-pub mod time;
-pub mod timezone;
+
+mod cluster;
+pub use cluster::{coordination, leader};
+
+mod engine;
+pub use engine::{local, poll};
 
 pub use calendar::{Calendars, JobCalendar};
 pub use cron::{CronError, CronExpression};

@@ -15,12 +15,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use futures_util::future::BoxFuture;
 use sundial::coordination::{
     Decision, Declined, Execution, ExecutionCoordinator, ExecutionKey, ExecutionRequest, ExecutionStatus, UniqueMode,
 };
 use sundial::entropy::Entropy;
 use sundial::kv::memory::{KvFaults, MemoryKv, MemoryKvOptions};
-use sundial::kv::BoxFuture;
 use sundial::name::{GroupName, JobName, ServiceName};
 use sundial::store::keys::Keyspace;
 use sundial::time::{add_duration, from_micros, ManualClock, Sleeper};

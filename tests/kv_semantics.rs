@@ -192,7 +192,7 @@ async fn unavailability_and_partitions() {
 struct RecordingSleeper(std::sync::Mutex<Vec<Duration>>);
 
 impl sundial::time::Sleeper for RecordingSleeper {
-    fn sleep(&self, duration: Duration) -> sundial::kv::BoxFuture<'static, ()> {
+    fn sleep(&self, duration: Duration) -> futures_util::future::BoxFuture<'static, ()> {
         self.0.lock().unwrap().push(duration);
         Box::pin(std::future::ready(()))
     }

@@ -126,7 +126,7 @@ async fn protected_transactions_are_fenced_by_term() {
     let old = a.try_acquire(&resource(), TTL).await.unwrap();
     let fence = old.fence().unwrap();
     let keys = Keyspace::default_root();
-    let protected = |fence: sundial::leader::Fence| {
+    let protected = |fence: sundial::store::Fence| {
         let kv = kv.clone();
         let keys = keys.clone();
         async move {
@@ -214,7 +214,7 @@ async fn racing_contenders_under_ambiguous_commits_never_hold_the_lease_twice() 
             })
             .collect();
         let mut leases: Vec<Option<_>> = (0..names.len()).map(|_| None).collect();
-        let mut fences: Vec<sundial::leader::Fence> = Vec::new();
+        let mut fences: Vec<sundial::store::Fence> = Vec::new();
         let mut highest_term = 0;
         let mut choice = Entropy::from_seed(seed + 1_000);
         for step in 0..300 {
@@ -311,7 +311,7 @@ async fn an_observer_times_a_lease_it_saw_late_from_when_it_saw_it() {
 struct TimeTaken(ManualClock);
 
 impl sundial::time::Sleeper for TimeTaken {
-    fn sleep(&self, duration: Duration) -> sundial::kv::BoxFuture<'static, ()> {
+    fn sleep(&self, duration: Duration) -> futures_util::future::BoxFuture<'static, ()> {
         self.0.advance(duration);
         Box::pin(tokio::task::yield_now())
     }

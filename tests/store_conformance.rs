@@ -13,11 +13,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use sundial::calendar::Calendars;
 use sundial::entropy::Entropy;
 use sundial::job::{JsonObject, TriggerState};
 use sundial::kv::memory::{KvFaults, MemoryKv, MemoryKvOptions};
-use sundial::kv::{BoxFuture, RetryOptions};
+use sundial::kv::RetryOptions;
 use sundial::store::{DueFilter, KvJobStore, RunOutcome, StoreOptions};
 use sundial::time::ManualClock;
 use sundial::time::Sleeper;

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
-use sundial::kv::BoxFuture;
 use sundial::time::{add_duration, Clock, MonotonicInstant, Sleeper};
 use tokio::time::Instant;
 

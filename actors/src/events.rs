@@ -6,9 +6,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use futures_util::future::BoxFuture;
 use serde::Serialize;
 use sundial::job::{JobRun, RunCause, RunState};
-use sundial::kv::BoxFuture;
 use tokio::sync::broadcast;
 use uuid::Uuid;
 

@@ -14,9 +14,9 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 use sundial::error::ErrorCode;
-use sundial::kv::BoxFuture;
 use sundial::store::RunOutcome;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;

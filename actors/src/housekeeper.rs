@@ -160,7 +160,7 @@ async fn reap<S: JobStore>(
     shared: &NodeShared<S>,
     node: &str,
     seq: u64,
-    fence: Option<&sundial::leader::Fence>,
+    fence: Option<&sundial::store::Fence>,
 ) -> bool {
     loop {
         match shared.store.reap_node(node, seq, shared.clock.now(), REAP_CHUNK, fence).await {

@@ -9,8 +9,8 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
+use futures_util::future::BoxFuture;
 use sundial::job::JobRun;
-use sundial::kv::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 /// What a job reports when it fails. The run is recorded `Failed` with this message (and

@@ -9,11 +9,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use sundial::error::SchedulingError;
-use sundial::kv::BoxFuture;
-use sundial::leader::{Fence, LeaderElection, LeaderLease};
+use sundial::leader::{LeaderElection, LeaderLease};
 use sundial::name::ResourceName;
+use sundial::store::Fence;
 use sundial::store::JobStore;
 
 use crate::node::{Leadership, Lifecycle, NodeShared};

@@ -13,9 +13,9 @@ use std::sync::{Arc, OnceLock};
 
 use chrono::{DateTime, Utc};
 
+use futures_util::future::BoxFuture;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use sundial::job::RunState;
-use sundial::kv::BoxFuture;
 use sundial::store::{AcquiredRun, Completion, JobStore, RunOutcome};
 use sundial::time::Clock;
 use tokio::sync::oneshot;

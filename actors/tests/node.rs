@@ -653,7 +653,8 @@ impl sundial_actors::lease::DynLeaderElection for HeldElsewhere {
         &'a self,
         resource: &'a sundial::name::ResourceName,
         _ttl: Duration,
-    ) -> sundial::kv::BoxFuture<'a, Result<Box<dyn sundial_actors::lease::DynLeaderLease>, SchedulingError>> {
+    ) -> futures_util::future::BoxFuture<'a, Result<Box<dyn sundial_actors::lease::DynLeaderLease>, SchedulingError>>
+    {
         Box::pin(async move { Err(SchedulingError::LeaseHeld { resource: resource.to_string() }) })
     }
 }

@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use futures_util::future::BoxFuture;
 use sundial::calendar::WeeklyCalendar;
 use sundial::job::{JobDefinition, JobRun, JobTriggerDefinition, JobTypeKey, JsonObject, RunCause, RunState};
-use sundial::kv::BoxFuture;
 use sundial::name::{JobName, TriggerName};
 use sundial::schedule::JobSchedule;
 use sundial::store::RunOutcome;

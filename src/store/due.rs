@@ -13,7 +13,8 @@ use super::keys::{fnv, shard_of, DUE_SHARDS};
 use super::records::{NodeView, TriggerRecord};
 use super::{codec, KvJobStore, StoreError, Tx};
 use crate::job::TriggerState;
-use crate::kv::{key_after, run, BoxFuture, Kv, KvTransaction, RangeRequest};
+use crate::kv::{key_after, run, Kv, KvTransaction, RangeRequest};
+use futures_util::future::BoxFuture;
 
 /// What is due next, for one node: see [`KvJobStore::due_outlook`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -18,10 +18,10 @@ use uuid::Uuid;
 
 use super::jobs::instant;
 use super::records::{RunRecord, RunSummary};
+use super::Fence;
 use super::{codec, job_run_of, micros, KvJobStore, StoreError};
 use crate::job::{JobRunInfo, JobRunQuery, RunState};
 use crate::kv::{key_after, run, Kv, KvTransaction, RangeRequest};
-use crate::leader::Fence;
 
 /// Index entries read per transaction by a history scan.
 pub const SCAN_BUDGET: usize = 10_000;

@@ -15,11 +15,11 @@ use uuid::Uuid;
 
 use super::jobs::one_shot_record;
 use super::records::{NodeRecord, RunRecord, TriggerKind};
+use super::Fence;
 use super::{codec, micros, parse_data, KvJobStore, Prefetched, StoreError, BATCH_DATA_BUDGET};
 use crate::error::SchedulingError;
 use crate::job::RunState;
 use crate::kv::{run, Kv, KvTransaction, MaybeCommitted, RangeRequest};
-use crate::leader::Fence;
 
 /// What a heartbeat found.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,8 +5,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
-use sundial::kv::BoxFuture;
 use sundial::time::Sleeper;
 
 /// Runs a given future at the next sleep instead of waiting; later sleeps do not wait.

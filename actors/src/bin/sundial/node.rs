@@ -144,7 +144,7 @@ impl Job for DemoFlaky {
 struct RunLog;
 
 impl EventPublisher for RunLog {
-    fn publish<'a>(&'a self, event: &'a CloudEvent) -> sundial::kv::BoxFuture<'a, Result<(), PublishError>> {
+    fn publish<'a>(&'a self, event: &'a CloudEvent) -> futures_util::future::BoxFuture<'a, Result<(), PublishError>> {
         let d = &event.data;
         let run = event.subject.as_str();
         let took = match (d.started_at, d.finished_at) {

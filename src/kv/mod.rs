@@ -35,7 +35,6 @@ mod write_set;
 use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
 pub use atomic::AtomicOp;
@@ -44,9 +43,6 @@ use crate::time::MonotonicInstant;
 
 /// A database version: commit versions increase by about 1,000,000 per second.
 pub type Version = i64;
-
-/// A boxed, sendable future, for object-safe async hooks.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The longest key, in bytes.
 pub const KEY_SIZE_MAX: usize = 10_000;

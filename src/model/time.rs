@@ -11,7 +11,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use parking_lot::Mutex;
 
-use crate::kv::BoxFuture;
+use futures_util::future::BoxFuture;
 
 /// A point on a monotonic timeline with an arbitrary origin: only differences between
 /// two instants of the same clock mean anything.

@@ -21,14 +21,16 @@ use parking_lot::Mutex;
 
 use crate::entropy::Entropy;
 use crate::error::SchedulingError;
-use crate::kv::{run, BoxFuture, Kv, KvError, KvTransaction, RetryOptions};
+use crate::kv::{run, Kv, KvError, KvTransaction, RetryOptions};
 use crate::lapse::LapseWatch;
 use crate::name::ResourceName;
 use crate::store::codec;
 use crate::store::keys::Keyspace;
 use crate::store::records::LeaseRecord;
+use crate::store::Fence;
 use crate::store::StoreError;
 use crate::time::{add_duration, Clock, MonotonicInstant};
+use futures_util::future::BoxFuture;
 
 /// Grants leases on named resources.
 pub trait LeaderElection: Send + Sync {
@@ -78,35 +80,6 @@ pub trait LeaderLease: Send + Sync {
     /// in the store; `None` for elections outside it (nothing in the store to check).
     fn fence(&self) -> Option<Fence> {
         None
-    }
-}
-
-/// A term to check inside a protected transaction.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fence {
-    /// The lease resource.
-    pub resource: String,
-    /// The term the work was started under.
-    pub term: u64,
-}
-
-impl Fence {
-    /// Fails the transaction unless `resource` is still held under `term`. Reads the lease
-    /// record serializably, so a takeover committing meanwhile makes this transaction
-    /// conflict.
-    ///
-    /// # Errors
-    /// `SCHEDULING_CONFLICT_002` when the term moved on or the lease was released.
-    pub async fn check<T: KvTransaction>(&self, txn: &T, keys: &Keyspace) -> Result<(), StoreError> {
-        let current: Option<LeaseRecord> = txn
-            .get(&keys.lease(&self.resource), false)
-            .await?
-            .map(|b| codec::decode(&b, "lease record"))
-            .transpose()?;
-        match current {
-            Some(lease) if lease.term == self.term && !lease.released => Ok(()),
-            _ => Err(SchedulingError::LeaseHeld { resource: self.resource.clone() }.into()),
-        }
     }
 }
 

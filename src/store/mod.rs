@@ -29,6 +29,7 @@ pub mod records;
 mod acquire;
 mod complete;
 mod due;
+mod fence;
 mod history;
 mod jobs;
 mod nodes;
@@ -46,6 +47,7 @@ use uuid::Uuid;
 pub use acquire::{fire_run_id, AcquireRequest, AcquiredRun, Acquisition, RunSet};
 pub use complete::{Completion, CompletionResult, RunOutcome};
 pub use due::{steal_read_due, steal_read_trusts, DueFilter, DueHeads, DueOutlook, StealRota};
+pub use fence::Fence;
 pub use history::{RETENTION_BATCH, SCAN_BUDGET};
 pub use nodes::{Heartbeat, ReapResult};
 pub(crate) use prefetch::Prefetched;
@@ -649,7 +651,9 @@ pub trait JobStore: Clone + Send + Sync + 'static {
     fn watch_wake(
         &self,
         node: &str,
-    ) -> impl std::future::Future<Output = Result<crate::kv::BoxFuture<'static, Result<(), StoreError>>, StoreError>> + Send;
+    ) -> impl std::future::Future<
+        Output = Result<futures_util::future::BoxFuture<'static, Result<(), StoreError>>, StoreError>,
+    > + Send;
     /// Forwards to [`KvJobStore::mark_draining`], which states the contract.
     fn mark_draining(&self, node: &str) -> impl std::future::Future<Output = Result<(), StoreError>> + Send;
     /// Forwards to [`KvJobStore::deregister_node`], which states the contract.
@@ -663,7 +667,7 @@ pub trait JobStore: Clone + Send + Sync + 'static {
         observed_seq: u64,
         now: DateTime<Utc>,
         chunk: usize,
-        fence: Option<&crate::leader::Fence>,
+        fence: Option<&Fence>,
     ) -> impl std::future::Future<Output = Result<ReapResult, StoreError>> + Send;
     /// Forwards to [`KvJobStore::reclaim_previous_runs`], which states the contract.
     fn reclaim_previous_runs(
@@ -702,7 +706,7 @@ pub trait JobStore: Clone + Send + Sync + 'static {
         &self,
         now: DateTime<Utc>,
         retention: Option<std::time::Duration>,
-        fence: Option<&crate::leader::Fence>,
+        fence: Option<&Fence>,
     ) -> impl std::future::Future<Output = Result<usize, StoreError>> + Send;
     /// Forwards to [`KvJobStore::status`], which states the contract.
     fn status(&self, job: &JobName) -> impl std::future::Future<Output = Result<Option<JobStatus>, StoreError>> + Send;
@@ -842,8 +846,9 @@ impl<K: Kv> JobStore for KvJobStore<K> {
     fn watch_wake(
         &self,
         node: &str,
-    ) -> impl std::future::Future<Output = Result<crate::kv::BoxFuture<'static, Result<(), StoreError>>, StoreError>> + Send
-    {
+    ) -> impl std::future::Future<
+        Output = Result<futures_util::future::BoxFuture<'static, Result<(), StoreError>>, StoreError>,
+    > + Send {
         KvJobStore::watch_wake(self, node)
     }
     fn mark_draining(&self, node: &str) -> impl std::future::Future<Output = Result<(), StoreError>> + Send {
@@ -861,7 +866,7 @@ impl<K: Kv> JobStore for KvJobStore<K> {
         observed_seq: u64,
         now: DateTime<Utc>,
         chunk: usize,
-        fence: Option<&crate::leader::Fence>,
+        fence: Option<&Fence>,
     ) -> impl std::future::Future<Output = Result<ReapResult, StoreError>> + Send {
         KvJobStore::reap_node(self, node, observed_seq, now, chunk, fence)
     }
@@ -907,7 +912,7 @@ impl<K: Kv> JobStore for KvJobStore<K> {
         &self,
         now: DateTime<Utc>,
         retention: Option<std::time::Duration>,
-        fence: Option<&crate::leader::Fence>,
+        fence: Option<&Fence>,
     ) -> impl std::future::Future<Output = Result<usize, StoreError>> + Send {
         KvJobStore::apply_retention(self, now, retention, fence)
     }
