@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sundial::job::RunState;
-use sundial::store::{Completion, JobStore, RunOutcome, StoreError};
+use sundial::kv::Kv;
+use sundial::store::{Completion, RunOutcome, StoreError};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::execute::AbortOnDrop;
@@ -43,8 +44,8 @@ pub(crate) struct Recorded {
 
 /// Starts the completer; it stops when the returned handle is dropped (with the
 /// supervisor's state). Completions sent after that are recorded by their run actor.
-pub(crate) fn spawn_completer<S: JobStore>(
-    shared: Arc<NodeShared<S>>,
+pub(crate) fn spawn_completer<K: Kv>(
+    shared: Arc<NodeShared<K>>,
     mut inbox: mpsc::UnboundedReceiver<CompletionRequest>,
 ) -> AbortOnDrop<()> {
     AbortOnDrop(tokio::spawn(async move {
@@ -74,7 +75,7 @@ pub(crate) fn spawn_completer<S: JobStore>(
 
 /// Records `completions`, retrying with backoff while the store is unreachable. Returns
 /// what was recorded for each.
-pub(crate) async fn complete_durably<S: JobStore>(shared: &NodeShared<S>, completions: &[Completion]) -> Vec<Recorded> {
+pub(crate) async fn complete_durably<K: Kv>(shared: &NodeShared<K>, completions: &[Completion]) -> Vec<Recorded> {
     let mut states: Vec<Option<Recorded>> = vec![None; completions.len()];
     let mut wait = Duration::from_millis(50);
     loop {

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sundial::store::JobStore;
+use sundial::kv::Kv;
 
 use crate::execute::{AbortOnDrop, CancelReason};
 use crate::node::{Lifecycle, NodeShared};
@@ -20,14 +20,14 @@ use crate::node::{Lifecycle, NodeShared};
 const FENCE_AT: (u32, u32) = (2, 3);
 
 /// Whether the node's last successful heartbeat is old enough that it fences itself.
-pub(crate) fn heartbeat_is_stale<S: JobStore>(shared: &NodeShared<S>) -> bool {
+pub(crate) fn heartbeat_is_stale<K: Kv>(shared: &NodeShared<K>) -> bool {
     let fence_after = shared.options.node_timeout * FENCE_AT.0 / FENCE_AT.1;
     shared.heartbeat_age().is_some_and(|age| age >= fence_after)
 }
 
 /// Starts the watchdog of a node on a shared store; it stops when the returned handle is
 /// dropped (with the supervisor's state) or the node stops.
-pub(crate) fn spawn_watchdog<S: JobStore>(shared: Arc<NodeShared<S>>) -> AbortOnDrop<()> {
+pub(crate) fn spawn_watchdog<K: Kv>(shared: Arc<NodeShared<K>>) -> AbortOnDrop<()> {
     let fence_after = shared.options.node_timeout * FENCE_AT.0 / FENCE_AT.1;
     let tick = (shared.options.node_timeout / 10).clamp(Duration::from_millis(100), shared.options.poll_interval);
     AbortOnDrop(tokio::spawn(async move {

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use sundial::lapse::LapseWatch;
-use sundial::store::JobStore;
+use sundial::kv::Kv;
 use sundial::time::{Clock, MonotonicInstant};
 
 use crate::events::{CloudEvent, RunFacts, Topic};
@@ -30,8 +30,8 @@ pub(crate) enum HousekeeperMsg {
     Tick,
 }
 
-pub(crate) struct HousekeeperState<S: JobStore> {
-    shared: Arc<NodeShared<S>>,
+pub(crate) struct HousekeeperState<K: Kv> {
+    shared: Arc<NodeShared<K>>,
     /// Other nodes' heartbeat sequences, timed while unchanged: a node is lost once its
     /// sequence stayed the same for `node_timeout` on this leader's clock.
     observations: LapseWatch<String, u64>,
@@ -43,23 +43,23 @@ pub(crate) struct HousekeeperState<S: JobStore> {
 }
 
 /// The housekeeper.
-pub(crate) struct HousekeeperActor<S: JobStore>(std::marker::PhantomData<S>);
+pub(crate) struct HousekeeperActor<K: Kv>(std::marker::PhantomData<K>);
 
-impl<S: JobStore> HousekeeperActor<S> {
+impl<K: Kv> HousekeeperActor<K> {
     pub(crate) fn new() -> Self {
         Self(std::marker::PhantomData)
     }
 }
 
-impl<S: JobStore> Actor for HousekeeperActor<S> {
+impl<K: Kv> Actor for HousekeeperActor<K> {
     type Msg = HousekeeperMsg;
-    type State = HousekeeperState<S>;
-    type Arguments = Arc<NodeShared<S>>;
+    type State = HousekeeperState<K>;
+    type Arguments = Arc<NodeShared<K>>;
 
     async fn pre_start(
         &self,
         myself: ActorRef<HousekeeperMsg>,
-        shared: Arc<NodeShared<S>>,
+        shared: Arc<NodeShared<K>>,
     ) -> Result<Self::State, ActorProcessingErr> {
         let _ = myself.send_message(HousekeeperMsg::Tick);
         Ok(HousekeeperState {
@@ -86,7 +86,7 @@ impl<S: JobStore> Actor for HousekeeperActor<S> {
     }
 }
 
-async fn tick<S: JobStore>(state: &mut HousekeeperState<S>) {
+async fn tick<K: Kv>(state: &mut HousekeeperState<K>) {
     let shared = state.shared.clone();
     let Some(leadership) = shared.leader() else {
         state.observations.clear();
@@ -156,8 +156,8 @@ async fn tick<S: JobStore>(state: &mut HousekeeperState<S>) {
 
 /// Declares `node` lost (unless it heartbeated since `seq`) and marks its runs `Lost`;
 /// returns whether that finished (a failed step is taken again at the next tick).
-async fn reap<S: JobStore>(
-    shared: &NodeShared<S>,
+async fn reap<K: Kv>(
+    shared: &NodeShared<K>,
     node: &str,
     seq: u64,
     fence: Option<&sundial::store::Fence>,
@@ -186,7 +186,7 @@ async fn reap<S: JobStore>(
     }
 }
 
-async fn publish_lost<S: JobStore>(shared: &NodeShared<S>, id: uuid::Uuid) {
+async fn publish_lost<K: Kv>(shared: &NodeShared<K>, id: uuid::Uuid) {
     let Ok(Some(record)) = shared.store.run_record(id).await else { return };
     let Ok(run) = record.job_run() else { return };
     let facts = RunFacts {

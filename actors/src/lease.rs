@@ -15,7 +15,7 @@ use sundial::error::SchedulingError;
 use sundial::leader::{LeaderElection, LeaderLease};
 use sundial::name::ResourceName;
 use sundial::store::Fence;
-use sundial::store::JobStore;
+use sundial::kv::Kv;
 
 use crate::node::{Leadership, Lifecycle, NodeShared};
 
@@ -89,15 +89,15 @@ pub(crate) enum LeaseMsg {
     Release(RpcReplyPort<()>),
 }
 
-pub(crate) struct LeaseState<S: JobStore> {
-    shared: Arc<NodeShared<S>>,
+pub(crate) struct LeaseState<K: Kv> {
+    shared: Arc<NodeShared<K>>,
     lease: Option<Box<dyn DynLeaderLease>>,
 }
 
 /// The lease actor.
-pub(crate) struct LeaseActor<S: JobStore>(std::marker::PhantomData<S>);
+pub(crate) struct LeaseActor<K: Kv>(std::marker::PhantomData<K>);
 
-impl<S: JobStore> LeaseActor<S> {
+impl<K: Kv> LeaseActor<K> {
     pub(crate) fn new() -> Self {
         Self(std::marker::PhantomData)
     }
@@ -107,15 +107,15 @@ impl<S: JobStore> LeaseActor<S> {
 /// tiny TTL cannot turn the actor into a busy loop.
 const FASTEST_RENEWAL: Duration = Duration::from_millis(10);
 
-impl<S: JobStore> Actor for LeaseActor<S> {
+impl<K: Kv> Actor for LeaseActor<K> {
     type Msg = LeaseMsg;
-    type State = LeaseState<S>;
-    type Arguments = Arc<NodeShared<S>>;
+    type State = LeaseState<K>;
+    type Arguments = Arc<NodeShared<K>>;
 
     async fn pre_start(
         &self,
         myself: ActorRef<LeaseMsg>,
-        shared: Arc<NodeShared<S>>,
+        shared: Arc<NodeShared<K>>,
     ) -> Result<Self::State, ActorProcessingErr> {
         let ttl = shared.options.lease_ttl;
         if ttl < FASTEST_RENEWAL * 3 {
@@ -157,7 +157,7 @@ impl<S: JobStore> Actor for LeaseActor<S> {
     }
 }
 
-async fn tick<S: JobStore>(state: &mut LeaseState<S>) {
+async fn tick<K: Kv>(state: &mut LeaseState<K>) {
     let shared = state.shared.clone();
     if shared.lifecycle() != Lifecycle::Serving {
         release(state).await;
@@ -199,7 +199,7 @@ async fn tick<S: JobStore>(state: &mut LeaseState<S>) {
     }
 }
 
-async fn release<S: JobStore>(state: &mut LeaseState<S>) {
+async fn release<K: Kv>(state: &mut LeaseState<K>) {
     if let Some(mut lease) = state.lease.take() {
         state.shared.set_leader(None);
         if let Err(error) = lease.release_boxed().await {

@@ -21,7 +21,8 @@ use sundial::leader::LocalLeaderElection;
 use sundial::options::SchedulerOptions;
 use sundial::store::Completion;
 use sundial::store::Fence;
-use sundial::store::JobStore;
+use sundial::kv::Kv;
+use sundial::store::KvJobStore;
 use sundial::time::{Clock, MonotonicInstant, Sleeper};
 use tokio::sync::{mpsc, oneshot, watch};
 use uuid::Uuid;
@@ -52,8 +53,8 @@ pub enum Lifecycle {
 }
 
 /// Everything a node's actors and its handle share (opaque outside this crate).
-pub struct NodeShared<S: JobStore> {
-    pub(crate) store: S,
+pub struct NodeShared<K: Kv> {
+    pub(crate) store: KvJobStore<K>,
     pub(crate) registry: JobRegistry,
     pub(crate) options: SchedulerOptions,
     pub(crate) node_id: String,
@@ -81,7 +82,7 @@ pub struct NodeShared<S: JobStore> {
     completion_inbox: Mutex<Option<mpsc::UnboundedReceiver<CompletionRequest>>>,
 }
 
-impl<S: JobStore> NodeShared<S> {
+impl<K: Kv> NodeShared<K> {
     pub(crate) fn lifecycle(&self) -> Lifecycle {
         *self.lifecycle.borrow()
     }
@@ -205,9 +206,9 @@ pub(crate) struct Leadership {
 }
 
 /// How to build a node.
-pub struct NodeConfig<S: JobStore> {
+pub struct NodeConfig<K: Kv> {
     /// The store (shared by the cluster, or embedded).
-    pub store: S,
+    pub store: KvJobStore<K>,
     /// Registered types, code jobs and calendars.
     pub registry: JobRegistry,
     /// Options (SPEC §13).
@@ -239,10 +240,10 @@ pub struct NodeConfig<S: JobStore> {
     pub start_timer: Arc<dyn Sleeper>,
 }
 
-impl<S: JobStore> NodeConfig<S> {
+impl<K: Kv> NodeConfig<K> {
     /// A config with no events, no middleware, an embedded store and prefix `sundial`.
     pub fn new(
-        store: S,
+        store: KvJobStore<K>,
         registry: JobRegistry,
         options: SchedulerOptions,
         node_id: impl Into<String>,
@@ -285,11 +286,11 @@ pub enum NodeMsg {
 pub struct PollerMsgBox(pub(crate) PollerMsg);
 
 /// The supervisor of a node's actors.
-pub struct NodeSupervisor<S: JobStore>(std::marker::PhantomData<S>);
+pub struct NodeSupervisor<K: Kv>(std::marker::PhantomData<K>);
 
 /// The supervisor's state.
-pub struct SupervisorState<S: JobStore> {
-    shared: Arc<NodeShared<S>>,
+pub struct SupervisorState<K: Kv> {
+    shared: Arc<NodeShared<K>>,
     poller: ActorRef<PollerMsg>,
     lease: ActorRef<LeaseMsg>,
     housekeeper: ActorRef<HousekeeperMsg>,
@@ -299,15 +300,15 @@ pub struct SupervisorState<S: JobStore> {
     _completer: Option<AbortOnDrop<()>>,
 }
 
-impl<S: JobStore> Actor for NodeSupervisor<S> {
+impl<K: Kv> Actor for NodeSupervisor<K> {
     type Msg = NodeMsg;
-    type State = SupervisorState<S>;
-    type Arguments = Arc<NodeShared<S>>;
+    type State = SupervisorState<K>;
+    type Arguments = Arc<NodeShared<K>>;
 
     async fn pre_start(
         &self,
         myself: ActorRef<NodeMsg>,
-        shared: Arc<NodeShared<S>>,
+        shared: Arc<NodeShared<K>>,
     ) -> Result<Self::State, ActorProcessingErr> {
         let inbox = shared.completion_inbox.lock().take();
         let completer = inbox.map(|inbox| spawn_completer(shared.clone(), inbox));
@@ -379,9 +380,9 @@ impl<S: JobStore> Actor for NodeSupervisor<S> {
     }
 }
 
-async fn spawn_poller<S: JobStore>(
+async fn spawn_poller<K: Kv>(
     supervisor: &ActorRef<NodeMsg>,
-    shared: &Arc<NodeShared<S>>,
+    shared: &Arc<NodeShared<K>>,
 ) -> Result<ActorRef<PollerMsg>, SpawnErr> {
     let name = shared.actor_name("poller");
     let (poller, _) =
@@ -401,10 +402,10 @@ impl Node {
     /// # Errors
     /// When the actors cannot be spawned (e.g. a node with this id and prefix already runs
     /// in this process).
-    pub async fn start<S: JobStore>(
-        config: NodeConfig<S>,
+    pub async fn start<K: Kv>(
+        config: NodeConfig<K>,
         supervisor: Option<ActorCell>,
-    ) -> Result<JobScheduler<S>, SpawnErr> {
+    ) -> Result<JobScheduler<K>, SpawnErr> {
         let (lifecycle, _) = watch::channel(Lifecycle::Starting);
         let (leader, _) = watch::channel(None);
         let mut entropy = config.entropy;

@@ -26,9 +26,9 @@ use sundial::poll::{
     heartbeat_due, until_heartbeat, wait_after_cycle, CycleEnd, NextDue, Taken, STEAL_CHECK, STEAL_GRACE,
 };
 use sundial::rules::{acquire_slots, AcquisitionBatch, AcquisitionLead};
+use sundial::kv::Kv;
 use sundial::store::{
-    steal_read_due, steal_read_trusts, AcquireRequest, AcquiredRun, Acquisition, DueFilter, DueHeads, DueOutlook,
-    JobStore, RunOutcome, StealRota, StoreError, SyncOutcome,
+    steal_read_due, steal_read_trusts, AcquireRequest, AcquiredRun, Acquisition, DueFilter, DueHeads, DueOutlook, RunOutcome, StealRota, StoreError, SyncOutcome,
 };
 use sundial::time::{Clock, MonotonicInstant};
 use tokio::sync::oneshot;
@@ -84,8 +84,8 @@ pub(crate) enum PollerMsg {
     Woken(bool),
 }
 
-pub(crate) struct PollerState<S: JobStore> {
-    shared: Arc<NodeShared<S>>,
+pub(crate) struct PollerState<K: Kv> {
+    shared: Arc<NodeShared<K>>,
     /// The actor of each run running here. A run actor takes no messages: runs are
     /// canceled through the node's registry of their cancellations.
     running: BTreeMap<Uuid, ActorRef<RunMsg>>,
@@ -175,23 +175,23 @@ const MAX_UNADOPTED: usize = 64;
 const LOCAL_REFRESH_CYCLES: u32 = 10;
 
 /// The poller.
-pub(crate) struct PollerActor<S: JobStore>(std::marker::PhantomData<S>);
+pub(crate) struct PollerActor<K: Kv>(std::marker::PhantomData<K>);
 
-impl<S: JobStore> PollerActor<S> {
+impl<K: Kv> PollerActor<K> {
     pub(crate) fn new() -> Self {
         Self(std::marker::PhantomData)
     }
 }
 
-impl<S: JobStore> Actor for PollerActor<S> {
+impl<K: Kv> Actor for PollerActor<K> {
     type Msg = PollerMsg;
-    type State = PollerState<S>;
-    type Arguments = Arc<NodeShared<S>>;
+    type State = PollerState<K>;
+    type Arguments = Arc<NodeShared<K>>;
 
     async fn pre_start(
         &self,
         myself: ActorRef<PollerMsg>,
-        shared: Arc<NodeShared<S>>,
+        shared: Arc<NodeShared<K>>,
     ) -> Result<Self::State, ActorProcessingErr> {
         let _ = myself.send_message(PollerMsg::Tick(0));
         let batch = AcquisitionBatch::new(shared.options.acquire_batch_size);
@@ -342,7 +342,7 @@ impl<S: JobStore> Actor for PollerActor<S> {
 
 /// Arms the watch on this node's wake key if it is not armed (shared store, serving).
 /// A failure leaves it for the next cycle: polling finds new work meanwhile.
-async fn watch_wake<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<S>) {
+async fn watch_wake<K: Kv>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<K>) {
     let shared = &state.shared;
     if !shared.shared_store || shared.lifecycle() != Lifecycle::Serving {
         state.wake_watch = None;
@@ -365,7 +365,7 @@ async fn watch_wake<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut Polle
 
 /// Writes this node's heartbeat and acts on what it read back (declared lost, cancel
 /// requests); returns whether it committed.
-async fn heartbeat<S: JobStore>(state: &mut PollerState<S>, now: chrono::DateTime<chrono::Utc>) -> bool {
+async fn heartbeat<K: Kv>(state: &mut PollerState<K>, now: chrono::DateTime<chrono::Utc>) -> bool {
     let shared = state.shared.clone();
     let began = shared.clock.monotonic();
     match shared.store.heartbeat(&shared.node_id, now, state.known_times_declared_lost, state.caught_up).await {
@@ -401,7 +401,7 @@ async fn heartbeat<S: JobStore>(state: &mut PollerState<S>, now: chrono::DateTim
 }
 
 /// One cycle; returns how long to sleep before the next.
-async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<S>) -> Duration {
+async fn cycle<K: Kv>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<K>) -> Duration {
     let shared = state.shared.clone();
     let poll_interval = shared.options.poll_interval;
     if shared.lifecycle() != Lifecycle::Serving {
@@ -472,9 +472,9 @@ async fn cycle<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerStat
 }
 
 /// Acquires up to `slots` (at least one) due fires at `now` and starts their runs.
-async fn acquire_and_start<S: JobStore>(
+async fn acquire_and_start<K: Kv>(
     myself: &ActorRef<PollerMsg>,
-    state: &mut PollerState<S>,
+    state: &mut PollerState<K>,
     now: chrono::DateTime<chrono::Utc>,
     slots: usize,
 ) -> Taken {
@@ -589,7 +589,7 @@ async fn acquire_and_start<S: JobStore>(
 
 /// Whether this node takes scheduled triggers' fires now: with a store of its own, only
 /// the leader does (SPEC §10); the others take one-shots only.
-fn takes_scheduled<S: JobStore>(shared: &NodeShared<S>) -> bool {
+fn takes_scheduled<K: Kv>(shared: &NodeShared<K>) -> bool {
     shared.shared_store || shared.leader().is_some()
 }
 
@@ -597,8 +597,8 @@ fn takes_scheduled<S: JobStore>(shared: &NodeShared<S>) -> bool {
 /// when `local_polled`) and whose acquisition ended as `taken` (not `Full`): see
 /// [`wait_after_cycle`]. Reads what is due next when the acquisition did not, and sets the
 /// next acquisition's lookahead from it.
-async fn next_wait<S: JobStore>(
-    state: &mut PollerState<S>,
+async fn next_wait<K: Kv>(
+    state: &mut PollerState<K>,
     ran_at: chrono::DateTime<chrono::Utc>,
     local_polled: bool,
     taken: Taken,
@@ -645,9 +645,9 @@ async fn next_wait<S: JobStore>(
 }
 
 /// Refreshes local jobs when due, and starts this node's due local fires and retries.
-async fn run_local<S: JobStore>(
+async fn run_local<K: Kv>(
     myself: &ActorRef<PollerMsg>,
-    state: &mut PollerState<S>,
+    state: &mut PollerState<K>,
     now: chrono::DateTime<chrono::Utc>,
 ) {
     let shared = state.shared.clone();
@@ -721,9 +721,9 @@ async fn run_local<S: JobStore>(
 }
 
 /// Starts the runs that failed acquisitions committed after all (see
-/// `JobStore::adopt_committed_runs`); on a store error, tries again next cycle (and
+/// `KvJobStore::adopt_committed_runs`); on a store error, tries again next cycle (and
 /// reclaims nothing meanwhile, which would mark those runs lost).
-async fn adopt_committed_runs<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<S>) {
+async fn adopt_committed_runs<K: Kv>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<K>) {
     let shared = state.shared.clone();
     let known: BTreeSet<Uuid> = state.running.keys().copied().collect();
     match shared.store.adopt_committed_runs(&shared.node_id, &known, &state.unadopted).await {
@@ -748,7 +748,7 @@ async fn adopt_committed_runs<S: JobStore>(myself: &ActorRef<PollerMsg>, state: 
 /// silent), or that this node's poller had before it was restarted (its run actors died
 /// with it), or that a failed acquisition left and adoption did not claim; true when
 /// none are left.
-async fn reclaim_previous_runs<S: JobStore>(state: &PollerState<S>, now: chrono::DateTime<chrono::Utc>) -> bool {
+async fn reclaim_previous_runs<K: Kv>(state: &PollerState<K>, now: chrono::DateTime<chrono::Utc>) -> bool {
     let shared = &state.shared;
     let known: BTreeSet<Uuid> = state.running.keys().copied().collect();
     loop {
@@ -775,7 +775,7 @@ async fn reclaim_previous_runs<S: JobStore>(state: &PollerState<S>, now: chrono:
 }
 
 /// Writes every code job; true when all were written.
-async fn sync_code_jobs<S: JobStore>(shared: &NodeShared<S>, now: chrono::DateTime<chrono::Utc>) -> bool {
+async fn sync_code_jobs<K: Kv>(shared: &NodeShared<K>, now: chrono::DateTime<chrono::Utc>) -> bool {
     let defs: Vec<&sundial::job::JobDefinition> = shared.registry.code_jobs().collect();
     let outcomes = match shared.store.sync_code_jobs(&defs, now).await {
         Ok(outcomes) => outcomes,
@@ -808,7 +808,7 @@ async fn sync_code_jobs<S: JobStore>(shared: &NodeShared<S>, now: chrono::DateTi
 
 /// A run here ended (its actor terminated): frees its slot, and soon fills a node that
 /// was full.
-fn run_ended<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<S>, id: Uuid) {
+fn run_ended<K: Kv>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<K>, id: Uuid) {
     let was_full = state.running.len() >= state.shared.options.max_concurrent_runs as usize;
     state.running.remove(&id);
     // The last acquisition left this run's job's fires waiting (`held_jobs`): take them
@@ -834,7 +834,7 @@ fn run_ended<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<
 
 /// Plans the next cycle `wait` from now, replacing the one planned before: the ticker
 /// drops a replaced timer, and a replaced tick already sent is ignored when it comes.
-fn tick_in<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<S>, wait: Duration) {
+fn tick_in<K: Kv>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<K>, wait: Duration) {
     state.tick += 1;
     state.wake_at = state.shared.clock.monotonic().saturating_add(wait);
     let next = state.tick;
@@ -845,9 +845,9 @@ fn tick_in<S: JobStore>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<S>
     }
 }
 
-async fn start_run<S: JobStore>(
+async fn start_run<K: Kv>(
     myself: &ActorRef<PollerMsg>,
-    state: &mut PollerState<S>,
+    state: &mut PollerState<K>,
     acquired: AcquiredRun,
     reply: Option<oneshot::Sender<RunOutcome>>,
     local: bool,
@@ -875,9 +875,9 @@ async fn start_run<S: JobStore>(
     }
 }
 
-async fn trigger<S: JobStore>(
+async fn trigger<K: Kv>(
     myself: &ActorRef<PollerMsg>,
-    state: &mut PollerState<S>,
+    state: &mut PollerState<K>,
     job: &JobName,
     data: &JsonObject,
 ) -> Result<oneshot::Receiver<RunOutcome>, SchedulingError> {

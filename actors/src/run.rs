@@ -16,7 +16,8 @@ use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use sundial::job::RunState;
-use sundial::store::{AcquiredRun, Completion, JobStore, RunOutcome};
+use sundial::kv::Kv;
+use sundial::store::{AcquiredRun, Completion, RunOutcome};
 use sundial::time::Clock;
 use tokio::sync::oneshot;
 
@@ -31,8 +32,8 @@ use crate::poller::PollerMsg;
 pub(crate) enum RunMsg {}
 
 /// What a run starts with.
-pub(crate) struct RunArgs<S: JobStore> {
-    pub(crate) shared: Arc<NodeShared<S>>,
+pub(crate) struct RunArgs<K: Kv> {
+    pub(crate) shared: Arc<NodeShared<K>>,
     pub(crate) acquired: AcquiredRun,
     pub(crate) poller: ActorRef<PollerMsg>,
     /// A `trigger` caller waiting for this (first) attempt's outcome.
@@ -44,15 +45,15 @@ pub(crate) struct RunArgs<S: JobStore> {
 /// A run actor's state: the run, until `post_start` takes it. Ractor hands an ended
 /// actor's state to its supervisor, the poller, which every fire waits for: the run is
 /// dropped on its own task instead, once it ended or was killed.
-pub(crate) struct RunState_<S: JobStore>(Option<Run<S>>);
+pub(crate) struct RunState_<K: Kv>(Option<Run<K>>);
 
 /// A registered run: dropping it takes the run out of the node's registry.
-struct Run<S: JobStore> {
-    args: RunArgs<S>,
+struct Run<K: Kv> {
+    args: RunArgs<K>,
     cancel: RunCancel,
 }
 
-impl<S: JobStore> Drop for Run<S> {
+impl<K: Kv> Drop for Run<K> {
     fn drop(&mut self) {
         // After its completion, or when killed before its job ended (abandoned at node stop).
         self.args.shared.unregister_run(self.args.acquired.run.id);
@@ -60,23 +61,23 @@ impl<S: JobStore> Drop for Run<S> {
 }
 
 /// The run actor (stateless; everything is in its state).
-pub(crate) struct RunActor<S: JobStore>(std::marker::PhantomData<S>);
+pub(crate) struct RunActor<K: Kv>(std::marker::PhantomData<K>);
 
-impl<S: JobStore> RunActor<S> {
+impl<K: Kv> RunActor<K> {
     pub(crate) fn new() -> Self {
         Self(std::marker::PhantomData)
     }
 }
 
-impl<S: JobStore> Actor for RunActor<S> {
+impl<K: Kv> Actor for RunActor<K> {
     type Msg = RunMsg;
-    type State = RunState_<S>;
-    type Arguments = RunArgs<S>;
+    type State = RunState_<K>;
+    type Arguments = RunArgs<K>;
 
     /// Registers the run (so `cancel_runs` finds it at once) and nothing else: the poller
     /// that spawns run actors waits for this, one run after another, so the job's
     /// preparation is left to `post_start`, on the run actor's own task.
-    async fn pre_start(&self, _myself: ActorRef<RunMsg>, args: RunArgs<S>) -> Result<Self::State, ActorProcessingErr> {
+    async fn pre_start(&self, _myself: ActorRef<RunMsg>, args: RunArgs<K>) -> Result<Self::State, ActorProcessingErr> {
         let cancel = RunCancel::new();
         args.shared.register_run(args.acquired.run.id, cancel.clone());
         Ok(RunState_(Some(Run { args, cancel })))
@@ -105,7 +106,7 @@ impl<S: JobStore> Actor for RunActor<S> {
 
 /// Prepares the job, waits for the run's instant, and runs it; returns its outcome and
 /// when it started (its scheduled instant, when it was acquired ahead).
-async fn run_job<S: JobStore>(Run { args, cancel }: &Run<S>) -> (RunOutcome, DateTime<Utc>) {
+async fn run_job<K: Kv>(Run { args, cancel }: &Run<K>) -> (RunOutcome, DateTime<Utc>) {
     let shared = &args.shared;
     let run = &args.acquired.run;
     let ctx = RunContext { run: run.clone(), node: shared.node_id.clone(), cancel: cancel.token() };
@@ -167,7 +168,7 @@ async fn run_job<S: JobStore>(Run { args, cancel }: &Run<S>) -> (RunOutcome, Dat
 /// Records the run's end (after the other runs due at its instant have started: the run
 /// waited for them, its end gate), tells the poller what it needs to know, publishes the
 /// end event and answers a waiting `trigger` caller.
-async fn finish<S: JobStore>(args: &mut RunArgs<S>, outcome: RunOutcome, started_at: DateTime<Utc>) {
+async fn finish<K: Kv>(args: &mut RunArgs<K>, outcome: RunOutcome, started_at: DateTime<Utc>) {
     let shared = &args.shared;
     let run = &args.acquired.run;
     let finished_at = shared.clock.now();
@@ -210,8 +211,8 @@ async fn finish<S: JobStore>(args: &mut RunArgs<S>, outcome: RunOutcome, started
 }
 
 /// Publishes `scheduling.run.started`.
-async fn publish_started<S: JobStore>(
-    shared: &NodeShared<S>,
+async fn publish_started<K: Kv>(
+    shared: &NodeShared<K>,
     run: &sundial::job::JobRun,
     started_at: chrono::DateTime<chrono::Utc>,
 ) {

@@ -9,7 +9,8 @@ use ractor::{ActorRef, RpcReplyPort};
 use sundial::error::SchedulingError;
 use sundial::job::{JobDefinition, JobRunInfo, JobRunQuery, JsonObject};
 use sundial::name::{JobName, TriggerKey, TriggerName};
-use sundial::store::{JobStatus, JobStore, RunOutcome};
+use sundial::kv::Kv;
+use sundial::store::{JobStatus, RunOutcome};
 use sundial::time::Clock;
 use uuid::Uuid;
 
@@ -51,18 +52,18 @@ pub struct StopReport {
 }
 
 /// One node's handle.
-pub struct JobScheduler<S: JobStore> {
-    shared: Arc<NodeShared<S>>,
+pub struct JobScheduler<K: Kv> {
+    shared: Arc<NodeShared<K>>,
     node: ActorRef<NodeMsg>,
 }
 
-impl<S: JobStore> Clone for JobScheduler<S> {
+impl<K: Kv> Clone for JobScheduler<K> {
     fn clone(&self) -> Self {
         Self { shared: self.shared.clone(), node: self.node.clone() }
     }
 }
 
-impl<S: JobStore> std::fmt::Debug for JobScheduler<S> {
+impl<K: Kv> std::fmt::Debug for JobScheduler<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("JobScheduler").field("node", &self.shared.node_id).finish_non_exhaustive()
     }
@@ -72,8 +73,8 @@ fn not_running(reason: &str) -> SchedulingError {
     SchedulingError::SchedulerNotRunning { reason: reason.to_owned() }
 }
 
-impl<S: JobStore> JobScheduler<S> {
-    pub(crate) fn new(shared: Arc<NodeShared<S>>, node: ActorRef<NodeMsg>) -> Self {
+impl<K: Kv> JobScheduler<K> {
+    pub(crate) fn new(shared: Arc<NodeShared<K>>, node: ActorRef<NodeMsg>) -> Self {
         Self { shared, node }
     }
 

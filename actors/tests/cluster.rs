@@ -92,7 +92,7 @@ fn ten_minutes_unless_canceled() -> impl sundial_actors::job::Job {
     })
 }
 
-async fn node(kv: &MemoryKv, clock: &Arc<TokioClock>, id: &str, seed: u64) -> (JobScheduler<Store>, Store) {
+async fn node(kv: &MemoryKv, clock: &Arc<TokioClock>, id: &str, seed: u64) -> (JobScheduler<MemoryKv>, Store) {
     node_with(kv, clock, id, seed, registry()).await
 }
 
@@ -113,7 +113,7 @@ async fn node_with(
     id: &str,
     seed: u64,
     registry: JobRegistry,
-) -> (JobScheduler<Store>, Store) {
+) -> (JobScheduler<MemoryKv>, Store) {
     node_with_options(kv, clock, id, seed, registry, fast_options()).await
 }
 
@@ -124,7 +124,7 @@ async fn node_with_options(
     seed: u64,
     registry: JobRegistry,
     options: SchedulerOptions,
-) -> (JobScheduler<Store>, Store) {
+) -> (JobScheduler<MemoryKv>, Store) {
     let client = kv.client(id);
     let store = KvJobStore::new(
         client.clone(),

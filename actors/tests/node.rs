@@ -33,14 +33,14 @@ fn t0() -> DateTime<Utc> {
 
 /// Starts a node on a store of its own; `node` must be unique per test (actor names are
 /// process-wide).
-async fn start(node: &str, registry: JobRegistry, clock: Arc<TokioClock>) -> (JobScheduler<Store>, Store) {
+async fn start(node: &str, registry: JobRegistry, clock: Arc<TokioClock>) -> (JobScheduler<MemoryKv>, Store) {
     let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
     let store = KvJobStore::new(kv, registry.calendars().clone(), Entropy::from_seed(1), StoreOptions::default());
     (start_on(&store, node, registry, clock).await, store)
 }
 
 /// Starts a node on `store`.
-async fn start_on(store: &Store, node: &str, registry: JobRegistry, clock: Arc<TokioClock>) -> JobScheduler<Store> {
+async fn start_on(store: &Store, node: &str, registry: JobRegistry, clock: Arc<TokioClock>) -> JobScheduler<MemoryKv> {
     let options = SchedulerOptions::default();
     let config = NodeConfig::new(store.clone(), registry, options, node, clock, Entropy::from_seed(2));
     Node::start(config, None).await.unwrap()
@@ -405,7 +405,7 @@ async fn recorder_on_a_slow_store(
     node: &str,
     latency: Duration,
     batch: u32,
-) -> (sundial_actors::scheduler::JobScheduler<KvJobStore<MemoryKv>>, Log) {
+) -> (sundial_actors::scheduler::JobScheduler<MemoryKv>, Log) {
     use sundial::kv::memory::KvFaults;
 
     let clock = Arc::new(TokioClock::new(t0()));

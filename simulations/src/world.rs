@@ -188,7 +188,7 @@ pub fn simulate(options: &SimOptions) -> Outcome {
 }
 
 struct Running {
-    scheduler: JobScheduler<Store>,
+    scheduler: JobScheduler<MemoryKv>,
     incarnation: Arc<Incarnation>,
     client: String,
     /// When (true time) it started.
@@ -540,11 +540,11 @@ impl World {
         }
     }
 
-    fn any_scheduler(&self) -> Option<JobScheduler<Store>> {
+    fn any_scheduler(&self) -> Option<JobScheduler<MemoryKv>> {
         self.slots.iter().find_map(|s| s.running.as_ref().map(|r| r.scheduler.clone()))
     }
 
-    fn scheduler_of(&self, slot: usize) -> Option<JobScheduler<Store>> {
+    fn scheduler_of(&self, slot: usize) -> Option<JobScheduler<MemoryKv>> {
         let slot = slot % self.slots.len();
         self.slots[slot].running.as_ref().map(|r| r.scheduler.clone()).or_else(|| self.any_scheduler())
     }

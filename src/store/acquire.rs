@@ -27,12 +27,13 @@ use chrono::{DateTime, TimeDelta, Utc};
 use futures_util::future::try_join;
 use uuid::Uuid;
 
+use crate::time::to_micros;
 use super::due::{DueFilter, DueHeads, DueOutlook, NodeShards, RawOutlook, ShardHead, StealRota, Vouching};
 use super::jobs::instant;
 use super::keys::{fnv, DUE_SHARDS};
 use super::records::{JobRecord, NodeView, RunRecord, TriggerKind, TriggerRecord};
 use super::{
-    codec, data_text, decode_job, decode_trigger, job_run_of, micros, parse_data, KvJobStore, Prefetched, StoreError,
+    codec, data_text, decode_job, decode_trigger, job_run_of, parse_data, KvJobStore, Prefetched, StoreError,
     Tx, BATCH_DATA_BUDGET,
 };
 use crate::error::SchedulingError;
@@ -379,7 +380,7 @@ impl<K: Kv> KvJobStore<K> {
                 }
             };
             if maybe.0 {
-                let now = [micros(request.now)];
+                let now = [to_micros(request.now)];
                 let adopted = self.unknown_runs_started_at(&tx, request.node, request.known_runs, &now).await?;
                 if !adopted.is_empty() {
                     // Whether that attempt filled the batch or left a fire due again is not
@@ -459,7 +460,7 @@ impl<K: Kv> KvJobStore<K> {
         if attempts.is_empty() {
             return Ok(Vec::new());
         }
-        let attempts: Vec<i64> = attempts.iter().map(|at| micros(*at)).collect();
+        let attempts: Vec<i64> = attempts.iter().map(|at| to_micros(*at)).collect();
         run(&self.kv, self.options.retry, |txn, _| {
             let attempts = &attempts;
             async move { self.unknown_runs_started_at(&self.tx(txn), node, known, attempts).await }
@@ -518,7 +519,7 @@ impl<K: Kv> KvJobStore<K> {
         tx: &Tx<'_, K::Transaction>,
         request: &AcquireRequest<'_>,
     ) -> Result<Candidates, StoreError> {
-        let now = micros(request.now);
+        let now = to_micros(request.now);
         let grace =
             TimeDelta::from_std(request.steal_grace).map_or(i64::MAX, |g| g.num_microseconds().unwrap_or(i64::MAX));
         let vouching = (request.steal && request.trust_caught_up).then_some(Vouching { now_us: now, within_us: grace });
@@ -713,7 +714,7 @@ impl<K: Kv> KvJobStore<K> {
             id: run_id,
             job: job.name.clone(),
             trigger: Some(trigger.name.clone()),
-            scheduled_us: micros(scheduled),
+            scheduled_us: to_micros(scheduled),
             cause,
             attempt,
             retry_of,
@@ -721,7 +722,7 @@ impl<K: Kv> KvJobStore<K> {
             state: RunState::Running,
             node: request.node.to_owned(),
             // A fire taken ahead starts at its scheduled time (its run waits for it).
-            started_us: micros(request.now).max(micros(scheduled)),
+            started_us: to_micros(request.now).max(to_micros(scheduled)),
             finished_us: None,
             error_code: None,
             error_message: None,
@@ -747,16 +748,16 @@ impl<K: Kv> KvJobStore<K> {
             acquired.state = TriggerState::Acquired;
             acquired.running_run = Some(run_id);
             acquired.next_fire_us = None;
-            acquired.previous_fire_us = Some(micros(scheduled));
+            acquired.previous_fire_us = Some(to_micros(scheduled));
             acquired.fire_count += 1;
             tx.put_trigger(Some(&trigger), &acquired, false);
         } else {
             let mut next = self.advance(&trigger, &schedule, decision.next_basis, request.now, trigger.fire_count + 1);
-            next.previous_fire_us = Some(micros(scheduled));
+            next.previous_fire_us = Some(to_micros(scheduled));
             // Catching up (`RunAll`): its next fire is due already, and one acquisition
             // takes one fire per trigger.
             tally.due_again |=
-                next.state == TriggerState::Waiting && next.next_fire_us.is_some_and(|due| due <= micros(request.now));
+                next.state == TriggerState::Waiting && next.next_fire_us.is_some_and(|due| due <= to_micros(request.now));
             self.put_taken_trigger(tx, candidate, &trigger, &next);
         }
         Ok(Some(AcquiredRun {
@@ -815,7 +816,7 @@ impl<K: Kv> KvJobStore<K> {
         due_us: i64,
     ) -> Result<(crate::rules::DueDecision, Option<Uuid>), StoreError> {
         let decision = on_due(trigger.misfire, instant(due_us)?, request.now, self.misfire_threshold(request));
-        let run_id = decision.run_scheduled_at.map(|at| fire_run_id(trigger.uid, trigger.fire_count, micros(at)));
+        let run_id = decision.run_scheduled_at.map(|at| fire_run_id(trigger.uid, trigger.fire_count, to_micros(at)));
         Ok((decision, run_id))
     }
 
@@ -856,7 +857,7 @@ impl<K: Kv> KvJobStore<K> {
         let next = schedule.next_fire(&previous, calendar);
         let mut record = trigger.clone();
         record.fire_count = fire_count;
-        record.next_fire_us = next.map(micros);
+        record.next_fire_us = next.map(to_micros);
         record.state = if next.is_some() { TriggerState::Waiting } else { TriggerState::Complete };
         record
     }

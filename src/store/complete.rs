@@ -7,10 +7,11 @@ use chrono::{DateTime, Utc};
 use futures_util::future::try_join3;
 use uuid::Uuid;
 
+use crate::time::to_micros;
 use super::acquire::ReadCache;
 use super::jobs::{instant, one_shot_record, settle};
 use super::records::{JobRecord, RunRecord, TriggerKind, TriggerRecord};
-use super::{decode_trigger, job_run_of, micros, parse_data, AcquiredRun, KvJobStore, Prefetched, StoreError, Tx};
+use super::{decode_trigger, job_run_of, parse_data, AcquiredRun, KvJobStore, Prefetched, StoreError, Tx};
 use crate::error::SchedulingError;
 use crate::job::{
     bounded, check_data, merge_data, JobRun, JsonObject, RunCause, RunState, TriggerState, ERROR_CODE_LEN_MAX,
@@ -257,7 +258,7 @@ impl<K: Kv> KvJobStore<K> {
         }
         let mut ended = stored.clone();
         ended.state = target;
-        ended.finished_us = Some(micros(completion.finished_at));
+        ended.finished_us = Some(to_micros(completion.finished_at));
         (ended.error_code, ended.error_message) = match &completion.outcome {
             RunOutcome::Succeeded => (None, None),
             RunOutcome::Failed { code, message } => (
@@ -287,7 +288,7 @@ impl<K: Kv> KvJobStore<K> {
         let (mut retry_trigger, mut retry_due) = (None, None);
         if let (RunOutcome::Failed { .. }, false, Some(job)) = (&completion.outcome, stored.local, &job) {
             if let Some((name, due)) = self.write_retry(tx, &stored, job, retry_uid, completion.finished_at)? {
-                (retry_trigger, retry_due) = (Some(name), Some(micros(due)));
+                (retry_trigger, retry_due) = (Some(name), Some(to_micros(due)));
             }
         }
         let next_due = [unblocked_due, interval_due, retry_due].into_iter().flatten().min().map(instant).transpose()?;
@@ -414,7 +415,7 @@ impl<K: Kv> KvJobStore<K> {
                             fire_count,
                         };
                         let due = schedule.next_fire(&previous, calendar);
-                        next.next_fire_us = due.map(micros);
+                        next.next_fire_us = due.map(to_micros);
                         next.state = if due.is_some() { TriggerState::Waiting } else { TriggerState::Complete };
                         None
                     }

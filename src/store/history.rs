@@ -16,10 +16,11 @@ use chrono::{DateTime, Utc};
 use parking_lot::Mutex;
 use uuid::Uuid;
 
+use crate::time::to_micros;
 use super::jobs::instant;
 use super::records::{RunRecord, RunSummary};
 use super::Fence;
-use super::{codec, job_run_of, micros, KvJobStore, StoreError};
+use super::{codec, job_run_of, KvJobStore, StoreError};
 use crate::job::{JobRunInfo, JobRunQuery, RunState};
 use crate::kv::{key_after, run, Kv, KvTransaction, RangeRequest};
 
@@ -84,8 +85,8 @@ impl<K: Kv> KvJobStore<K> {
         query: &JobRunQuery,
         mut visit: impl FnMut(Uuid, &RunSummary) -> bool,
     ) -> Result<(), StoreError> {
-        let from = query.from.map_or(i64::MIN, micros);
-        let to = query.to.map_or(i64::MAX, micros);
+        let from = query.from.map_or(i64::MIN, to_micros);
+        let to = query.to.map_or(i64::MAX, to_micros);
         let by_job = query.job.is_some();
         let (begin, mut end) = match &query.job {
             Some(job) => self.keys.history_of_job(job.as_str(), from, to),
@@ -192,7 +193,7 @@ impl<K: Kv> KvJobStore<K> {
     /// Store errors.
     /// With `fence`, each batch commits only while that leader term is current.
     pub async fn purge_history(&self, cutoff: DateTime<Utc>, fence: Option<&Fence>) -> Result<usize, StoreError> {
-        let cutoff_us = micros(cutoff);
+        let cutoff_us = to_micros(cutoff);
         let (mut begin, end) = self.keys.history_between(i64::MIN, cutoff_us);
         let mut deleted = 0;
         loop {

@@ -3,8 +3,9 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use crate::time::to_micros;
 use super::records::{JobRecord, TriggerKind, TriggerRecord};
-use super::{data_text, micros, KvJobStore, StoreError, Tx};
+use super::{data_text, KvJobStore, StoreError, Tx};
 use crate::error::SchedulingError;
 use crate::job::{check_data, JobDefinition, JobOrigin, JobTriggerDefinition, JsonObject, MisfirePolicy, TriggerState};
 use crate::kv::{run, Kv, KvTransaction};
@@ -181,7 +182,7 @@ impl<K: Kv> KvJobStore<K> {
                     kind: TriggerKind::Defined,
                     state: if next.is_some() { TriggerState::Waiting } else { TriggerState::Complete },
                     paused: previous.is_some_and(|p| p.paused),
-                    next_fire_us: next.map(micros),
+                    next_fire_us: next.map(to_micros),
                     previous_fire_us: None,
                     fire_count: 0,
                     uid,
@@ -360,7 +361,7 @@ impl<K: Kv> KvJobStore<K> {
             return Ok(true);
         }
         // Already acquired and run: its run id is derived from (uid, fire 0).
-        let run_id = super::acquire::fire_run_id(uid, 0, micros(due));
+        let run_id = super::acquire::fire_run_id(uid, 0, to_micros(due));
         Ok(tx.txn.get(&self.keys.run(run_id), false).await?.is_some())
     }
 }
@@ -385,7 +386,7 @@ pub(crate) fn one_shot_record(
         kind,
         state: TriggerState::Waiting,
         paused: false,
-        next_fire_us: Some(micros(due)),
+        next_fire_us: Some(to_micros(due)),
         previous_fire_us: None,
         fire_count: 0,
         uid,

@@ -13,10 +13,11 @@ use chrono::{DateTime, Utc};
 use parking_lot::Mutex;
 use uuid::Uuid;
 
+use crate::time::to_micros;
 use super::jobs::one_shot_record;
 use super::records::{NodeRecord, RunRecord, TriggerKind};
 use super::Fence;
-use super::{codec, micros, parse_data, KvJobStore, Prefetched, StoreError, BATCH_DATA_BUDGET};
+use super::{codec, parse_data, KvJobStore, Prefetched, StoreError, BATCH_DATA_BUDGET};
 use crate::error::SchedulingError;
 use crate::job::RunState;
 use crate::kv::{run, Kv, KvTransaction, MaybeCommitted, RangeRequest};
@@ -94,7 +95,7 @@ impl<K: Kv> KvJobStore<K> {
             let record = NodeRecord {
                 node: node.to_owned(),
                 heartbeat_seq: seq,
-                heartbeat_us: micros(now),
+                heartbeat_us: to_micros(now),
                 alive: true,
                 times_declared_lost,
                 draining,
@@ -386,7 +387,7 @@ impl<K: Kv> KvJobStore<K> {
         }
         let mut lost = stored.clone();
         lost.state = RunState::Lost;
-        lost.finished_us = Some(micros(now));
+        lost.finished_us = Some(to_micros(now));
         lost.error_message = Some(why.to_owned());
         tx.put_run(Some(&stored), &lost);
         tx.txn.clear(&self.keys.cancel(node, id));

@@ -306,7 +306,7 @@ async fn sundial_node(
     fires: usize,
     store: Store,
 ) -> (
-    sundial_actors::scheduler::JobScheduler<KvJobStore<MemoryKv>>,
+    sundial_actors::scheduler::JobScheduler<MemoryKv>,
     Records,
     Arc<dyn Clock>,
     MemoryKv,

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use sundial::error::SchedulingError;
 use sundial::job::{JobRunQuery, JsonObject, RunState};
 use sundial::name::{JobName, TriggerKey, TriggerName};
-use sundial::store::JobStore;
+use sundial::kv::Kv;
 use uuid::Uuid;
 
 use self::error::{ApiError, ErrorBody};
@@ -41,15 +41,15 @@ use crate::spec::JobSpec;
 pub const OPENAPI: &str = include_str!("openapi.json");
 
 /// What the API serves from.
-pub struct AdminState<S: JobStore> {
-    scheduler: JobScheduler<S>,
+pub struct AdminState<K: Kv> {
+    scheduler: JobScheduler<K>,
     token: Option<Arc<str>>,
     metrics: Arc<Metrics>,
     store_kind: &'static str,
     store_probe: Option<Arc<dyn StoreProbe>>,
 }
 
-impl<S: JobStore> Clone for AdminState<S> {
+impl<K: Kv> Clone for AdminState<K> {
     fn clone(&self) -> Self {
         Self {
             scheduler: self.scheduler.clone(),
@@ -61,11 +61,11 @@ impl<S: JobStore> Clone for AdminState<S> {
     }
 }
 
-impl<S: JobStore> AdminState<S> {
+impl<K: Kv> AdminState<K> {
     /// The API of `scheduler`; `token` guards mutations; `store_kind` is shown in node
     /// info (`memory`, `fdb`).
     pub fn new(
-        scheduler: JobScheduler<S>,
+        scheduler: JobScheduler<K>,
         token: Option<String>,
         metrics: Arc<Metrics>,
         store_kind: &'static str,
@@ -97,29 +97,29 @@ impl<S: JobStore> AdminState<S> {
 const STORE_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The API's routes.
-pub fn router<S: JobStore>(state: AdminState<S>) -> Router {
+pub fn router<K: Kv>(state: AdminState<K>) -> Router {
     let api = Router::new()
-        .route("/health", get(health::<S>))
-        .route("/metrics", get(metrics_text::<S>))
+        .route("/health", get(health::<K>))
+        .route("/metrics", get(metrics_text::<K>))
         .route("/api/openapi.json", get(openapi))
-        .route("/api/node", get(node_info::<S>))
-        .route("/api/job-types", get(job_types::<S>))
-        .route("/api/jobs", get(list_jobs::<S>).post(schedule_batch::<S>))
-        .route("/api/jobs/{name}", get(show_job::<S>).put(schedule_one::<S>).delete(unschedule::<S>))
-        .route("/api/jobs/{name}/pause", post(pause::<S>))
-        .route("/api/jobs/{name}/resume", post(resume::<S>))
-        .route("/api/jobs/{name}/restore", post(restore::<S>))
-        .route("/api/jobs/{name}/trigger", post(trigger::<S>))
-        .route("/api/jobs/{name}/enqueue", post(enqueue::<S>))
-        .route("/api/jobs/{name}/triggers/{trigger}/pause", post(pause_trigger::<S>))
-        .route("/api/jobs/{name}/triggers/{trigger}/resume", post(resume_trigger::<S>))
-        .route("/api/runs", get(list_runs::<S>))
-        .route("/api/runs/count", get(count_runs::<S>))
-        .route("/api/runs/cancel", post(cancel_runs::<S>))
-        .route("/api/runs/{id}/cancel", post(cancel_run::<S>))
+        .route("/api/node", get(node_info::<K>))
+        .route("/api/job-types", get(job_types::<K>))
+        .route("/api/jobs", get(list_jobs::<K>).post(schedule_batch::<K>))
+        .route("/api/jobs/{name}", get(show_job::<K>).put(schedule_one::<K>).delete(unschedule::<K>))
+        .route("/api/jobs/{name}/pause", post(pause::<K>))
+        .route("/api/jobs/{name}/resume", post(resume::<K>))
+        .route("/api/jobs/{name}/restore", post(restore::<K>))
+        .route("/api/jobs/{name}/trigger", post(trigger::<K>))
+        .route("/api/jobs/{name}/enqueue", post(enqueue::<K>))
+        .route("/api/jobs/{name}/triggers/{trigger}/pause", post(pause_trigger::<K>))
+        .route("/api/jobs/{name}/triggers/{trigger}/resume", post(resume_trigger::<K>))
+        .route("/api/runs", get(list_runs::<K>))
+        .route("/api/runs/count", get(count_runs::<K>))
+        .route("/api/runs/cancel", post(cancel_runs::<K>))
+        .route("/api/runs/{id}/cancel", post(cancel_run::<K>))
         .fallback(no_route)
         .method_not_allowed_fallback(bad_method);
-    api.layer(middleware::from_fn_with_state(state.clone(), authorize::<S>)).with_state(state)
+    api.layer(middleware::from_fn_with_state(state.clone(), authorize::<K>)).with_state(state)
 }
 
 /// Serves `router` on `listener` until `shutdown` completes.
@@ -137,13 +137,13 @@ pub async fn serve(
 type ApiResult<T> = Result<Json<T>, ApiError>;
 
 /// Sets the request's language for error messages, then checks the token.
-async fn authorize<S: JobStore>(state: State<AdminState<S>>, request: Request, next: Next) -> Response {
+async fn authorize<K: Kv>(state: State<AdminState<K>>, request: Request, next: Next) -> Response {
     let header = request.headers().get(header::ACCEPT_LANGUAGE).and_then(|v| v.to_str().ok());
     let language = error::preferred_language(header);
     error::LANGUAGE.scope(language, check_token(state, request, next)).await
 }
 
-async fn check_token<S: JobStore>(State(state): State<AdminState<S>>, request: Request, next: Next) -> Response {
+async fn check_token<K: Kv>(State(state): State<AdminState<K>>, request: Request, next: Next) -> Response {
     let read_only = matches!(*request.method(), Method::GET | Method::HEAD);
     if let (false, Some(token)) = (read_only, &state.token) {
         let given = request
@@ -228,7 +228,7 @@ struct Health {
 }
 
 /// `GET /health`: 200 while the node serves and its store answers, else 503.
-async fn health<S: JobStore>(State(state): State<AdminState<S>>) -> Response {
+async fn health<K: Kv>(State(state): State<AdminState<K>>) -> Response {
     let lifecycle = state.scheduler.lifecycle();
     let probe = state.probe_store().await;
     let store_ok = !matches!(probe, Some(Err(_)));
@@ -251,7 +251,7 @@ fn lifecycle_name(lifecycle: Lifecycle) -> &'static str {
     }
 }
 
-async fn metrics_text<S: JobStore>(State(state): State<AdminState<S>>) -> Response {
+async fn metrics_text<K: Kv>(State(state): State<AdminState<K>>) -> Response {
     state.probe_store().await;
     let text = state.metrics.render(&state.scheduler.counters());
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response()
@@ -280,7 +280,7 @@ pub struct NodeInfo {
     pub job_types: Vec<String>,
 }
 
-async fn node_info<S: JobStore>(State(state): State<AdminState<S>>) -> Json<NodeInfo> {
+async fn node_info<K: Kv>(State(state): State<AdminState<K>>) -> Json<NodeInfo> {
     let s = &state.scheduler;
     let counters = s.counters();
     Json(NodeInfo {
@@ -294,17 +294,17 @@ async fn node_info<S: JobStore>(State(state): State<AdminState<S>>) -> Json<Node
     })
 }
 
-async fn job_types<S: JobStore>(State(state): State<AdminState<S>>) -> Json<Vec<String>> {
+async fn job_types<K: Kv>(State(state): State<AdminState<K>>) -> Json<Vec<String>> {
     Json(state.scheduler.registry().type_keys().map(str::to_owned).collect())
 }
 
-async fn list_jobs<S: JobStore>(State(state): State<AdminState<S>>) -> ApiResult<Vec<JobView>> {
+async fn list_jobs<K: Kv>(State(state): State<AdminState<K>>) -> ApiResult<Vec<JobView>> {
     let statuses = state.scheduler.statuses().await?;
     Ok(Json(statuses.into_iter().map(JobView::from).collect()))
 }
 
-async fn show_job<S: JobStore>(
-    State(state): State<AdminState<S>>,
+async fn show_job<K: Kv>(
+    State(state): State<AdminState<K>>,
     path: Result<Path<String>, PathRejection>,
 ) -> ApiResult<JobView> {
     let name = job_name(path)?;
@@ -322,8 +322,8 @@ fn definition(spec: &JobSpec, path: &str) -> Result<sundial::job::JobDefinition,
     Ok(def)
 }
 
-async fn schedule_one<S: JobStore>(
-    State(state): State<AdminState<S>>,
+async fn schedule_one<K: Kv>(
+    State(state): State<AdminState<K>>,
     path: Result<Path<String>, PathRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<JobView> {
@@ -345,8 +345,8 @@ enum OneOrMany {
     One(Box<serde_json::Value>),
 }
 
-async fn schedule_batch<S: JobStore>(
-    State(state): State<AdminState<S>>,
+async fn schedule_batch<K: Kv>(
+    State(state): State<AdminState<K>>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Vec<ItemResult>> {
     let items = match required(json_body::<OneOrMany>(body)?, "a job spec or a list of them")? {
@@ -414,48 +414,48 @@ struct Done {
     ok: bool,
 }
 
-async fn unschedule<S: JobStore>(
-    State(state): State<AdminState<S>>,
+async fn unschedule<K: Kv>(
+    State(state): State<AdminState<K>>,
     path: Result<Path<String>, PathRejection>,
 ) -> ApiResult<Done> {
     state.scheduler.unschedule_one(&job_name(path)?).await?;
     Ok(Json(Done { ok: true }))
 }
 
-async fn pause<S: JobStore>(
-    State(state): State<AdminState<S>>,
+async fn pause<K: Kv>(
+    State(state): State<AdminState<K>>,
     path: Result<Path<String>, PathRejection>,
 ) -> ApiResult<Done> {
     state.scheduler.pause_one(&job_name(path)?).await?;
     Ok(Json(Done { ok: true }))
 }
 
-async fn resume<S: JobStore>(
-    State(state): State<AdminState<S>>,
+async fn resume<K: Kv>(
+    State(state): State<AdminState<K>>,
     path: Result<Path<String>, PathRejection>,
 ) -> ApiResult<Done> {
     state.scheduler.resume_one(&job_name(path)?).await?;
     Ok(Json(Done { ok: true }))
 }
 
-async fn restore<S: JobStore>(
-    State(state): State<AdminState<S>>,
+async fn restore<K: Kv>(
+    State(state): State<AdminState<K>>,
     path: Result<Path<String>, PathRejection>,
 ) -> ApiResult<Done> {
     state.scheduler.restore_one(&job_name(path)?).await?;
     Ok(Json(Done { ok: true }))
 }
 
-async fn pause_trigger<S: JobStore>(
-    State(state): State<AdminState<S>>,
+async fn pause_trigger<K: Kv>(
+    State(state): State<AdminState<K>>,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> ApiResult<Done> {
     state.scheduler.pause_trigger(&trigger_key(path)?).await?;
     Ok(Json(Done { ok: true }))
 }
 
-async fn resume_trigger<S: JobStore>(
-    State(state): State<AdminState<S>>,
+async fn resume_trigger<K: Kv>(
+    State(state): State<AdminState<K>>,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> ApiResult<Done> {
     state.scheduler.resume_trigger(&trigger_key(path)?).await?;
@@ -470,8 +470,8 @@ struct RunRequest {
     data: JsonObject,
 }
 
-async fn trigger<S: JobStore>(
-    State(state): State<AdminState<S>>,
+async fn trigger<K: Kv>(
+    State(state): State<AdminState<K>>,
     path: Result<Path<String>, PathRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<OutcomeView> {
@@ -486,8 +486,8 @@ struct Enqueued {
     trigger: String,
 }
 
-async fn enqueue<S: JobStore>(
-    State(state): State<AdminState<S>>,
+async fn enqueue<K: Kv>(
+    State(state): State<AdminState<K>>,
     path: Result<Path<String>, PathRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Enqueued> {
@@ -501,8 +501,8 @@ fn run_id(text: &str) -> Result<Uuid, ApiError> {
     Uuid::parse_str(text.trim()).map_err(|_| ApiError::bad_request(format!("'{text}' is not a run id (a UUID)")))
 }
 
-async fn cancel_run<S: JobStore>(
-    State(state): State<AdminState<S>>,
+async fn cancel_run<K: Kv>(
+    State(state): State<AdminState<K>>,
     path: Result<Path<String>, PathRejection>,
 ) -> ApiResult<Done> {
     let Path(id) = path.map_err(|e| ApiError::bad_request(e.body_text()))?;
@@ -516,8 +516,8 @@ struct CancelRequest {
     ids: Vec<String>,
 }
 
-async fn cancel_runs<S: JobStore>(
-    State(state): State<AdminState<S>>,
+async fn cancel_runs<K: Kv>(
+    State(state): State<AdminState<K>>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Vec<ItemResult>> {
     let request: CancelRequest = required(json_body(body)?, "{\"ids\": [run ids]}")?;
@@ -592,8 +592,8 @@ fn run_state(text: &str) -> Result<RunState, ApiError> {
     })
 }
 
-async fn list_runs<S: JobStore>(
-    State(state): State<AdminState<S>>,
+async fn list_runs<K: Kv>(
+    State(state): State<AdminState<K>>,
     params: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> ApiResult<Vec<RunView>> {
     let query = run_query(params)?;
@@ -606,8 +606,8 @@ struct Count {
     count: u64,
 }
 
-async fn count_runs<S: JobStore>(
-    State(state): State<AdminState<S>>,
+async fn count_runs<K: Kv>(
+    State(state): State<AdminState<K>>,
     params: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> ApiResult<Count> {
     let query = run_query(params)?;
