@@ -70,7 +70,7 @@ mod cluster;
 pub use cluster::{coordination, leader};
 
 mod engine;
-pub use engine::{local, poll};
+pub use engine::{local, poll, poller};
 
 pub use calendar::{Calendars, JobCalendar};
 pub use cron::{CronError, CronExpression};

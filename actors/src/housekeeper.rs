@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use sundial::lapse::LapseWatch;
 use sundial::kv::Kv;
+use sundial::lapse::LapseWatch;
 use sundial::time::{Clock, MonotonicInstant};
 
 use crate::events::{CloudEvent, RunFacts, Topic};
@@ -156,12 +156,7 @@ async fn tick<K: Kv>(state: &mut HousekeeperState<K>) {
 
 /// Declares `node` lost (unless it heartbeated since `seq`) and marks its runs `Lost`;
 /// returns whether that finished (a failed step is taken again at the next tick).
-async fn reap<K: Kv>(
-    shared: &NodeShared<K>,
-    node: &str,
-    seq: u64,
-    fence: Option<&sundial::store::Fence>,
-) -> bool {
+async fn reap<K: Kv>(shared: &NodeShared<K>, node: &str, seq: u64, fence: Option<&sundial::store::Fence>) -> bool {
     loop {
         match shared.store.reap_node(node, seq, shared.clock.now(), REAP_CHUNK, fence).await {
             Ok(step) => {

@@ -12,10 +12,10 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use sundial::error::SchedulingError;
+use sundial::kv::Kv;
 use sundial::leader::{LeaderElection, LeaderLease};
 use sundial::name::ResourceName;
 use sundial::store::Fence;
-use sundial::kv::Kv;
 
 use crate::node::{Leadership, Lifecycle, NodeShared};
 

@@ -1,5 +1,7 @@
 //! The engine's decisions, as pure state machines and functions the node's actors drive:
-//! a node's local triggers and retries ([`local`]) and the poller's cadence ([`poll`]).
+//! a node's local triggers and retries ([`local`]), the poller's cadence ([`poll`]) and its
+//! state machine ([`poller`]).
 
 pub mod local;
 pub mod poll;
+pub mod poller;

@@ -27,20 +27,20 @@ use chrono::{DateTime, TimeDelta, Utc};
 use futures_util::future::try_join;
 use uuid::Uuid;
 
-use crate::time::to_micros;
 use super::due::{DueFilter, DueHeads, DueOutlook, NodeShards, RawOutlook, ShardHead, StealRota, Vouching};
 use super::jobs::instant;
 use super::keys::{fnv, DUE_SHARDS};
 use super::records::{JobRecord, NodeView, RunRecord, TriggerKind, TriggerRecord};
 use super::{
-    codec, data_text, decode_job, decode_trigger, job_run_of, parse_data, KvJobStore, Prefetched, StoreError,
-    Tx, BATCH_DATA_BUDGET,
+    codec, data_text, decode_job, decode_trigger, job_run_of, parse_data, KvJobStore, Prefetched, StoreError, Tx,
+    BATCH_DATA_BUDGET,
 };
 use crate::error::SchedulingError;
 use crate::job::{merge_data, JobRun, RunCause, RunState, TriggerState, ERROR_MESSAGE_LEN_MAX};
 use crate::kv::{run, Kv, KvTransaction, RangeRequest, VALUE_SIZE_MAX};
 use crate::rules::on_due;
 use crate::schedule::{JobSchedule, PreviousFire, ScheduleKind};
+use crate::time::to_micros;
 
 /// The largest data a run may carry, in bytes of JSON text: its record must fit in one
 /// store value with room for its names and error message. Definitions keep data far
@@ -756,8 +756,8 @@ impl<K: Kv> KvJobStore<K> {
             next.previous_fire_us = Some(to_micros(scheduled));
             // Catching up (`RunAll`): its next fire is due already, and one acquisition
             // takes one fire per trigger.
-            tally.due_again |=
-                next.state == TriggerState::Waiting && next.next_fire_us.is_some_and(|due| due <= to_micros(request.now));
+            tally.due_again |= next.state == TriggerState::Waiting
+                && next.next_fire_us.is_some_and(|due| due <= to_micros(request.now));
             self.put_taken_trigger(tx, candidate, &trigger, &next);
         }
         Ok(Some(AcquiredRun {

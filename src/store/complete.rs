@@ -7,7 +7,6 @@ use chrono::{DateTime, Utc};
 use futures_util::future::try_join3;
 use uuid::Uuid;
 
-use crate::time::to_micros;
 use super::acquire::ReadCache;
 use super::jobs::{instant, one_shot_record, settle};
 use super::records::{JobRecord, RunRecord, TriggerKind, TriggerRecord};
@@ -21,6 +20,7 @@ use crate::kv::{run, Kv, KvError, KvTransaction, MaybeCommitted, RangeRequest};
 use crate::name::JobName;
 use crate::rules::plan_retry;
 use crate::schedule::{PreviousFire, ScheduleKind};
+use crate::time::to_micros;
 
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]

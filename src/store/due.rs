@@ -268,6 +268,12 @@ pub struct DueHeads {
 }
 
 impl DueHeads {
+    /// Heads of no shard, for the engine's tests.
+    #[cfg(test)]
+    pub(crate) fn none() -> DueHeads {
+        DueHeads { homes: Vec::new(), heads: Vec::new(), scheduled: true, busy_jobs: BTreeSet::new() }
+    }
+
     /// The home shards' heads among `heads` (every shard's), read with `filter`.
     pub(super) fn of_homes(homes: Vec<bool>, mut heads: Vec<Option<ShardHead>>, filter: DueFilter<'_>) -> DueHeads {
         for (head, home) in heads.iter_mut().zip(&homes) {

@@ -16,13 +16,13 @@ use chrono::{DateTime, Utc};
 use parking_lot::Mutex;
 use uuid::Uuid;
 
-use crate::time::to_micros;
 use super::jobs::instant;
 use super::records::{RunRecord, RunSummary};
 use super::Fence;
 use super::{codec, job_run_of, KvJobStore, StoreError};
 use crate::job::{JobRunInfo, JobRunQuery, RunState};
 use crate::kv::{key_after, run, Kv, KvTransaction, RangeRequest};
+use crate::time::to_micros;
 
 /// Index entries read per transaction by a history scan.
 pub const SCAN_BUDGET: usize = 10_000;

@@ -3,7 +3,6 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::time::to_micros;
 use super::records::{JobRecord, TriggerKind, TriggerRecord};
 use super::{data_text, KvJobStore, StoreError, Tx};
 use crate::error::SchedulingError;
@@ -12,6 +11,7 @@ use crate::kv::{run, Kv, KvTransaction};
 use crate::name::{JobName, TriggerKey, TriggerName};
 use crate::schedule::JobSchedule;
 use crate::time::from_micros;
+use crate::time::to_micros;
 
 /// Where a definition being written comes from.
 pub(crate) struct Provenance {

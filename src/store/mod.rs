@@ -527,4 +527,3 @@ pub(crate) fn parse_data(text: &str) -> Result<JsonObject, StoreError> {
 pub(crate) fn data_text(data: &JsonObject) -> String {
     serde_json::Value::Object(data.clone()).to_string()
 }
-

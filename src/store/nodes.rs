@@ -13,7 +13,6 @@ use chrono::{DateTime, Utc};
 use parking_lot::Mutex;
 use uuid::Uuid;
 
-use crate::time::to_micros;
 use super::jobs::one_shot_record;
 use super::records::{NodeRecord, RunRecord, TriggerKind};
 use super::Fence;
@@ -21,6 +20,7 @@ use super::{codec, parse_data, KvJobStore, Prefetched, StoreError, BATCH_DATA_BU
 use crate::error::SchedulingError;
 use crate::job::RunState;
 use crate::kv::{run, Kv, KvTransaction, MaybeCommitted, RangeRequest};
+use crate::time::to_micros;
 
 /// What a heartbeat found.
 #[derive(Debug, Clone, PartialEq, Eq)]

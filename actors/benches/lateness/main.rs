@@ -305,13 +305,7 @@ async fn sundial_node(
     options: SchedulerOptions,
     fires: usize,
     store: Store,
-) -> (
-    sundial_actors::scheduler::JobScheduler<MemoryKv>,
-    Records,
-    Arc<dyn Clock>,
-    MemoryKv,
-    Option<DurableDir>,
-) {
+) -> (sundial_actors::scheduler::JobScheduler<MemoryKv>, Records, Arc<dyn Clock>, MemoryKv, Option<DurableDir>) {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let records = records_for(fires);
     let (c, r) = (clock.clone(), records.clone());

@@ -26,8 +26,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sundial::error::SchedulingError;
 use sundial::job::{JobRunQuery, JsonObject, RunState};
-use sundial::name::{JobName, TriggerKey, TriggerName};
 use sundial::kv::Kv;
+use sundial::name::{JobName, TriggerKey, TriggerName};
 use uuid::Uuid;
 
 use self::error::{ApiError, ErrorBody};
