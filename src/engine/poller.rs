@@ -639,7 +639,8 @@ mod tests {
 
     #[test]
     fn every_change_no_watch_reports_makes_the_next_cycle_read_the_store() {
-        let changes: [(&str, fn(&mut Poller)); 8] = [
+        type Change = (&'static str, fn(&mut Poller));
+        let changes: [Change; 8] = [
             ("a local change", Poller::local_change),
             ("forgotten", Poller::forget_due),
             ("not serving", Poller::not_serving),
