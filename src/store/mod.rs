@@ -31,6 +31,7 @@ mod complete;
 mod due;
 mod fence;
 mod history;
+mod invariants;
 mod jobs;
 mod nodes;
 mod prefetch;
@@ -341,6 +342,7 @@ impl<T: KvTransaction> Tx<'_, T> {
     /// Writes `new` (replacing `old`), moving its due and blocked entries. `local` triggers
     /// (of jobs that run on every node) never enter the due index.
     pub(crate) fn put_trigger(&self, old: Option<&TriggerRecord>, new: &TriggerRecord, local: bool) {
+        invariants::trigger_write(old, new);
         if local {
             // A local trigger's pause is part of the local jobs' listing.
             self.touch_local_jobs();
@@ -447,6 +449,7 @@ impl<T: KvTransaction> Tx<'_, T> {
     /// Writes `new` (replacing `old`, same id), with its running index entries while it
     /// runs, and its history index entries once it ended.
     pub(crate) fn put_run(&self, old: Option<&RunRecord>, new: &RunRecord) {
+        invariants::run_write(old, new);
         if let Some(old) = old.filter(|old| old.state == RunState::Running) {
             self.txn.clear(&self.keys.running(&old.node, old.id));
             self.txn.clear(&self.keys.job_running(&old.job, old.id));
