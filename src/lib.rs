@@ -10,7 +10,11 @@
 //! or as arguments, randomness and run ids through [`entropy::Entropy`], so the same inputs
 //! give the same outputs, bit for bit.
 //!
-//! ## Modules
+//! ## Modules, by layer
+//! Each layer uses only the ones before it (`tests/layout.rs` checks it); the folders
+//! under `src/` are the layers.
+//!
+//! The model (`src/model/`):
 //! - [`name`]: job, trigger, resource and calendar names (one grammar).
 //! - [`time`], [`entropy`]: the injected clock and seeded randomness.
 //! - [`cron`]: the cron dialect and its fast next-fire search.
@@ -18,21 +22,28 @@
 //! - [`schedule`]: schedule kinds, windows, text form, next-fire computation.
 //! - [`calendar`]: exclusion calendars.
 //! - [`job`]: job and trigger definitions, retry and misfire policies, runs, states.
-//! - [`error`]: the stable error codes.
-//! - [`coordination`]: "run this once across the cluster" for fires from another trigger
-//!   source (SPEC §15).
-//! - [`options`]: node options from TOML and the environment.
 //! - [`rules`]: pure scheduling decisions (misfires, retries, run slots, how far ahead and
 //!   how many fires to acquire).
-//! - [`local`]: a node's local triggers and in-process retries, as a state machine.
-//! - [`poll`]: the poller's decisions (how long a node sleeps after a cycle).
 //! - [`lapse`]: observer-judged expiry: a lease or record held by another is taken over
 //!   only once this observer saw it unchanged for its whole lease, on its own clock.
+//! - [`options`]: node options from TOML and the environment.
+//! - [`error`]: the stable error codes.
+//!
+//! Storage (`src/kv/`, `src/store/`):
 //! - [`kv`]: the FoundationDB-shaped transaction trait and its engines (`MemoryKv`; behind
 //!   features, the durable `EmbeddedKv` and PostgreSQL's `PgKv`).
-//! - [`store`]: the job store over a `Kv` (`KvJobStore`): records, keys, codec, and the
-//!   transactions that acquire fires, record runs and keep history.
+//! - [`store`]: the job store over a `Kv` (`KvJobStore`): records, keys, codec, fencing,
+//!   invariants, and the transactions that acquire fires, record runs and keep history.
+//!
+//! The cluster (`src/cluster/`):
 //! - [`leader`]: leader election (in-process, or a lease in the store).
+//! - [`coordination`]: "run this once across the cluster" for fires from another trigger
+//!   source (SPEC §15).
+//!
+//! The engine (`src/engine/`), state machines the node's actors drive:
+//! - [`poller`]: what each poll cycle does and remembers.
+//! - [`poll`]: the poll cycle's cadence (sleeps, heartbeats, steal intervals).
+//! - [`local`]: a node's local triggers and in-process retries.
 //!
 //! ## Glossary
 //! - **job**: what to do — a type key naming the code, data, flags, policies, triggers.

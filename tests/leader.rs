@@ -6,14 +6,13 @@
 //! Method: two nodes' elections share one `MemoryKv` on a manual clock; time moves only
 //! when the test says so, so expiry is exact.
 
-mod contenders;
 mod meanwhile;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use contenders::{contend, Race};
 use meanwhile::Meanwhile;
+use sundial_test_support::contenders::{contend, Race};
 
 use sundial::entropy::Entropy;
 use sundial::kv::memory::{KvFaults, MemoryKv, MemoryKvOptions};

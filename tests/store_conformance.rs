@@ -7,7 +7,8 @@
 //! transactions; the race and recovery scenarios run again with conflicts and ambiguous
 //! commits injected in both directions.
 
-mod conformance;
+use sundial_test_support::conformance;
+use sundial_test_support::{for_each_retry_safe_scenario, for_each_scenario};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -1,12 +1,13 @@
 //! Goal: the job store behaves on the embedded durable store exactly as on `MemoryKv`:
-//! the same conformance scenarios (tests/conformance), the multi-poller race and the
+//! the same conformance scenarios (`sundial_test_support::conformance`), the multi-poller race and the
 //! history cap pass on `EmbeddedKv`, every commit written to disk before it returns; and a
 //! store reopened from its directory holds what the scenario left.
 //!
 //! Method: each scenario in a fresh directory; then the directory is opened again and the
 //! two stores' keys and values compared.
 
-mod conformance;
+use sundial_test_support::conformance;
+use sundial_test_support::for_each_scenario;
 
 use std::sync::Arc;
 

@@ -1,11 +1,12 @@
 //! Goal: the job store behaves on PostgreSQL exactly as on `MemoryKv`: the same
-//! conformance scenarios (tests/conformance), the multi-poller race and the history cap
+//! conformance scenarios (`sundial_test_support::conformance`), the multi-poller race and the history cap
 //! pass on `PgKv` against a real server, with real connections interleaving.
 //!
 //! Method: a throwaway server (`sundial-test-support`; under `CI=true` a missing server
 //! fails the test); each scenario in a fresh schema.
 
-mod conformance;
+use sundial_test_support::conformance;
+use sundial_test_support::for_each_scenario;
 
 use std::sync::Arc;
 

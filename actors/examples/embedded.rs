@@ -2,8 +2,8 @@
 //! node's supervisor linked under it, registers its job types, and talks to the node
 //! through the `JobScheduler` handle.
 //!
-//! Run: `cargo run -p sundial-actors --example embedded`. The test suite runs it too
-//! (`actors/tests/embedded_example.rs`).
+//! Run: `cargo run -p sundial-actors --example embedded`. `cargo test` runs it too (the
+//! test at the end of this file; `test = true` in `actors/Cargo.toml`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,7 +59,7 @@ impl Actor for HostSupervisor {
 
 /// Builds the host, starts the embedded node under it, runs one job by hand, and stops.
 /// Returns the run's outcome.
-pub(crate) async fn run_example() -> Result<RunOutcome, Box<dyn std::error::Error>> {
+async fn run_example() -> Result<RunOutcome, Box<dyn std::error::Error>> {
     let (host, host_handle) = Actor::spawn(Some("host/supervisor".into()), HostSupervisor, ()).await?;
 
     // The production clock and OS-seeded entropy: a real node, not a simulation.
@@ -90,10 +90,19 @@ pub(crate) async fn run_example() -> Result<RunOutcome, Box<dyn std::error::Erro
     Ok(outcome)
 }
 
-#[allow(dead_code)] // Used when built as an example; the test includes only `run_example`.
+#[cfg_attr(test, allow(dead_code))] // The test harness has a main of its own.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let outcome = run_example().await?;
     println!("outcome: {outcome:?}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn the_embedding_example_runs_a_job_under_a_host_supervisor() {
+        let outcome = super::run_example().await.expect("the example runs");
+        assert_eq!(outcome, sundial::store::RunOutcome::Succeeded);
+    }
 }

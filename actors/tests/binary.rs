@@ -13,8 +13,7 @@
 // These tests wait on real child processes, in real time; no simulation reads this clock.
 #![allow(clippy::disallowed_methods)]
 
-#[path = "support/fake_kubernetes.rs"]
-mod fake_kubernetes;
+use sundial_test_support::fake_kubernetes;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

@@ -1,13 +1,13 @@
 //! Goal: the store behaves on a real FoundationDB cluster exactly as on `MemoryKv`: the
-//! same conformance scenarios (tests/conformance) pass on both.
+//! same conformance scenarios (`sundial_test_support::conformance`) pass on both.
 //!
 //! Method: runs only with feature `fdb` and `FDB_CLUSTER_FILE` set (libfdb_c cannot be
 //! installed on the development machines; CI compile-checks this file). Without a cluster
 //! it prints that it skipped. Each scenario runs in a fresh random keyspace, cleared after.
 #![cfg(feature = "fdb")]
 
-#[path = "../../tests/conformance/mod.rs"]
-mod conformance;
+use sundial_test_support::conformance;
+use sundial_test_support::for_each_scenario;
 
 use std::sync::Arc;
 

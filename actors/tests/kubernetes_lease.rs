@@ -5,27 +5,22 @@
 //! Lease get one winner, and an unreachable or refusing API server is `UNAVAILABLE_002`
 //! with the holding state kept.
 //!
-//! Method: a fake API server (tests/support/fake_kubernetes.rs, real HTTP) keeps Lease
+//! Method: a fake API server (`sundial_test_support::fake_kubernetes`, real HTTP) keeps Lease
 //! objects the way the Kubernetes API server does. Elections run on a manual clock, so
 //! expiry is exact.
 #![cfg(feature = "node")]
-
-#[path = "../../tests/contenders/mod.rs"]
-mod contenders;
-#[path = "support/fake_kubernetes.rs"]
-mod fake_kubernetes;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use contenders::{contend, Race};
-use fake_kubernetes::{start as fake_api, Trouble, TOKEN};
 use sundial::entropy::Entropy;
 use sundial::leader::{LeaderElection, LeaderLease};
 use sundial::name::ResourceName;
 use sundial::time::{from_micros, ManualClock};
 use sundial_actors::kubernetes::{KubernetesApi, KubernetesLeaderElection, DEFAULT_LEASE_NAME};
+use sundial_test_support::contenders::{contend, Race};
+use sundial_test_support::fake_kubernetes::{start as fake_api, Trouble, TOKEN};
 
 const TTL: Duration = Duration::from_secs(15);
 

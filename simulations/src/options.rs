@@ -314,28 +314,18 @@ impl SimOptions {
 /// streams.
 const OPTIONS_SALT: u64 = 0x6f70_7469_6f6e_7300;
 
-/// Parses `90s`, `15m`, `6h`, `2d` or a plain number of seconds.
+/// Parses a duration as job specs write one (humantime's grammar: `90s`, `15m`, `6h`,
+/// `2d`, `1h 30m`).
 ///
 /// # Errors
 /// Anything else, or zero.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
-        Some((i, _)) => text.split_at(i),
-        None => (text, "s"),
-    };
-    let value: u64 = number.parse().map_err(|_| format!("duration '{text}': expected a number then s, m, h or d"))?;
-    let seconds = match unit {
-        "s" => value,
-        "m" => value.saturating_mul(60),
-        "h" => value.saturating_mul(3600),
-        "d" => value.saturating_mul(86_400),
-        _ => return Err(format!("duration '{text}': unknown unit '{unit}' (use s, m, h or d)")),
-    };
-    if seconds == 0 {
+    let duration = humantime::parse_duration(text.trim())
+        .map_err(|e| format!("duration '{text}': {e} (write it as job specs do: 90s, 15m, 6h, 2d)"))?;
+    if duration.is_zero() {
         return Err(format!("duration '{text}' must be positive"));
     }
-    Ok(Duration::from_secs(seconds))
+    Ok(duration)
 }
 
 /// The longest safety phase a simulation runs: 30 days. The checkers keep every run's
@@ -397,7 +387,8 @@ mod tests {
     #[test]
     fn durations_and_seed_ranges_parse() {
         assert_eq!(parse_duration("6h").unwrap(), Duration::from_secs(21_600));
-        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("1h 30m").unwrap(), Duration::from_secs(5_400));
+        assert!(parse_duration("90").is_err(), "a unit, as in job specs");
         assert!(parse_duration("6x").is_err());
         assert!(parse_duration("0s").is_err());
         assert_eq!(parse_safety_duration("30d").unwrap(), DURATION_MAX);

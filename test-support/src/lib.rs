@@ -1,5 +1,8 @@
 //! Test support shared by the workspace's test targets (never a dependency of a
 //! production build).
 
+pub mod conformance;
+pub mod contenders;
 pub mod dir;
+pub mod fake_kubernetes;
 pub mod postgres;

@@ -17,26 +17,26 @@ use sundial::time::{Clock, ManualClock};
 /// What the contenders share: until when each believes it holds the lease (`None`: it
 /// does not), and the terms granted so far, in order.
 #[derive(Clone, Default)]
-pub(crate) struct Race {
+pub struct Race {
     beliefs: Arc<Mutex<Vec<Option<DateTime<Utc>>>>>,
     terms: Arc<Mutex<Vec<u64>>>,
 }
 
 impl Race {
     /// A race of `contenders`.
-    pub(crate) fn new(contenders: usize) -> Self {
+    pub fn new(contenders: usize) -> Self {
         Self { beliefs: Arc::new(Mutex::new(vec![None; contenders])), terms: Arc::default() }
     }
 
     /// How many grants there were.
-    pub(crate) fn grants(&self) -> usize {
+    pub fn grants(&self) -> usize {
         self.terms.lock().len()
     }
 }
 
 /// Contender `i` of `race` (a failure names `label`): `steps` random steps through
 /// `election` on `resource`, stalling up to a TTL and a quarter at a time on `clock`.
-pub(crate) async fn contend<E: LeaderElection>(
+pub async fn contend<E: LeaderElection>(
     election: E,
     i: usize,
     race: Race,

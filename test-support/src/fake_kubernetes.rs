@@ -3,8 +3,6 @@
 //! `resourceVersion` are refused with 409, every write bumps the version, a request without
 //! the bearer token is 401), served over real HTTP by axum.
 
-#![allow(dead_code)] // Each including test binary uses its own part.
-
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,33 +15,37 @@ use parking_lot::Mutex;
 use sundial_actors::kubernetes::Lease;
 
 /// The bearer token the fake accepts.
-pub(crate) const TOKEN: &str = "test-token";
+pub const TOKEN: &str = "test-token";
 
 /// The fake's state.
 #[derive(Default)]
-pub(crate) struct Fake {
-    pub(crate) leases: Mutex<BTreeMap<(String, String), Lease>>,
+pub struct Fake {
+    /// The Lease objects, by namespace and name.
+    pub leases: Mutex<BTreeMap<(String, String), Lease>>,
     version: AtomicU64,
     /// Answer 503 to everything.
-    pub(crate) down: AtomicBool,
+    pub down: AtomicBool,
     /// Hold the next read before serving it: say so on the first sender, serve it once
     /// the second one says so (a read on its way while others write).
-    pub(crate) hold_next_read: Mutex<Option<(tokio::sync::oneshot::Sender<()>, tokio::sync::oneshot::Receiver<()>)>>,
+    pub hold_next_read: Mutex<Option<(tokio::sync::oneshot::Sender<()>, tokio::sync::oneshot::Receiver<()>)>>,
     /// Trouble drawn per request, when set.
-    pub(crate) trouble: Mutex<Option<Trouble>>,
+    pub trouble: Mutex<Option<Trouble>>,
 }
 
 /// Trouble for each request, drawn from a seed: time passing while it is on its way
 /// (before it is served and after), a refusal (503, nothing done), and for writes an
 /// answer lost after the write was applied (503, yet done).
-pub(crate) struct Trouble {
-    pub(crate) entropy: sundial::entropy::Entropy,
-    pub(crate) clock: sundial::time::ManualClock,
-    pub(crate) latency_max: std::time::Duration,
+pub struct Trouble {
+    /// Draws the trouble.
+    pub entropy: sundial::entropy::Entropy,
+    /// The clock a request's time on its way passes on.
+    pub clock: sundial::time::ManualClock,
+    /// The most time a request spends on its way, each way.
+    pub latency_max: std::time::Duration,
     /// Per thousand requests.
-    pub(crate) refused: u64,
+    pub refused: u64,
     /// Per thousand writes.
-    pub(crate) answer_lost: u64,
+    pub answer_lost: u64,
 }
 
 /// What trouble one request meets.
@@ -81,7 +83,8 @@ impl Fake {
     }
 }
 
-pub(crate) type Shared = Arc<Fake>;
+/// The fake, shared by its handlers and the test.
+pub type Shared = Arc<Fake>;
 
 fn refused(headers: &HeaderMap, fake: &Fake) -> Option<StatusCode> {
     if fake.down.load(Ordering::SeqCst) {
@@ -185,7 +188,7 @@ async fn replace(
 }
 
 /// A fake API server; its base URL.
-pub(crate) async fn start() -> (Shared, String) {
+pub async fn start() -> (Shared, String) {
     let fake = Shared::default();
     let app = Router::new()
         .route("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases", post(create))
@@ -199,7 +202,7 @@ pub(crate) async fn start() -> (Shared, String) {
 
 impl Fake {
     /// The holder of Lease `name` in namespace `ns`, if any.
-    pub(crate) fn holder(&self, ns: &str, name: &str) -> Option<String> {
+    pub fn holder(&self, ns: &str, name: &str) -> Option<String> {
         self.leases.lock().get(&(ns.to_owned(), name.to_owned())).and_then(|l| l.spec.holder_identity.clone())
     }
 }
