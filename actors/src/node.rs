@@ -78,8 +78,6 @@ pub struct NodeShared<K: Kv> {
     pub(crate) starts: Arc<PendingStarts>,
     /// Where run actors send their completions (the completer's inbox).
     completions: mpsc::UnboundedSender<CompletionRequest>,
-    /// The completer's end of that channel, until the supervisor starts it.
-    completion_inbox: Mutex<Option<mpsc::UnboundedReceiver<CompletionRequest>>>,
 }
 
 impl<K: Kv> NodeShared<K> {
@@ -288,6 +286,14 @@ pub struct PollerMsgBox(pub(crate) PollerMsg);
 /// The supervisor of a node's actors.
 pub struct NodeSupervisor<K: Kv>(std::marker::PhantomData<K>);
 
+/// What the supervisor starts with (opaque): the node's shared context, and the
+/// completer's end of the completions channel, which the supervisor hands to the completer
+/// it starts.
+pub struct SupervisorArgs<K: Kv> {
+    shared: Arc<NodeShared<K>>,
+    completion_inbox: mpsc::UnboundedReceiver<CompletionRequest>,
+}
+
 /// The supervisor's state.
 pub struct SupervisorState<K: Kv> {
     shared: Arc<NodeShared<K>>,
@@ -297,21 +303,20 @@ pub struct SupervisorState<K: Kv> {
     /// The self-fencing watchdog (shared store only); aborted with this state.
     _watchdog: Option<AbortOnDrop<()>>,
     /// The completer; aborted with this state.
-    _completer: Option<AbortOnDrop<()>>,
+    _completer: AbortOnDrop<()>,
 }
 
 impl<K: Kv> Actor for NodeSupervisor<K> {
     type Msg = NodeMsg;
     type State = SupervisorState<K>;
-    type Arguments = Arc<NodeShared<K>>;
+    type Arguments = SupervisorArgs<K>;
 
     async fn pre_start(
         &self,
         myself: ActorRef<NodeMsg>,
-        shared: Arc<NodeShared<K>>,
+        SupervisorArgs { shared, completion_inbox }: SupervisorArgs<K>,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let inbox = shared.completion_inbox.lock().take();
-        let completer = inbox.map(|inbox| spawn_completer(shared.clone(), inbox));
+        let completer = spawn_completer(shared.clone(), completion_inbox);
         let poller = spawn_poller(&myself, &shared).await?;
         let (lease, _) =
             Actor::spawn_linked(Some(shared.actor_name("lease")), LeaseActor::new(), shared.clone(), myself.get_cell())
@@ -437,15 +442,14 @@ impl Node {
             stats: EngineStats::default(),
             starts: Arc::new(PendingStarts::new(config.clock.clone())),
             completions,
-            completion_inbox: Mutex::new(Some(completion_inbox)),
         });
         let name = shared.actor_name("supervisor");
+        let args = SupervisorArgs { shared: shared.clone(), completion_inbox };
         let (node, _) = match supervisor {
             Some(parent) => {
-                Actor::spawn_linked(Some(name), NodeSupervisor(std::marker::PhantomData), shared.clone(), parent)
-                    .await?
+                Actor::spawn_linked(Some(name), NodeSupervisor(std::marker::PhantomData), args, parent).await?
             }
-            None => Actor::spawn(Some(name), NodeSupervisor(std::marker::PhantomData), shared.clone()).await?,
+            None => Actor::spawn(Some(name), NodeSupervisor(std::marker::PhantomData), args).await?,
         };
         Ok(JobScheduler::new(shared, node))
     }
