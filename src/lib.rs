@@ -44,6 +44,8 @@
 //! - [`poller`]: what each poll cycle does and remembers.
 //! - [`poll`]: the poll cycle's cadence (sleeps, heartbeats, steal intervals).
 //! - [`local`]: a node's local triggers and in-process retries.
+//! - [`housekeeping`]: the leader's housekeeping (which nodes to reap, when to trim
+//!   history).
 //!
 //! ## Glossary
 //! - **job**: what to do — a type key naming the code, data, flags, policies, triggers.
@@ -81,7 +83,7 @@ mod cluster;
 pub use cluster::{coordination, leader};
 
 mod engine;
-pub use engine::{local, poll, poller};
+pub use engine::{housekeeping, local, poll, poller};
 
 pub use calendar::{Calendars, JobCalendar};
 pub use cron::{CronError, CronExpression};

@@ -6,16 +6,16 @@
 //! re-enqueued once. Each `housekeeping_interval` it deletes history that ended more than
 //! `history_retention` ago. Every store write it makes is fenced by its leader term, so a
 //! deposed leader's late housekeeping cannot commit. A new leader observes for a full
-//! `node_timeout` before reaping anything.
+//! `node_timeout` before reaping anything. What to reap and when to trim is decided by
+//! [`sundial::housekeeping::Housekeeper`]; this actor reads the node list, makes the
+//! store calls and publishes the lost runs' events.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use sundial::housekeeping::{tick_period, Housekeeper};
 use sundial::kv::Kv;
-use sundial::lapse::LapseWatch;
-use sundial::time::{Clock, MonotonicInstant};
+use sundial::time::Clock;
 
 use crate::events::{CloudEvent, RunFacts, Topic};
 use crate::node::NodeShared;
@@ -32,14 +32,8 @@ pub(crate) enum HousekeeperMsg {
 
 pub(crate) struct HousekeeperState<K: Kv> {
     shared: Arc<NodeShared<K>>,
-    /// Other nodes' heartbeat sequences, timed while unchanged: a node is lost once its
-    /// sequence stayed the same for `node_timeout` on this leader's clock.
-    observations: LapseWatch<String, u64>,
-    last_retention: Option<MonotonicInstant>,
-    leading_term: Option<u64>,
-    /// Nodes no longer alive (declared lost, or stopped) whose runs this term has
-    /// finished reaping.
-    swept: BTreeSet<String>,
+    /// What to reap and when to trim, and what that remembers.
+    keeper: Housekeeper,
 }
 
 /// The housekeeper.
@@ -62,13 +56,7 @@ impl<K: Kv> Actor for HousekeeperActor<K> {
         shared: Arc<NodeShared<K>>,
     ) -> Result<Self::State, ActorProcessingErr> {
         let _ = myself.send_message(HousekeeperMsg::Tick);
-        Ok(HousekeeperState {
-            shared,
-            observations: LapseWatch::new(),
-            last_retention: None,
-            leading_term: None,
-            swept: BTreeSet::new(),
-        })
+        Ok(HousekeeperState { shared, keeper: Housekeeper::new() })
     }
 
     async fn handle(
@@ -78,10 +66,7 @@ impl<K: Kv> Actor for HousekeeperActor<K> {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         tick(state).await;
-        let options = &state.shared.options;
-        // Observe often enough to notice a lost node within about a third of the timeout.
-        let period = options.housekeeping_interval.min(options.node_timeout / 3).max(Duration::from_millis(100));
-        myself.send_after(period, || HousekeeperMsg::Tick);
+        myself.send_after(tick_period(&state.shared.options), || HousekeeperMsg::Tick);
         Ok(())
     }
 }
@@ -89,68 +74,36 @@ impl<K: Kv> Actor for HousekeeperActor<K> {
 async fn tick<K: Kv>(state: &mut HousekeeperState<K>) {
     let shared = state.shared.clone();
     let Some(leadership) = shared.leader() else {
-        state.observations.clear();
-        state.leading_term = None;
-        state.last_retention = None;
-        state.swept.clear();
+        state.keeper.not_leading();
         return;
     };
-    if state.leading_term != Some(leadership.term) {
-        // A new term: observations from before do not count, and nodes no longer alive
-        // are swept again (an earlier leader may have stopped half-way).
-        state.observations.clear();
-        state.swept.clear();
-        state.leading_term = Some(leadership.term);
-    }
+    state.keeper.leading(leadership.term);
     let fence = leadership.fence.as_ref();
     let now_mono = shared.clock.monotonic();
     let now = shared.clock.now();
     if shared.shared_store {
         match shared.store.nodes().await {
             Ok(nodes) => {
-                // A heartbeat seen may have been written after `now_mono`, while the read
-                // was on its way: its timing starts now, never earlier (its lapse is judged
-                // at `now_mono`).
                 let seen = shared.clock.monotonic();
-                // Records of nodes fully reaped are deleted: forget them.
-                state.swept.retain(|name| nodes.iter().any(|n| &n.node == name));
-                state.observations.retain(|name| nodes.iter().any(|n| &n.node == name));
-                // A node no longer alive may still have runs `Running`: one stopped with
-                // runs that ignored cancellation (abandoned), or one whose reaping failed
-                // after it was declared lost. Nothing else would ever end them.
-                for node in nodes.iter().filter(|n| !n.alive && n.node != shared.node_id) {
-                    if !state.swept.contains(&node.node) && reap(&shared, &node.node, node.heartbeat_seq, fence).await {
-                        state.swept.insert(node.node.clone());
+                let timeout = shared.options.node_timeout;
+                for reap_step in state.keeper.plan_reaps(&shared.node_id, &nodes, timeout, seen, now_mono) {
+                    if reap_step.lapsed {
+                        tracing::warn!(node = %reap_step.node, "node lost: no heartbeat for node_timeout");
                     }
-                }
-                for node in nodes.into_iter().filter(|n| n.alive && n.node != shared.node_id) {
-                    state.swept.remove(&node.node);
-                    let timeout = shared.options.node_timeout;
-                    state.observations.observe(node.node.clone(), node.heartbeat_seq, timeout, seen);
-                    if !state.observations.lapsed(&node.node, &node.heartbeat_seq, timeout, now_mono) {
-                        continue;
-                    }
-                    tracing::warn!(node = %node.node, "node lost: no heartbeat for node_timeout");
-                    if reap(&shared, &node.node, node.heartbeat_seq, fence).await {
-                        // Declared and reaped: the sweep of nodes no longer alive skips it.
-                        state.swept.insert(node.node.clone());
-                    }
-                    state.observations.forget(&node.node);
+                    let done = reap(&shared, &reap_step.node, reap_step.seq, fence).await;
+                    state.keeper.reaped(&reap_step, done);
                 }
             }
             Err(error) => tracing::warn!(%error, "could not read nodes"),
         }
     }
-    let retention_due = state
-        .last_retention
-        .is_none_or(|last| now_mono.saturating_duration_since(last) >= shared.options.housekeeping_interval);
-    if retention_due {
+    if state.keeper.retention_due(now_mono, shared.options.housekeeping_interval) {
         match shared.store.apply_retention(now, shared.options.history_retention(), fence).await {
             Ok(deleted) if deleted > 0 => tracing::info!(deleted, "expired history"),
             Ok(_) => {}
             Err(error) => tracing::warn!(%error, "history retention failed"),
         }
-        state.last_retention = Some(now_mono);
+        state.keeper.retention_ran(now_mono);
     }
 }
 
