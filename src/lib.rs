@@ -46,6 +46,7 @@
 //! - [`local`]: a node's local triggers and in-process retries.
 //! - [`housekeeping`]: the leader's housekeeping (which nodes to reap, when to trim
 //!   history).
+//! - [`liveness`]: a node's self-fencing and leader-lease renewal cadence.
 //!
 //! ## Glossary
 //! - **job**: what to do — a type key naming the code, data, flags, policies, triggers.
@@ -83,7 +84,7 @@ mod cluster;
 pub use cluster::{coordination, leader};
 
 mod engine;
-pub use engine::{housekeeping, local, poll, poller};
+pub use engine::{housekeeping, liveness, local, poll, poller};
 
 pub use calendar::{Calendars, JobCalendar};
 pub use cron::{CronError, CronExpression};

@@ -17,7 +17,7 @@ const LAYERS: [(&str, &[&str]); 5] = [
     ("kv", &["kv"]),
     ("store", &["store"]),
     ("cluster", &["cluster", "coordination", "leader"]),
-    ("engine", &["engine", "housekeeping", "local", "poll", "poller"]),
+    ("engine", &["engine", "housekeeping", "liveness", "local", "poll", "poller"]),
 ];
 
 fn layer_of_module(module: &str) -> Option<usize> {

@@ -1,4 +1,4 @@
-//! Self-fencing. The leader declares a node lost once its heartbeat has not moved for
+//! Self-fencing (when: [`sundial::liveness`]). The leader declares a node lost once its heartbeat has not moved for
 //! `node_timeout` (on the leader's monotonic clock, from when it first saw that heartbeat),
 //! then marks its runs `Lost` and may run their jobs again elsewhere. A node that cannot
 //! heartbeat — cut off from the store, or stuck in a slow cycle — does not know it was
@@ -8,28 +8,23 @@
 //! ends on this node before its next run can start on another.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use sundial::kv::Kv;
+use sundial::liveness;
 
 use crate::execute::{AbortOnDrop, CancelReason};
 use crate::node::{Lifecycle, NodeShared};
 
-/// How stale the last successful heartbeat may get before the node fences itself, as a
-/// fraction of `node_timeout`: the rest is the margin for the runs to end.
-const FENCE_AT: (u32, u32) = (2, 3);
-
 /// Whether the node's last successful heartbeat is old enough that it fences itself.
 pub(crate) fn heartbeat_is_stale<K: Kv>(shared: &NodeShared<K>) -> bool {
-    let fence_after = shared.options.node_timeout * FENCE_AT.0 / FENCE_AT.1;
-    shared.heartbeat_age().is_some_and(|age| age >= fence_after)
+    liveness::heartbeat_is_stale(shared.heartbeat_age(), shared.options.node_timeout)
 }
 
 /// Starts the watchdog of a node on a shared store; it stops when the returned handle is
 /// dropped (with the supervisor's state) or the node stops.
 pub(crate) fn spawn_watchdog<K: Kv>(shared: Arc<NodeShared<K>>) -> AbortOnDrop<()> {
-    let fence_after = shared.options.node_timeout * FENCE_AT.0 / FENCE_AT.1;
-    let tick = (shared.options.node_timeout / 10).clamp(Duration::from_millis(100), shared.options.poll_interval);
+    let fence_after = liveness::fence_after(shared.options.node_timeout);
+    let tick = liveness::watchdog_period(shared.options.node_timeout, shared.options.poll_interval);
     AbortOnDrop(tokio::spawn(async move {
         let mut fenced = false;
         loop {

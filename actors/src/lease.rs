@@ -14,6 +14,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use sundial::error::SchedulingError;
 use sundial::kv::Kv;
 use sundial::leader::{LeaderElection, LeaderLease};
+use sundial::liveness;
 use sundial::name::ResourceName;
 use sundial::store::Fence;
 
@@ -103,10 +104,6 @@ impl<K: Kv> LeaseActor<K> {
     }
 }
 
-/// The shortest period between renewals of the lease (a third of its TTL otherwise), so a
-/// tiny TTL cannot turn the actor into a busy loop.
-const FASTEST_RENEWAL: Duration = Duration::from_millis(10);
-
 impl<K: Kv> Actor for LeaseActor<K> {
     type Msg = LeaseMsg;
     type State = LeaseState<K>;
@@ -118,7 +115,7 @@ impl<K: Kv> Actor for LeaseActor<K> {
         shared: Arc<NodeShared<K>>,
     ) -> Result<Self::State, ActorProcessingErr> {
         let ttl = shared.options.lease_ttl;
-        if ttl < FASTEST_RENEWAL * 3 {
+        if liveness::lease_ttl_too_short(ttl) {
             // Valid (the spec asks only > 0), but a lease renewed at most every 10 ms can
             // lapse between renewals, and leadership then changes hands again and again.
             tracing::warn!(
@@ -139,8 +136,7 @@ impl<K: Kv> Actor for LeaseActor<K> {
         match message {
             LeaseMsg::Tick => {
                 tick(state).await;
-                let period = (state.shared.options.lease_ttl / 3).max(FASTEST_RENEWAL);
-                myself.send_after(period, || LeaseMsg::Tick);
+                myself.send_after(liveness::renewal_period(state.shared.options.lease_ttl), || LeaseMsg::Tick);
             }
             LeaseMsg::TickNow => tick(state).await,
             LeaseMsg::Release(reply) => {
@@ -169,7 +165,7 @@ async fn tick<K: Kv>(state: &mut LeaseState<K>) {
             Err(error) if error.code() == "SCHEDULING_UNAVAILABLE_002" => {
                 // Still ours as far as we know; if we cannot renew in time it expires.
                 tracing::warn!(%error, "could not renew the leader lease");
-                if !lease.is_held() {
+                if !liveness::keeps_lease_after_failed_renewal(true, lease.is_held()) {
                     state.lease = None;
                     shared.set_leader(None);
                 }
