@@ -17,12 +17,14 @@
 //! calendars, job definitions, built-in kinds' parameters and calendar references. Every
 //! error names the file, the key and the problem.
 
+mod leader;
+mod store;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde::Deserialize;
 use sundial::calendar::{Calendars, JobCalendar};
@@ -31,6 +33,11 @@ use sundial::name::CalendarName;
 use sundial::options::SchedulerOptions;
 
 use crate::spec::{reason, CalendarSpec, JobSpec};
+
+pub use leader::LeaderConfig;
+use leader::{leader, LeaderSection};
+use store::{postgres_store, transaction_timeout, StoreKind, StoreSection};
+pub use store::{PostgresStore, StoreConfig};
 
 /// The admin API's default address.
 pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:7600";
@@ -121,110 +128,6 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// Which store the node uses.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoreConfig {
-    /// The embedded in-memory store: one node, history capped at `max_runs`, forgotten
-    /// when the process ends.
-    Memory {
-        /// Finished runs kept at most.
-        max_runs: u64,
-    },
-    /// The embedded durable store (`sundial::kv::embedded::EmbeddedKv`): one node, its
-    /// data in a directory of its own, kept across restarts and crashes.
-    Embedded {
-        /// The data directory (`path`; relative to the config file's directory, default
-        /// `sundial-data` there).
-        path: PathBuf,
-        /// Finished runs kept at most (`max_runs`); `None`: history retention alone
-        /// bounds them.
-        max_runs: Option<u64>,
-        /// The KiB of writes the commit log gathers before folding them into the data
-        /// file (`fold_kib`); `None`: the store's default (32 MiB).
-        fold_kib: Option<u64>,
-    },
-    /// A PostgreSQL database shared with other nodes (`sundial::kv::postgres::PgKv`).
-    Postgres(PostgresStore),
-    /// A FoundationDB cluster shared with other nodes.
-    Fdb {
-        /// The cluster file; `None` uses FoundationDB's default lookup.
-        cluster_file: Option<PathBuf>,
-        /// How long a transaction may wait on the cluster before the store reports it
-        /// unavailable (`transaction_timeout_seconds`, 1 to 3600); `None`: the adapter's
-        /// default, 10 s.
-        transaction_timeout: Option<Duration>,
-    },
-}
-
-/// `[store] kind = "postgres"`: where the database is and how long to wait for it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct PostgresStore {
-    /// The connection URL (`postgres://user@host:port/database`, or a `key=value`
-    /// string), without its password if it had one set elsewhere.
-    pub url: String,
-    /// The password, from `password_file` or `SUNDIAL_STORE_PASSWORD` (`None`: the
-    /// URL's, if any). Never printed.
-    pub password: Option<String>,
-    /// The PostgreSQL schema holding sundial's tables: one cluster per schema.
-    pub schema: String,
-    /// Connections in the node's pool.
-    pub pool_size: usize,
-    /// The longest wait for a new connection.
-    pub connect_timeout: Duration,
-    /// The longest wait for one round trip.
-    pub operation_timeout: Duration,
-}
-
-impl fmt::Debug for PostgresStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PostgresStore")
-            .field("url", &self.url)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .field("schema", &self.schema)
-            .field("pool_size", &self.pool_size)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("operation_timeout", &self.operation_timeout)
-            .finish()
-    }
-}
-
-impl PostgresStore {
-    /// The options to open the store with.
-    ///
-    /// # Errors
-    /// When `url` does not parse (checked at load, so only for a value made by hand).
-    pub fn options(&self) -> Result<sundial::kv::postgres::PgKvOptions, sundial::kv::postgres::PgOpenError> {
-        let mut options = sundial::kv::postgres::PgKvOptions::new(&self.url)?;
-        if let Some(password) = &self.password {
-            options.config.password(password.as_bytes());
-        }
-        options.schema = self.schema.clone();
-        options.pool_size = self.pool_size;
-        options.connect_timeout = self.connect_timeout;
-        options.operation_timeout = self.operation_timeout;
-        Ok(options)
-    }
-}
-
-/// How the node elects its leader.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum LeaderConfig {
-    /// The store's own: over FoundationDB for a shared store, in-process for the memory
-    /// store.
-    #[default]
-    Store,
-    /// A Kubernetes `coordination.k8s.io/v1` Lease (see [`crate::kubernetes`]).
-    Kubernetes {
-        /// The Lease object's name.
-        lease_name: String,
-        /// The API server (e.g. `kubectl proxy`'s) and namespace; `None`: the cluster this
-        /// pod runs in, through its service account.
-        api: Option<(String, String)>,
-        /// The holder identity; `None`: `$HOSTNAME` (the pod name), else the node id.
-        identity: Option<String>,
-    },
-}
-
 /// Log output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -303,195 +206,6 @@ struct File {
     calendars: BTreeMap<String, CalendarSpec>,
     #[serde(default)]
     jobs: Vec<JobSpec>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct StoreSection {
-    #[serde(default)]
-    kind: StoreKind,
-    #[serde(default)]
-    cluster_file: Option<PathBuf>,
-    #[serde(default)]
-    max_runs: Option<u64>,
-    #[serde(default)]
-    transaction_timeout_seconds: Option<toml::Value>,
-    #[serde(default)]
-    url: Option<String>,
-    #[serde(default)]
-    password_file: Option<PathBuf>,
-    #[serde(default)]
-    schema: Option<String>,
-    #[serde(default)]
-    pool_size: Option<u64>,
-    #[serde(default)]
-    connect_timeout_seconds: Option<toml::Value>,
-    #[serde(default)]
-    operation_timeout_seconds: Option<toml::Value>,
-    #[serde(default)]
-    path: Option<PathBuf>,
-    #[serde(default)]
-    fold_kib: Option<u64>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct LeaderSection {
-    #[serde(default)]
-    kind: LeaderKind,
-    #[serde(default)]
-    lease_name: Option<String>,
-    #[serde(default)]
-    api_url: Option<String>,
-    #[serde(default)]
-    namespace: Option<String>,
-    #[serde(default)]
-    identity: Option<String>,
-}
-
-#[derive(Deserialize, Default, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-enum LeaderKind {
-    #[default]
-    Store,
-    Kubernetes,
-}
-
-/// A Kubernetes object name: lowercase letters, digits, `-` and `.`, starting and ending
-/// with a letter or digit, at most 253 characters.
-fn is_kubernetes_name(name: &str) -> bool {
-    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
-    name.len() <= 253
-        && edge(name.chars().next())
-        && edge(name.chars().last())
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
-}
-
-fn leader(section: LeaderSection) -> Result<LeaderConfig, ConfigError> {
-    let kubernetes_only = [
-        ("leader.lease_name", section.lease_name.is_some()),
-        ("leader.api_url", section.api_url.is_some()),
-        ("leader.namespace", section.namespace.is_some()),
-        ("leader.identity", section.identity.is_some()),
-    ];
-    if section.kind == LeaderKind::Store {
-        if let Some((key, _)) = kubernetes_only.iter().find(|(_, set)| *set) {
-            return Err(ConfigError::at(*key, "only a leader of kind \"kubernetes\" takes this"));
-        }
-        return Ok(LeaderConfig::Store);
-    }
-    let lease_name = section.lease_name.unwrap_or_else(|| crate::kubernetes::DEFAULT_LEASE_NAME.to_owned());
-    if !is_kubernetes_name(&lease_name) {
-        return Err(ConfigError::at(
-            "leader.lease_name",
-            format!("'{lease_name}' is not a Kubernetes name (lowercase letters, digits, '-' and '.')"),
-        ));
-    }
-    let api = match (section.api_url, section.namespace) {
-        (None, None) => None,
-        (Some(url), Some(namespace)) => {
-            // Checked as the election will use them.
-            crate::kubernetes::KubernetesApi::new(&url, &namespace, None)
-                .map_err(|e| ConfigError::at("leader.api_url", e.to_string()))?;
-            Some((url, namespace))
-        }
-        (Some(_), None) => return Err(ConfigError::at("leader.namespace", "is needed with leader.api_url")),
-        (None, Some(_)) => {
-            return Err(ConfigError::at(
-                "leader.api_url",
-                "is needed with leader.namespace (in a pod, leave both out: the service account says)",
-            ))
-        }
-    };
-    if section.identity.as_deref().is_some_and(str::is_empty) {
-        return Err(ConfigError::at("leader.identity", "must not be empty"));
-    }
-    Ok(LeaderConfig::Kubernetes { lease_name, api, identity: section.identity })
-}
-
-#[derive(Deserialize, Default, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-enum StoreKind {
-    /// A config file that names no store keeps its data.
-    #[default]
-    Embedded,
-    Memory,
-    Postgres,
-    Fdb,
-}
-
-/// A `[store]` number of seconds from `min` to `max`.
-fn seconds(key: &str, value: &toml::Value, min: f64, max: f64) -> Result<Duration, ConfigError> {
-    let seconds = match value {
-        toml::Value::Integer(n) => *n as f64,
-        toml::Value::Float(x) => *x,
-        _ => f64::NAN,
-    };
-    if !(min..=max).contains(&seconds) {
-        return Err(ConfigError::at(key, format!("must be a number of seconds from {min} to {max}, got {value}")));
-    }
-    Ok(Duration::from_secs_f64(seconds))
-}
-
-/// The `[store]` section of kind `postgres`; the password from `password_file`, else
-/// `SUNDIAL_STORE_PASSWORD` in `env`.
-fn postgres_store(section: &StoreSection, env: &BTreeMap<String, String>) -> Result<PostgresStore, ConfigError> {
-    let Some(url) = section.url.clone() else {
-        return Err(ConfigError::at(
-            "store.url",
-            "is needed for a store of kind \"postgres\" (postgres://user@host:5432/database)",
-        ));
-    };
-    // The parser's message may quote the URL, password and all: say what is wrong
-    // without it.
-    if sundial::kv::postgres::PgKvOptions::new(&url).is_err() {
-        return Err(ConfigError::at(
-            "store.url",
-            "is not a PostgreSQL connection URL (postgres://user@host:5432/database, or host=... dbname=...)",
-        ));
-    }
-    let password = match &section.password_file {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| ConfigError::at("store.password_file", format!("cannot read {}: {e}", path.display())))?;
-            let password = text.trim_end_matches(['\n', '\r']).to_owned();
-            if password.is_empty() {
-                return Err(ConfigError::at("store.password_file", format!("{} is empty", path.display())));
-            }
-            Some(password)
-        }
-        None => env.get(STORE_PASSWORD_ENV).cloned(),
-    };
-    let schema = section.schema.clone().unwrap_or_else(|| "sundial".to_owned());
-    if !sundial::kv::postgres::is_schema_name(&schema) {
-        return Err(ConfigError::at(
-            "store.schema",
-            format!("'{schema}' is not a lower-case identifier (letters, digits, '_'; at most 63)"),
-        ));
-    }
-    let pool_size = section.pool_size.unwrap_or(16);
-    if !(1..=1000).contains(&pool_size) {
-        return Err(ConfigError::at("store.pool_size", format!("must be from 1 to 1000, got {pool_size}")));
-    }
-    let timeout = |key: &str, value: &Option<toml::Value>| match value {
-        Some(value) => seconds(key, value, 0.1, 3600.0),
-        None => Ok(Duration::from_secs(5)),
-    };
-    Ok(PostgresStore {
-        url,
-        password,
-        schema,
-        pool_size: pool_size as usize,
-        connect_timeout: timeout("store.connect_timeout_seconds", &section.connect_timeout_seconds)?,
-        operation_timeout: timeout("store.operation_timeout_seconds", &section.operation_timeout_seconds)?,
-    })
-}
-
-/// `[store] transaction_timeout_seconds`: shorter than a second would fail transactions a
-/// loaded cluster completes; longer than an hour would leave a node hanging on a cluster
-/// that stopped answering.
-fn transaction_timeout(value: &toml::Value) -> Result<Duration, ConfigError> {
-    seconds("store.transaction_timeout_seconds", value, 1.0, 3600.0)
 }
 
 #[derive(Deserialize)]
@@ -740,6 +454,8 @@ fn toml_problem(error: &toml::de::Error, text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn parse(text: &str) -> Result<NodeFileConfig, ConfigError> {
@@ -748,7 +464,7 @@ mod tests {
 
     #[test]
     fn the_example_file_loads() {
-        let text = include_str!("../sundial.example.toml");
+        let text = include_str!("../../sundial.example.toml");
         let config = parse(text).unwrap();
         assert_eq!(config.store, StoreConfig::Embedded { path: "sundial-data".into(), max_runs: None, fold_kib: None });
         assert!(config.jobs.iter().any(|j| j.job_type.as_str() == "shell"));
@@ -791,7 +507,7 @@ mod tests {
 
     #[test]
     fn the_example_jobs_file_loads() {
-        let config = parse(include_str!("../jobs.example.toml")).unwrap();
+        let config = parse(include_str!("../../jobs.example.toml")).unwrap();
         let kinds: Vec<&str> = config.jobs.iter().map(|j| j.job_type.as_str()).collect();
         assert_eq!(kinds, ["shell", "http", "log"]);
     }
