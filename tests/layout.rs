@@ -1,5 +1,6 @@
 //! The repository's shape, checked: the core's layers depend one way (docs/DESIGN.md,
-//! "Layers"), and no source file outside the tests reaches 1,000 lines.
+//! "Crates and folders"), the node runtime's modules import each other without cycles,
+//! and no source file outside the tests reaches 1,000 lines.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -137,4 +138,72 @@ fn no_source_file_outside_the_tests_reaches_1000_lines() {
         .collect();
     long.sort();
     assert!(long.is_empty(), "split these by concept:\n{}", long.join("\n"));
+}
+
+/// The top-level module a file under `root` belongs to (`poller` for `poller/cycle.rs`).
+fn module_of(root: &Path, file: &Path) -> Option<String> {
+    let relative = file.strip_prefix(root).ok()?;
+    let first = relative.components().next()?.as_os_str().to_str()?;
+    Some(first.trim_end_matches(".rs").to_owned())
+}
+
+/// A cycle in `graph`, if there is one, as the modules along it.
+fn find_cycle(graph: &BTreeMap<String, Vec<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, Vec<String>>,
+        state: &mut BTreeMap<String, bool>,
+        path: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        match state.get(node) {
+            Some(true) => return None,
+            Some(false) => {
+                let start = path.iter().position(|n| n == node).unwrap_or(0);
+                let mut cycle = path[start..].to_vec();
+                cycle.push(node.to_owned());
+                return Some(cycle);
+            }
+            None => {}
+        }
+        state.insert(node.to_owned(), false);
+        path.push(node.to_owned());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, graph, state, path) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        state.insert(node.to_owned(), true);
+        None
+    }
+    let mut state = BTreeMap::new();
+    graph.keys().find_map(|node| visit(node, graph, &mut state, &mut Vec::new()))
+}
+
+#[test]
+fn the_node_runtime_modules_import_each_other_without_cycles() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("actors/src");
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    let mut graph: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for file in &files {
+        let Some(module) = module_of(&root, file) else { continue };
+        if ["lib", "bin"].contains(&module.as_str()) {
+            continue;
+        }
+        let text = fs::read_to_string(file).expect("readable source");
+        let edges = graph.entry(module.clone()).or_default();
+        for (_, line) in code_lines(&text) {
+            for used in crate_paths(line) {
+                if used != module && !edges.iter().any(|e| e == used) {
+                    edges.push(used.to_owned());
+                }
+            }
+        }
+    }
+    assert!(graph.len() > 20, "only {} modules found under {}", graph.len(), root.display());
+    assert!(graph["node"].iter().any(|m| m == "poller"), "the supervisor spawns the poller: {:?}", graph["node"]);
+    if let Some(cycle) = find_cycle(&graph) {
+        panic!("actors/src modules import each other in a circle: {}", cycle.join(" → "));
+    }
 }

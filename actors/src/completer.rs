@@ -11,14 +11,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use sundial::job::RunState;
 use sundial::kv::Kv;
 use sundial::store::{Completion, RunOutcome, StoreError};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::context::NodeShared;
 use crate::execute::AbortOnDrop;
-use crate::node::NodeShared;
+use crate::messages::{CompletionRequest, Recorded};
 use crate::stats::{EngineWork, StoreOp};
 
 /// Completions recorded in one transaction at most (well inside the store's limits).
@@ -26,20 +26,22 @@ pub(crate) const BATCH_MAX: usize = 256;
 /// The longest wait between attempts while the store is unreachable.
 const RETRY_MAX: Duration = Duration::from_secs(5);
 
-/// A completion and where what was recorded goes.
-pub(crate) struct CompletionRequest {
-    pub(crate) completion: Completion,
-    pub(crate) reply: oneshot::Sender<Recorded>,
-}
-
-/// What the store recorded for a completion.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Recorded {
-    /// The run's stored final state (it differs from the outcome when the run had already
-    /// been declared lost).
-    pub(crate) state: RunState,
-    /// The earliest fire the completion made due (see `CompletionResult::next_due`).
-    pub(crate) next_due: Option<DateTime<Utc>>,
+/// Records a run's end through the node's completer (batched with others ending
+/// meanwhile); returns what was recorded (the run's stored final state, and the earliest
+/// fire the end made due). Without a completer (its supervisor is gone) the run records
+/// itself.
+pub(crate) async fn complete<K: Kv>(shared: &NodeShared<K>, completion: Completion) -> Recorded {
+    let (reply, stored) = oneshot::channel();
+    let request = CompletionRequest { completion: completion.clone(), reply };
+    if shared.completions.send(request).is_ok() {
+        if let Ok(recorded) = stored.await {
+            return recorded;
+        }
+    }
+    // Recording is idempotent: a completion the completer did record is found as such.
+    // Boxed: this rare path's store future is kilobytes, and inline it would make
+    // every run actor's future as large, copied at each run's start.
+    Box::pin(complete_durably(shared, std::slice::from_ref(&completion))).await[0]
 }
 
 /// Starts the completer; it stops when the returned handle is dropped (with the

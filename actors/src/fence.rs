@@ -12,8 +12,8 @@ use std::sync::Arc;
 use sundial::kv::Kv;
 use sundial::liveness;
 
+use crate::context::{Lifecycle, NodeShared};
 use crate::execute::{AbortOnDrop, CancelReason};
-use crate::node::{Lifecycle, NodeShared};
 
 /// Whether the node's last successful heartbeat is old enough that it fences itself.
 pub(crate) fn heartbeat_is_stale<K: Kv>(shared: &NodeShared<K>) -> bool {

@@ -17,8 +17,8 @@ use sundial::housekeeping::{tick_period, Housekeeper};
 use sundial::kv::Kv;
 use sundial::time::Clock;
 
+use crate::context::NodeShared;
 use crate::events::{CloudEvent, RunFacts, Topic};
-use crate::node::NodeShared;
 
 /// Runs reaped per transaction.
 const REAP_CHUNK: usize = 100;

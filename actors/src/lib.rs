@@ -31,6 +31,7 @@ pub mod clock;
 mod completer;
 #[cfg(feature = "node")]
 pub mod config;
+mod context;
 pub mod events;
 pub mod execute;
 #[cfg(feature = "fdb")]
@@ -44,6 +45,8 @@ pub mod kinds;
 #[cfg(feature = "node")]
 pub mod kubernetes;
 pub mod lease;
+mod lease_actor;
+mod messages;
 pub mod node;
 mod poller;
 pub mod registry;

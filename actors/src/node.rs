@@ -1,4 +1,6 @@
-//! A node: its shared context, its lifecycle, and the `NodeSupervisor` that owns its actors.
+//! A node: how it is built ([`NodeConfig`], [`Node::start`]) and the `NodeSupervisor` that
+//! owns its actors. What they share is in `context` ([`NodeShared`], [`Lifecycle`]); the
+//! messages they exchange in `messages`.
 //!
 //! Lifecycle: `Starting` → `Serving` (the host says so) → `Draining` (stop began) →
 //! `Stopped`. The poller only acquires while `Serving`; `trigger` is refused outside it.
@@ -15,193 +17,30 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr, SupervisionEvent};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr, SupervisionEvent};
 use sundial::entropy::{Entropy, RunIdGenerator};
 use sundial::kv::Kv;
 use sundial::leader::LocalLeaderElection;
 use sundial::options::SchedulerOptions;
-use sundial::store::Completion;
-use sundial::store::Fence;
 use sundial::store::KvJobStore;
-use sundial::time::{Clock, MonotonicInstant, Sleeper};
-use tokio::sync::{mpsc, oneshot, watch};
-use uuid::Uuid;
+use sundial::time::{Clock, Sleeper};
+use tokio::sync::{mpsc, watch};
 
 use crate::clock::TokioSleeper;
-use crate::completer::{spawn_completer, CompletionRequest, Recorded};
-use crate::events::{publish_logged, CloudEvent, EventPublisher, NoPublisher};
-use crate::execute::{AbortOnDrop, CancelReason, RunCancel, RunMiddleware};
+use crate::completer::spawn_completer;
+pub use crate::context::{Lifecycle, NodeShared};
+use crate::events::{EventPublisher, NoPublisher};
+use crate::execute::{AbortOnDrop, RunMiddleware};
 use crate::housekeeper::{HousekeeperActor, HousekeeperMsg};
-use crate::lease::{DynLeaderElection, LeaseActor, LeaseMsg};
-use crate::poller::{PollerActor, PollerMsg};
+use crate::lease::DynLeaderElection;
+use crate::lease_actor::{LeaseActor, LeaseMsg};
+use crate::messages::{CompletionRequest, PollerMsg};
+pub use crate::messages::{NodeMsg, PollerMsgBox};
+use crate::poller::PollerActor;
 use crate::registry::JobRegistry;
 use crate::scheduler::JobScheduler;
 use crate::starts::PendingStarts;
 use crate::stats::EngineStats;
-
-/// Where a node is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Lifecycle {
-    /// Started, not yet serving: nothing is acquired, `trigger` is refused.
-    Starting,
-    /// Polling and running.
-    Serving,
-    /// Stop began: no new runs; running ones finish or are canceled at the deadline.
-    Draining,
-    /// Stopped.
-    Stopped,
-}
-
-/// Everything a node's actors and its handle share (opaque outside this crate).
-pub struct NodeShared<K: Kv> {
-    pub(crate) store: KvJobStore<K>,
-    pub(crate) registry: JobRegistry,
-    pub(crate) options: SchedulerOptions,
-    pub(crate) node_id: String,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) publisher: Arc<dyn EventPublisher>,
-    pub(crate) middleware: Vec<Arc<dyn RunMiddleware>>,
-    pub(crate) shared_store: bool,
-    pub(crate) name_prefix: String,
-    pub(crate) election: Arc<dyn DynLeaderElection>,
-    pub(crate) start_timer: Arc<dyn Sleeper>,
-    lifecycle: watch::Sender<Lifecycle>,
-    leader: watch::Sender<Option<Leadership>>,
-    /// The cancellation of every run on this node, so the fence can reach them while the
-    /// poller is busy.
-    runs: Mutex<BTreeMap<Uuid, RunCancel>>,
-    /// When this node's last heartbeat committed (monotonic).
-    last_heartbeat: Mutex<Option<MonotonicInstant>>,
-    ids: Mutex<(RunIdGenerator, Entropy)>,
-    pub(crate) stats: EngineStats,
-    /// Runs waiting for their start instant (bookkeeping gives way to them).
-    pub(crate) starts: Arc<PendingStarts>,
-    /// Where run actors send their completions (the completer's inbox).
-    completions: mpsc::UnboundedSender<CompletionRequest>,
-}
-
-impl<K: Kv> NodeShared<K> {
-    pub(crate) fn lifecycle(&self) -> Lifecycle {
-        *self.lifecycle.borrow()
-    }
-
-    pub(crate) fn set_lifecycle(&self, next: Lifecycle) {
-        self.lifecycle.send_replace(next);
-    }
-
-    /// This node's leadership, if it leads.
-    pub(crate) fn leader(&self) -> Option<Leadership> {
-        self.leader.borrow().clone()
-    }
-
-    pub(crate) fn set_leader(&self, leadership: Option<Leadership>) {
-        self.leader.send_replace(leadership);
-    }
-
-    /// Asks this node's poller for a cycle now (it has work it could not know of).
-    pub(crate) fn wake_poller(&self) {
-        if let Some(poller) = ractor::registry::where_is(self.actor_name("poller")) {
-            let _ = poller.send_message(PollerMsg::Wake);
-        }
-    }
-
-    pub(crate) fn register_run(&self, id: Uuid, cancel: RunCancel) {
-        self.runs.lock().insert(id, cancel);
-    }
-
-    pub(crate) fn unregister_run(&self, id: Uuid) {
-        self.runs.lock().remove(&id);
-    }
-
-    /// Cancels the run `id` if it runs here (a run that ended meanwhile is left alone).
-    pub(crate) fn cancel_run(&self, id: Uuid, reason: CancelReason) {
-        if let Some(cancel) = self.runs.lock().get(&id) {
-            cancel.cancel(reason);
-        }
-    }
-
-    /// Cancels every run here (in run-id order); returns how many were not canceled yet.
-    pub(crate) fn cancel_all_runs(&self, reason: CancelReason) -> usize {
-        let runs = self.runs.lock();
-        let fresh = runs.values().filter(|c| c.reason().is_none()).count();
-        for cancel in runs.values() {
-            cancel.cancel(reason);
-        }
-        fresh
-    }
-
-    /// Records a run's end through the completer (batched with others ending meanwhile);
-    /// returns what was recorded (the run's stored final state, and the earliest fire the
-    /// end made due). Without a completer (its supervisor is gone)
-    /// the run records itself.
-    pub(crate) async fn complete(&self, completion: Completion) -> Recorded {
-        let (reply, stored) = oneshot::channel();
-        let request = CompletionRequest { completion: completion.clone(), reply };
-        if self.completions.send(request).is_ok() {
-            if let Ok(recorded) = stored.await {
-                return recorded;
-            }
-        }
-        // Recording is idempotent: a completion the completer did record is found as such.
-        // Boxed: this rare path's store future is kilobytes, and inline it would make
-        // every run actor's future as large, copied at each run's start.
-        Box::pin(crate::completer::complete_durably(self, std::slice::from_ref(&completion))).await[0]
-    }
-
-    /// Runs on this node now.
-    pub(crate) fn running(&self) -> usize {
-        self.runs.lock().len()
-    }
-
-    /// Notes a heartbeat that committed, begun at `began`. The leader times a heartbeat
-    /// from when it saw it, which is after it was written and so after it began: timed
-    /// from its beginning here, the node's own view of its heartbeat's age is never
-    /// younger than the leader's, and it fences itself before it can be declared lost.
-    pub(crate) fn heartbeat_committed(&self, began: MonotonicInstant) {
-        *self.last_heartbeat.lock() = Some(began);
-    }
-
-    /// How long ago, on this node's monotonic clock, its last committed heartbeat began
-    /// (`None` before the first).
-    pub(crate) fn heartbeat_age(&self) -> Option<std::time::Duration> {
-        let last = (*self.last_heartbeat.lock())?;
-        Some(self.clock.monotonic().saturating_duration_since(last))
-    }
-
-    /// A fresh run id: UUID v7 from the injected clock and seeded entropy.
-    pub(crate) fn run_id(&self) -> Uuid {
-        let now = self.clock.now();
-        self.ids.lock().0.next_id(now)
-    }
-
-    /// Builds (with a fresh id) and publishes an event, when the publisher takes events.
-    pub(crate) async fn publish(&self, make: impl FnOnce(Uuid) -> CloudEvent) {
-        if self.publisher.is_enabled() {
-            let event = make(self.event_id());
-            publish_logged(self.publisher.as_ref(), &event).await;
-        }
-    }
-
-    /// A fresh event id from the seeded entropy.
-    pub(crate) fn event_id(&self) -> Uuid {
-        let mut ids = self.ids.lock();
-        Uuid::from_u64_pair(ids.1.next_u64(), ids.1.next_u64())
-    }
-
-    /// `"{prefix}/{node}/{role}"`: deterministic, unique per node in a process.
-    pub(crate) fn actor_name(&self, role: &str) -> String {
-        format!("{}/{}/{role}", self.name_prefix, self.node_id)
-    }
-}
-
-/// A node's current leadership.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Leadership {
-    /// The lease term.
-    pub(crate) term: u64,
-    /// What protected store transactions check, when the lease lives in the store.
-    pub(crate) fence: Option<Fence>,
-}
 
 /// How to build a node.
 pub struct NodeConfig<K: Kv> {
@@ -264,24 +103,6 @@ impl<K: Kv> NodeConfig<K> {
         }
     }
 }
-
-/// Messages to the supervisor.
-#[derive(Debug)]
-pub enum NodeMsg {
-    /// Forward to the current poller.
-    #[doc(hidden)]
-    Poller(PollerMsgBox),
-    /// Release the leader lease now (stop sequence); replies when done.
-    #[doc(hidden)]
-    ReleaseLease(RpcReplyPort<()>),
-    /// The node began serving: try for the lease now rather than at the next tick.
-    #[doc(hidden)]
-    Serving,
-}
-
-/// An opaque poller message (the poller's messages are internal).
-#[derive(Debug)]
-pub struct PollerMsgBox(pub(crate) PollerMsg);
 
 /// The supervisor of a node's actors.
 pub struct NodeSupervisor<K: Kv>(std::marker::PhantomData<K>);

@@ -21,11 +21,11 @@ use sundial::store::{AcquiredRun, Completion, RunOutcome};
 use sundial::time::Clock;
 use tokio::sync::oneshot;
 
+use crate::context::NodeShared;
 use crate::events::{CloudEvent, RunFacts, Topic};
 use crate::execute::{prepare, CancelReason, RunCancel, RunGates, StartHook};
 use crate::job::RunContext;
-use crate::node::NodeShared;
-use crate::poller::PollerMsg;
+use crate::messages::PollerMsg;
 
 /// A run actor takes no messages (see the module's documentation).
 #[derive(Debug)]
@@ -179,7 +179,7 @@ async fn finish<K: Kv>(args: &mut RunArgs<K>, outcome: RunOutcome, started_at: D
         finished_at,
         holds_trigger: args.acquired.holds_trigger,
     };
-    let recorded = shared.complete(completion).await;
+    let recorded = crate::completer::complete(shared, completion).await;
     let stored_state = recorded.state;
     if let Some(due) = recorded.next_due {
         // A fire this end made due (a blocked one, the interval's next, a retry) may be

@@ -14,10 +14,11 @@ use sundial::store::{JobStatus, RunOutcome};
 use sundial::time::Clock;
 use uuid::Uuid;
 
+use crate::context::{Lifecycle, NodeShared};
 use crate::events::{CloudEvent, Topic};
 use crate::execute::CancelReason;
-use crate::node::{Lifecycle, NodeMsg, NodeShared, PollerMsgBox};
-use crate::poller::PollerMsg;
+use crate::messages::PollerMsg;
+use crate::messages::{NodeMsg, PollerMsgBox};
 use crate::registry::JobRegistry;
 use crate::stats::EngineCounters;
 

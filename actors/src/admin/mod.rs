@@ -33,7 +33,7 @@ use uuid::Uuid;
 use self::error::{ApiError, ErrorBody};
 use self::metrics::{Metrics, StoreProbe};
 use self::views::{ItemResult, JobView, OutcomeView, RunView};
-use crate::node::Lifecycle;
+use crate::context::Lifecycle;
 use crate::scheduler::{JobScheduler, JobTriggerRequest};
 use crate::spec::JobSpec;
 

@@ -12,13 +12,14 @@ use sundial::store::{AcquireRequest, Acquisition, DueFilter, SyncOutcome};
 use sundial::time::Clock;
 use uuid::Uuid;
 
+use crate::context::{Lifecycle, NodeShared};
 use crate::execute::{AbortOnDrop, CancelReason};
-use crate::node::{Lifecycle, NodeShared};
 use crate::stats::{EngineWork, StoreOp};
 
 use super::local::run_local;
 use super::runs::start_run;
-use super::{PollerMsg, PollerState};
+use super::PollerState;
+use crate::messages::PollerMsg;
 
 /// Arms the watch on this node's wake key if it is not armed (shared store, serving).
 /// A failure leaves it for the next cycle: polling finds new work meanwhile.

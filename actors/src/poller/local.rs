@@ -8,7 +8,8 @@ use sundial::store::AcquiredRun;
 use crate::stats::StoreOp;
 
 use super::runs::start_run;
-use super::{PollerMsg, PollerState};
+use super::PollerState;
+use crate::messages::PollerMsg;
 
 /// Refreshes local jobs when due, and starts this node's due local fires and retries.
 pub(super) async fn run_local<K: Kv>(

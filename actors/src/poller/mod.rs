@@ -13,51 +13,20 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
-use sundial::error::SchedulingError;
-use sundial::job::JsonObject;
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use sundial::kv::Kv;
 use sundial::local::LocalTriggers;
-use sundial::name::JobName;
 use sundial::poller::Poller;
-use sundial::store::RunOutcome;
 use sundial::time::{Clock, MonotonicInstant};
-use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use crate::execute::{AbortOnDrop, CancelReason};
-use crate::node::NodeShared;
+use crate::context::NodeShared;
+use crate::execute::AbortOnDrop;
+use crate::messages::PollerMsg;
 use crate::run::RunMsg;
 use crate::ticker::Ticker;
 use cycle::{cycle, watch_wake};
 use runs::{run_ended, trigger};
-
-/// Messages to the poller.
-#[derive(Debug)]
-pub(crate) enum PollerMsg {
-    /// Run a cycle, if this tick is the current one (older timer ticks are ignored).
-    Tick(u64),
-    /// Something changed locally: cycle now.
-    Wake,
-    /// A fire is due at this instant (a run here ended and made it due): cycle a lookahead
-    /// before it, if that is sooner than planned.
-    DueAt(chrono::DateTime<chrono::Utc>),
-    /// A local job's run here ended: the run, and whether it failed (its retries are in
-    /// process). Every run's slot is freed when its actor terminates.
-    LocalRunFinished(sundial::job::JobRun, bool),
-    /// Run `job` now on this node (SPEC §9 `trigger`); replies with a receiver of the first
-    /// attempt's outcome.
-    Trigger(JobName, JsonObject, RpcReplyPort<Result<oneshot::Receiver<RunOutcome>, SchedulingError>>),
-    /// Cancel these runs if they run here; replies with the ones that did.
-    CancelLocal(Vec<Uuid>, CancelReason, RpcReplyPort<Vec<Uuid>>),
-    /// How many runs are running here.
-    RunningCount(RpcReplyPort<usize>),
-    /// Cancel every run here; replies with how many there were.
-    CancelAll(CancelReason, RpcReplyPort<usize>),
-    /// The watch on this node's wake key fired (`true`: new due work in its home shards,
-    /// cycle now) or failed (`false`: watch again after the next cycle).
-    Woken(bool),
-}
 
 pub(crate) struct PollerState<K: Kv> {
     shared: Arc<NodeShared<K>>,

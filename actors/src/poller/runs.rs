@@ -14,11 +14,12 @@ use sundial::time::Clock;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use crate::node::Lifecycle;
+use crate::context::Lifecycle;
 use crate::run::{RunActor, RunArgs};
 
 use super::cycle::heartbeat;
-use super::{tick_in, PollerMsg, PollerState};
+use super::{tick_in, PollerState};
+use crate::messages::PollerMsg;
 
 /// A run here ended (its actor terminated): frees its slot, and soon fills a node that
 /// was full.
