@@ -11,7 +11,7 @@ use crate::stats::EngineStats;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use sundial::entropy::{Entropy, RunIdGenerator};
+use sundial::entropy::Entropy;
 use sundial::kv::Kv;
 use sundial::options::SchedulerOptions;
 use sundial::store::Fence;
@@ -53,7 +53,8 @@ pub struct NodeShared<K: Kv> {
     pub(crate) runs: Mutex<BTreeMap<Uuid, RunCancel>>,
     /// When this node's last heartbeat committed (monotonic).
     pub(crate) last_heartbeat: Mutex<Option<MonotonicInstant>>,
-    pub(crate) ids: Mutex<(RunIdGenerator, Entropy)>,
+    /// Where event ids come from: one seeded stream every publisher draws from.
+    pub(crate) event_ids: Mutex<Entropy>,
     pub(crate) stats: EngineStats,
     /// Runs waiting for their start instant (bookkeeping gives way to them).
     pub(crate) starts: Arc<PendingStarts>,
@@ -131,12 +132,6 @@ impl<K: Kv> NodeShared<K> {
         Some(self.clock.monotonic().saturating_duration_since(last))
     }
 
-    /// A fresh run id: UUID v7 from the injected clock and seeded entropy.
-    pub(crate) fn run_id(&self) -> Uuid {
-        let now = self.clock.now();
-        self.ids.lock().0.next_id(now)
-    }
-
     /// Builds (with a fresh id) and publishes an event, when the publisher takes events.
     pub(crate) async fn publish(&self, make: impl FnOnce(Uuid) -> CloudEvent) {
         if self.publisher.is_enabled() {
@@ -147,8 +142,8 @@ impl<K: Kv> NodeShared<K> {
 
     /// A fresh event id from the seeded entropy.
     pub(crate) fn event_id(&self) -> Uuid {
-        let mut ids = self.ids.lock();
-        Uuid::from_u64_pair(ids.1.next_u64(), ids.1.next_u64())
+        let mut ids = self.event_ids.lock();
+        Uuid::from_u64_pair(ids.next_u64(), ids.next_u64())
     }
 
     /// `"{prefix}/{node}/{role}"`: deterministic, unique per node in a process.

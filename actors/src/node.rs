@@ -36,7 +36,7 @@ use crate::lease::DynLeaderElection;
 use crate::lease_actor::{LeaseActor, LeaseMsg};
 use crate::messages::{CompletionRequest, PollerMsg};
 pub use crate::messages::{NodeMsg, PollerMsgBox};
-use crate::poller::PollerActor;
+use crate::poller::{PollerActor, PollerArgs};
 use crate::registry::JobRegistry;
 use crate::scheduler::JobScheduler;
 use crate::starts::PendingStarts;
@@ -113,11 +113,17 @@ pub struct NodeSupervisor<K: Kv>(std::marker::PhantomData<K>);
 pub struct SupervisorArgs<K: Kv> {
     shared: Arc<NodeShared<K>>,
     completion_inbox: mpsc::UnboundedReceiver<CompletionRequest>,
+    /// The first poller's run ids.
+    run_ids: RunIdGenerator,
+    /// Where a restarted poller's run ids come from.
+    entropy: Entropy,
 }
 
 /// The supervisor's state.
 pub struct SupervisorState<K: Kv> {
     shared: Arc<NodeShared<K>>,
+    /// Where a restarted poller's run ids come from.
+    entropy: Entropy,
     poller: ActorRef<PollerMsg>,
     lease: ActorRef<LeaseMsg>,
     housekeeper: ActorRef<HousekeeperMsg>,
@@ -135,10 +141,10 @@ impl<K: Kv> Actor for NodeSupervisor<K> {
     async fn pre_start(
         &self,
         myself: ActorRef<NodeMsg>,
-        SupervisorArgs { shared, completion_inbox }: SupervisorArgs<K>,
+        SupervisorArgs { shared, completion_inbox, run_ids, entropy }: SupervisorArgs<K>,
     ) -> Result<Self::State, ActorProcessingErr> {
         let completer = spawn_completer(shared.clone(), completion_inbox);
-        let poller = spawn_poller(&myself, &shared).await?;
+        let poller = spawn_poller(&myself, &shared, run_ids).await?;
         let (lease, _) =
             Actor::spawn_linked(Some(shared.actor_name("lease")), LeaseActor::new(), shared.clone(), myself.get_cell())
                 .await?;
@@ -150,7 +156,7 @@ impl<K: Kv> Actor for NodeSupervisor<K> {
         )
         .await?;
         let watchdog = shared.shared_store.then(|| crate::fence::spawn_watchdog(shared.clone()));
-        Ok(SupervisorState { shared, poller, lease, housekeeper, _watchdog: watchdog, _completer: completer })
+        Ok(SupervisorState { shared, entropy, poller, lease, housekeeper, _watchdog: watchdog, _completer: completer })
     }
 
     async fn handle(
@@ -183,12 +189,14 @@ impl<K: Kv> Actor for NodeSupervisor<K> {
         match event {
             SupervisionEvent::ActorFailed(cell, error) if cell.get_id() == state.poller.get_id() => {
                 tracing::error!(%error, "the poller failed; restarting it");
-                state.poller = spawn_poller(&myself, &state.shared).await?;
+                let run_ids = RunIdGenerator::new(state.entropy.fork());
+                state.poller = spawn_poller(&myself, &state.shared, run_ids).await?;
             }
             SupervisionEvent::ActorTerminated(cell, _, _)
                 if cell.get_id() == state.poller.get_id() && state.shared.lifecycle() != Lifecycle::Stopped =>
             {
-                state.poller = spawn_poller(&myself, &state.shared).await?;
+                let run_ids = RunIdGenerator::new(state.entropy.fork());
+                state.poller = spawn_poller(&myself, &state.shared, run_ids).await?;
             }
             _ => {}
         }
@@ -209,10 +217,11 @@ impl<K: Kv> Actor for NodeSupervisor<K> {
 async fn spawn_poller<K: Kv>(
     supervisor: &ActorRef<NodeMsg>,
     shared: &Arc<NodeShared<K>>,
+    run_ids: RunIdGenerator,
 ) -> Result<ActorRef<PollerMsg>, SpawnErr> {
     let name = shared.actor_name("poller");
-    let (poller, _) =
-        Actor::spawn_linked(Some(name), PollerActor::new(), shared.clone(), supervisor.get_cell()).await?;
+    let args = PollerArgs { shared: shared.clone(), run_ids };
+    let (poller, _) = Actor::spawn_linked(Some(name), PollerActor::new(), args, supervisor.get_cell()).await?;
     Ok(poller)
 }
 
@@ -241,7 +250,8 @@ impl Node {
                 Arc::new(LocalLeaderElection::new(config.clock.clone(), entropy.fork())) as Arc<dyn DynLeaderElection>
             }
         };
-        let ids = (RunIdGenerator::new(entropy.fork()), entropy.fork());
+        let run_ids = RunIdGenerator::new(entropy.fork());
+        let event_ids = entropy.fork();
         let (completions, completion_inbox) = mpsc::unbounded_channel();
         let shared = Arc::new(NodeShared {
             store: config.store,
@@ -257,7 +267,7 @@ impl Node {
             election,
             lifecycle,
             leader,
-            ids: Mutex::new(ids),
+            event_ids: Mutex::new(event_ids),
             runs: Mutex::new(BTreeMap::new()),
             last_heartbeat: Mutex::new(None),
             stats: EngineStats::default(),
@@ -265,7 +275,7 @@ impl Node {
             completions,
         });
         let name = shared.actor_name("supervisor");
-        let args = SupervisorArgs { shared: shared.clone(), completion_inbox };
+        let args = SupervisorArgs { shared: shared.clone(), completion_inbox, run_ids, entropy };
         let (node, _) = match supervisor {
             Some(parent) => {
                 Actor::spawn_linked(Some(name), NodeSupervisor(std::marker::PhantomData), args, parent).await?

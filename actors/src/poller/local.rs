@@ -43,8 +43,10 @@ pub(super) async fn run_local<K: Kv>(
             }
         }
     }
-    let fires =
-        state.local.poll_due(now, shared.options.misfire_threshold, shared.registry.calendars(), || shared.run_id());
+    let run_ids = &mut state.run_ids;
+    let fires = state.local.poll_due(now, shared.options.misfire_threshold, shared.registry.calendars(), || {
+        run_ids.next_id(shared.clock.now())
+    });
     for fire in fires {
         match shared.store.begin_local_run(&fire.run, &shared.node_id, now).await {
             Ok(true) => {}

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
+use sundial::entropy::RunIdGenerator;
 use sundial::kv::Kv;
 use sundial::local::LocalTriggers;
 use sundial::poller::Poller;
@@ -43,6 +44,9 @@ pub(crate) struct PollerState<K: Kv> {
     wake_at: MonotonicInstant,
     /// This node's local triggers and in-process retries.
     local: LocalTriggers,
+    /// The ids of the runs this poller records itself (local fires, their retries, manual
+    /// triggers); the store's acquisitions make their own.
+    run_ids: RunIdGenerator,
     /// The armed watch on this node's wake key (shared store, while serving): another
     /// node that gives this node's home shards new due work wakes it, instead of leaving
     /// the fire for its next poll. Dropping it cancels the watch.
@@ -52,6 +56,13 @@ pub(crate) struct PollerState<K: Kv> {
     /// The registered job types (fixed once the node is built): acquisition takes only
     /// fires of types this node can run.
     known_types: BTreeSet<String>,
+}
+
+/// What a poller starts with: the node's context, and its own run-id stream (a restarted
+/// poller gets a fresh one from the supervisor).
+pub(crate) struct PollerArgs<K: Kv> {
+    pub(crate) shared: Arc<NodeShared<K>>,
+    pub(crate) run_ids: RunIdGenerator,
 }
 
 /// The poller.
@@ -66,12 +77,12 @@ impl<K: Kv> PollerActor<K> {
 impl<K: Kv> Actor for PollerActor<K> {
     type Msg = PollerMsg;
     type State = PollerState<K>;
-    type Arguments = Arc<NodeShared<K>>;
+    type Arguments = PollerArgs<K>;
 
     async fn pre_start(
         &self,
         myself: ActorRef<PollerMsg>,
-        shared: Arc<NodeShared<K>>,
+        PollerArgs { shared, run_ids }: PollerArgs<K>,
     ) -> Result<Self::State, ActorProcessingErr> {
         let _ = myself.send_message(PollerMsg::Tick(0));
         let known_types = shared.registry.type_keys().map(str::to_owned).collect();
@@ -84,6 +95,7 @@ impl<K: Kv> Actor for PollerActor<K> {
             tick: 0,
             wake_at: MonotonicInstant::from_origin(Duration::ZERO),
             local: LocalTriggers::new(),
+            run_ids,
             wake_watch: None,
             ticker: Ticker::spawn(move |tick| {
                 let _ = myself.send_message(PollerMsg::Tick(tick));
@@ -128,8 +140,10 @@ impl<K: Kv> Actor for PollerActor<K> {
             PollerMsg::LocalRunFinished(run, failed) => {
                 let shared = state.shared.clone();
                 let now = shared.clock.now();
-                let retry =
-                    state.local.handle_run_finished(&run, now, failed, shared.registry.calendars(), || shared.run_id());
+                let run_ids = &mut state.run_ids;
+                let retry = state.local.handle_run_finished(&run, now, failed, shared.registry.calendars(), || {
+                    run_ids.next_id(shared.clock.now())
+                });
                 if retry.is_some() || state.local.poll_timeout().is_some() {
                     // The next local fire may now be sooner than the current sleep.
                     tick_in(&myself, state, Duration::ZERO);

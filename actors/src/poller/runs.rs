@@ -103,7 +103,7 @@ pub(super) async fn trigger<K: Kv>(
         let reason = "node is not registered with the store yet (its heartbeat failed)".to_owned();
         return Err(SchedulingError::SchedulerNotRunning { reason });
     }
-    let run_id = shared.run_id();
+    let run_id = state.run_ids.next_id(shared.clock.now());
     let acquired = match shared.store.begin_manual_run(job, data, &shared.node_id, run_id, now).await {
         Ok(acquired) => acquired,
         Err(error) => {
