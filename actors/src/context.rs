@@ -6,6 +6,7 @@ use crate::execute::{CancelReason, RunCancel, RunMiddleware};
 use crate::lease::DynLeaderElection;
 use crate::messages::{CompletionRequest, PollerMsg};
 use crate::registry::JobRegistry;
+use crate::slots::RunSlots;
 use crate::starts::PendingStarts;
 use crate::stats::EngineStats;
 use parking_lot::Mutex;
@@ -58,6 +59,8 @@ pub struct NodeShared<K: Kv> {
     pub(crate) stats: EngineStats,
     /// Runs waiting for their start instant (bookkeeping gives way to them).
     pub(crate) starts: Arc<PendingStarts>,
+    /// The `max_concurrent_runs` slots jobs run in, taken and given back by the runs.
+    pub(crate) run_slots: Arc<RunSlots>,
     /// Where run actors send their completions (the completer's inbox).
     pub(crate) completions: mpsc::UnboundedSender<CompletionRequest>,
 }

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::job::{DynJob, JobFailure, JobResult, RunContext};
+use crate::slots::RunSlots;
 
 /// Why a run's token was canceled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,7 +85,8 @@ pub async fn execute(
     middleware: Vec<Arc<dyn RunMiddleware>>,
 ) -> RunOutcome {
     let ready = || -> BoxFuture<'static, ()> { Box::pin(std::future::ready(())) };
-    prepare(job, ctx, cancel, middleware, RunGates { start: ready(), end: ready(), on_start: None }, timeout).await
+    let gates = RunGates { start: ready(), slots: None, end: ready(), on_start: None };
+    prepare(job, ctx, cancel, middleware, gates, timeout).await
 }
 
 /// Called as a run's job starts; the future it returns runs alongside the job.
@@ -94,6 +96,9 @@ pub type StartHook = Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send>;
 pub struct RunGates {
     /// Ends at the run's start instant, or at once when the run is canceled before it.
     pub start: BoxFuture<'static, ()>,
+    /// The node's run slots: after `start`, the job waits for a free one and holds it
+    /// until it returns (a run canceled while waiting never starts its job).
+    pub slots: Option<Arc<RunSlots>>,
     /// Awaited after the job returns, before the run's end is reported: a node lets the
     /// other runs due at the same instant start first.
     pub end: BoxFuture<'static, ()>,
@@ -104,7 +109,7 @@ pub struct RunGates {
 }
 
 /// The whole run as one future, for a task of its own: waits for `gates.start` (the start
-/// instant), runs the job in its tracing span and middleware, cancels it when `timeout`
+/// instant) and a run slot (`gates.slots`), runs the job in its tracing span and middleware, cancels it when `timeout`
 /// (counted from its start) passes, catches its panic, waits for `gates.end`, and decides
 /// the outcome. A run canceled before its start should have its start gate end at once:
 /// the job then never starts (the run ends `Canceled`, or `Failed` for a timeout).
@@ -130,8 +135,12 @@ pub fn prepare(
         attempt = run.attempt,
     );
     async move {
-        let RunGates { start, end, on_start } = gates;
+        let RunGates { start, slots, end, on_start } = gates;
         start.await;
+        let slot = match slots {
+            Some(slots) if !ctx.cancel.is_cancelled() => slots.take(&ctx.cancel).await,
+            _ => None,
+        };
         let result = if ctx.cancel.is_cancelled() {
             // Canceled before its start (a cancel request, the node stopping, or fenced):
             // the job never runs; the reason decides the outcome.
@@ -164,6 +173,8 @@ pub fn prepare(
                 Some(beside) => tokio::join!(guarded, beside).0,
             }
         };
+        // The job returned: its slot serves the next run before this one's end is recorded.
+        drop(slot);
         end.await;
         decide(result, cancel.reason(), timeout)
     }

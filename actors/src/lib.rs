@@ -54,6 +54,7 @@ mod run;
 #[cfg(feature = "node")]
 pub mod runtime;
 pub mod scheduler;
+pub mod slots;
 pub mod spec;
 mod starts;
 pub mod stats;

@@ -39,6 +39,7 @@ pub use crate::messages::{NodeMsg, PollerMsgBox};
 use crate::poller::{PollerActor, PollerArgs};
 use crate::registry::JobRegistry;
 use crate::scheduler::JobScheduler;
+use crate::slots::RunSlots;
 use crate::starts::PendingStarts;
 use crate::stats::EngineStats;
 
@@ -253,6 +254,7 @@ impl Node {
         let run_ids = RunIdGenerator::new(entropy.fork());
         let event_ids = entropy.fork();
         let (completions, completion_inbox) = mpsc::unbounded_channel();
+        let run_slots = RunSlots::new(config.options.max_concurrent_runs, config.clock.clone());
         let shared = Arc::new(NodeShared {
             store: config.store,
             registry: config.registry,
@@ -272,6 +274,7 @@ impl Node {
             last_heartbeat: Mutex::new(None),
             stats: EngineStats::default(),
             starts: Arc::new(PendingStarts::new(config.clock.clone())),
+            run_slots,
             completions,
         });
         let name = shared.actor_name("supervisor");

@@ -147,7 +147,7 @@ async fn run_job<K: Kv>(Run { args, cancel }: &Run<K>) -> (RunOutcome, DateTime<
             Box::pin(async move { publish_started(&shared, &run, at).await })
         }) as StartHook
     });
-    let gates = RunGates { start: gate, end, on_start };
+    let gates = RunGates { start: gate, slots: Some(shared.run_slots.clone()), end, on_start };
     let outcome = match job {
         Some(job) => prepare(job, ctx, cancel.clone(), shared.middleware.clone(), gates, timeout).await,
         // The store only hands out runs of registered types, but a type can vanish between

@@ -428,7 +428,7 @@ async fn recorder_on_a_slow_store(
     let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), options);
     let store = KvJobStore::new(kv, registry.calendars().clone(), Entropy::from_seed(1), StoreOptions::default());
     let options =
-        SchedulerOptions { max_concurrent_runs: 5_000, acquire_batch_size: batch, ..SchedulerOptions::default() };
+        SchedulerOptions { max_concurrent_runs: 5_000, acquire_batch_size: Some(batch), ..SchedulerOptions::default() };
     let config = NodeConfig::new(store, registry, options, node, clock, Entropy::from_seed(2));
     (Node::start(config, None).await.unwrap(), log)
 }

@@ -328,6 +328,7 @@ async fn a_run_canceled_before_its_start_never_runs_its_job() {
     let on_start = started.clone();
     let gates = RunGates {
         start: gate,
+        slots: None,
         end: Box::pin(std::future::ready(())),
         on_start: Some(Box::new(move || -> BoxFuture<'static, ()> {
             on_start.fetch_add(1, Ordering::SeqCst);
@@ -351,6 +352,7 @@ async fn the_start_hook_runs_beside_the_job_and_the_run_waits_for_it() {
     let cancel = RunCancel::new();
     let gates = RunGates {
         start: Box::pin(std::future::ready(())),
+        slots: None,
         end: Box::pin(std::future::ready(())),
         on_start: Some(Box::new(move || -> BoxFuture<'static, ()> {
             Box::pin(async move {
@@ -368,4 +370,55 @@ async fn the_start_hook_runs_beside_the_job_and_the_run_waits_for_it() {
     assert_eq!(outcome, RunOutcome::Succeeded);
     assert_eq!(published.load(Ordering::SeqCst), 1);
     assert_eq!(clock.now() - t0(), chrono::TimeDelta::seconds(5), "beside the job, not before it");
+}
+
+/// A run slot is held while the job runs and freed as it returns, before the run's end
+/// gate: with one slot, the second run starts as soon as the first job returns, though the
+/// first run has not ended; a run canceled while waiting for a slot never starts its job;
+/// the slots count how long the jobs ran.
+#[tokio::test(start_paused = true)]
+async fn a_slot_is_held_while_the_job_runs_and_serves_the_next_run_as_it_returns() {
+    use sundial_actors::slots::RunSlots;
+    let clock = Arc::new(sundial_actors::clock::TokioClock::new(t0()));
+    let slots = RunSlots::new(1, clock.clone());
+    let started: Arc<std::sync::Mutex<Vec<(&str, i64)>>> = Arc::default();
+    let run = |name: &'static str, end_after: u64| {
+        let cancel = RunCancel::new();
+        let (started, clock) = (started.clone(), clock.clone());
+        let job = FnJob::new(move |_ctx: RunContext| {
+            let (started, clock) = (started.clone(), clock.clone());
+            async move {
+                started.lock().unwrap().push((name, (clock.now() - t0()).num_seconds()));
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                Ok(())
+            }
+        });
+        let gates = RunGates {
+            start: Box::pin(std::future::ready(())),
+            slots: Some(slots.clone()),
+            end: Box::pin(tokio::time::sleep(Duration::from_secs(end_after))),
+            on_start: None,
+        };
+        let prepared = prepare(Box::new(job), ctx(&cancel), cancel.clone(), Vec::new(), gates, None);
+        (tokio::spawn(prepared), cancel)
+    };
+    let (first, _) = run("first", 10);
+    tokio::task::yield_now().await;
+    let (second, _) = run("second", 0);
+    let (third, third_cancel) = run("third", 0);
+    tokio::task::yield_now().await;
+    assert_eq!(slots.executing(), 1);
+    third_cancel.cancel(CancelReason::Requested);
+    assert!(matches!(third.await.unwrap(), RunOutcome::Canceled { .. }), "canceled while waiting for a slot");
+    assert_eq!(second.await.unwrap(), RunOutcome::Succeeded);
+    assert_eq!(
+        *started.lock().unwrap(),
+        vec![("first", 0), ("second", 1)],
+        "the second started as the first job returned"
+    );
+    assert_eq!(slots.take_job_times(), (2, Duration::from_secs(2)));
+    assert_eq!(slots.take_job_times(), (0, Duration::ZERO), "taken once");
+    assert_eq!(first.await.unwrap(), RunOutcome::Succeeded);
+    assert_eq!(clock.now() - t0(), chrono::TimeDelta::seconds(10), "the first run ended after its end gate");
+    assert_eq!(slots.executing(), 0);
 }

@@ -27,7 +27,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::poll::{heartbeat_due, wait_after_cycle, CycleEnd, NextDue, Taken, STEAL_CHECK};
-use crate::rules::{acquire_slots, AcquisitionBatch, AcquisitionLead};
+use crate::rules::{acquire_slots, held_runs_limit, AcquisitionBatch, AcquisitionLead, JobTime, AUTO_ACQUIRE_BATCH};
 use crate::store::{steal_read_due, steal_read_trusts, DueHeads, DueOutlook, StealRota};
 use crate::time::{add_duration, MonotonicInstant};
 
@@ -146,6 +146,10 @@ pub struct Poller {
     lead: AcquisitionLead,
     /// How many fires to acquire at once: smaller while acquisitions outgrow the store.
     batch: AcquisitionBatch,
+    /// How long this node's jobs take, learned from the ones that ended.
+    job_time: JobTime,
+    /// The runs this node may hold, as the last cycle found ([`held_runs_limit`]).
+    held_limit: usize,
     /// The lookahead of the next acquisition: the lead for the fires due next.
     lookahead: Duration,
     /// The acquisitions since the last one that left nothing due: when the first began,
@@ -170,8 +174,8 @@ pub struct Poller {
 
 impl Poller {
     /// A poller that has done nothing yet, acquiring at most `acquire_batch_size` fires at
-    /// once.
-    pub fn new(acquire_batch_size: u32) -> Self {
+    /// once ([`AUTO_ACQUIRE_BATCH`] when unset).
+    pub fn new(acquire_batch_size: Option<u32>) -> Self {
         Self {
             synced: false,
             reclaimed: false,
@@ -181,7 +185,9 @@ impl Poller {
             refresh_local: true,
             local_stamp: None,
             lead: AcquisitionLead::new(LOOKAHEAD, MAX_LOOKAHEAD, PRIOR_COST_PER_RUN),
-            batch: AcquisitionBatch::new(acquire_batch_size),
+            batch: AcquisitionBatch::new(acquire_batch_size.unwrap_or(AUTO_ACQUIRE_BATCH)),
+            job_time: JobTime::new(),
+            held_limit: 0,
             lookahead: LOOKAHEAD,
             sequence: None,
             refill_pending: false,
@@ -327,13 +333,37 @@ impl Poller {
     }
 
     /// How many fires this cycle may acquire: none on a shared store without a recent
-    /// heartbeat, else the batch within the free run slots.
-    pub fn slots(&self, shared_store: bool, alive: bool, max_concurrent_runs: u32, running: usize) -> usize {
+    /// heartbeat, else the runs this node may still take on within the batch. `held`: the
+    /// runs it holds (acquired and not ended); `executing`: those whose jobs run now, each
+    /// in one of the `max_concurrent_runs` slots. See [`held_runs_limit`]: a node whose
+    /// store is its own counts jobs as short until one ended.
+    pub fn slots(
+        &mut self,
+        shared_store: bool,
+        alive: bool,
+        max_concurrent_runs: u32,
+        held: usize,
+        executing: usize,
+    ) -> usize {
+        self.held_limit =
+            held_runs_limit(max_concurrent_runs, executing, self.lookahead, self.job_time.mean(), !shared_store);
         if shared_store && !alive {
             0
         } else {
-            acquire_slots(self.batch.current(), max_concurrent_runs, running)
+            acquire_slots(self.batch.current(), self.held_limit, held)
         }
+    }
+
+    /// Whether a node holding `held` runs was full at the last cycle: a run's end then
+    /// calls for a refill ([`Poller::run_ended`]).
+    pub fn is_full(&self, held: usize) -> bool {
+        held >= self.held_limit
+    }
+
+    /// `count` jobs ended here since the last call, taking `total` together (from their
+    /// start to their return).
+    pub fn jobs_ended(&mut self, count: u64, total: Duration) {
+        self.job_time.observe(count, total);
     }
 
     /// No slot was free: nothing was acquired or seen.
@@ -589,7 +619,7 @@ mod tests {
     /// A poller whose first acquisition (a steal turn), at 0, took nothing and saw the next
     /// fire at `next_ms`.
     fn idle(next_ms: i64) -> Poller {
-        let mut poller = Poller::new(16);
+        let mut poller = Poller::new(Some(16));
         let plan = acquire(&mut poller, 0, &[], true);
         assert!(plan.steal, "the first acquisition looks at every shard");
         assert_eq!(
@@ -613,7 +643,7 @@ mod tests {
 
     #[test]
     fn what_an_acquisition_saw_holds_only_if_watched_and_for_the_same_filter() {
-        let mut poller = Poller::new(16);
+        let mut poller = Poller::new(Some(16));
         let plan = match poller.plan_acquisition(at(0), mono(0), jobs(&[]), true, false) {
             AcquisitionPlan::Acquire(plan) => plan,
             AcquisitionPlan::Skip(_) => panic!("nothing known yet"),
@@ -631,7 +661,7 @@ mod tests {
     }
 
     fn poller_holding(busy: &[&str]) -> Poller {
-        let mut poller = Poller::new(16);
+        let mut poller = Poller::new(Some(16));
         let plan = acquire(&mut poller, 0, busy, true);
         poller.acquired(plan, took(0, None), 16, mono(0));
         poller
@@ -664,7 +694,7 @@ mod tests {
 
     #[test]
     fn a_full_batch_acquires_again_at_once_and_a_stolen_fire_brings_the_next_look_forward() {
-        let mut poller = Poller::new(16);
+        let mut poller = Poller::new(Some(16));
         let plan = acquire(&mut poller, 0, &[], true);
         assert_eq!(poller.acquired(plan, took(16, None), 16, mono(1)), Taken::Full);
         assert_eq!(poller.outlook_to_read(Taken::Full), Some(poller.lead.saturation().min(OUTLOOK_LIMIT)));
@@ -681,7 +711,7 @@ mod tests {
 
     #[test]
     fn a_failed_acquisition_is_adopted_before_local_fires_and_the_reclaim() {
-        let mut poller = Poller::new(16);
+        let mut poller = Poller::new(Some(16));
         poller.reclaimed(true);
         let plan = acquire(&mut poller, 0, &[], true);
         assert_eq!(poller.acquire_failed(plan, at(0), false), Taken::Failed);
@@ -702,7 +732,7 @@ mod tests {
 
     #[test]
     fn a_long_outage_keeps_the_latest_failed_acquisitions_to_adopt() {
-        let mut poller = Poller::new(16);
+        let mut poller = Poller::new(Some(16));
         for i in 0..(MAX_UNADOPTED as i64 + 6) {
             let plan = acquire(&mut poller, i, &[], true);
             poller.acquire_failed(plan, at(i), false);
@@ -713,7 +743,7 @@ mod tests {
 
     #[test]
     fn an_acquisition_too_big_for_the_store_halves_the_batch_and_success_grows_it_back() {
-        let mut poller = Poller::new(16);
+        let mut poller = Poller::new(Some(16));
         for expected in [8, 4] {
             let plan = acquire(&mut poller, 0, &[], true);
             poller.acquire_failed(plan, at(0), true);
@@ -722,37 +752,48 @@ mod tests {
         let plan = acquire(&mut poller, 0, &[], true);
         poller.acquire_failed(plan, at(0), false);
         assert_eq!(poller.batch(), 4, "other failures leave it");
-        assert_eq!(poller.slots(true, true, 32, 0), 4);
+        assert_eq!(poller.slots(true, true, 32, 0, 0), 4);
         let plan = acquire(&mut poller, 0, &[], true);
         poller.acquired(plan, took(0, None), 4, mono(0));
         assert_eq!(poller.batch(), 5);
     }
 
     #[test]
-    fn slots_are_the_batch_within_the_free_run_slots_and_none_without_a_heartbeat() {
-        let poller = Poller::new(16);
-        assert_eq!(poller.slots(true, true, 32, 0), 16);
-        assert_eq!(poller.slots(true, true, 32, 20), 12);
-        assert_eq!(poller.slots(true, true, 32, 40), 0);
-        assert_eq!(poller.slots(true, false, 32, 0), 0, "a shared store's node without a heartbeat");
-        assert_eq!(poller.slots(false, false, 32, 0), 16, "a store of its own needs none");
+    fn slots_are_the_batch_within_the_runs_the_node_may_hold_and_none_without_a_heartbeat() {
+        let mut poller = Poller::new(Some(16));
+        // A shared store's node counts one run per free slot until it knows its jobs.
+        assert_eq!(poller.slots(true, true, 32, 0, 0), 16);
+        assert_eq!(poller.slots(true, true, 32, 20, 0), 12);
+        assert_eq!(poller.slots(true, true, 32, 40, 0), 0);
+        assert!(poller.is_full(40) && !poller.is_full(31));
+        assert_eq!(poller.slots(true, false, 32, 0, 0), 0, "a shared store's node without a heartbeat");
+        // A store of its own needs no heartbeat, and counts unknown jobs as short.
+        assert_eq!(poller.slots(false, false, 32, 5_000, 0), 16);
+        // Jobs of 1 ms: each free slot starts a lookahead's worth (100 ms) of runs in time.
+        poller.jobs_ended(10, Duration::from_millis(10));
+        assert_eq!(poller.slots(true, true, 32, 3_000, 2), 2);
+        assert!(poller.is_full(2 + 30 * 100) && !poller.is_full(2 + 30 * 100 - 1));
+        // Unset, the batch is the automatic one.
+        let mut auto = Poller::new(None);
+        assert_eq!(auto.slots(false, true, 32, 0, 0), AUTO_ACQUIRE_BATCH as usize);
+        assert_eq!(auto.slots(true, true, 32, 0, 0), 32);
     }
 
     #[test]
     fn a_heartbeat_goes_first_then_every_half_poll_interval_on_a_shared_store_only() {
-        let mut poller = Poller::new(16);
+        let mut poller = Poller::new(Some(16));
         assert!(poller.needs_heartbeat(true, Some(Duration::ZERO), SECOND), "none committed by this poller yet");
         assert_eq!(poller.times_declared_lost(), None);
         poller.heartbeat_committed(2, false);
         assert_eq!(poller.times_declared_lost(), Some(2));
         assert!(!poller.needs_heartbeat(true, Some(Duration::from_millis(100)), SECOND));
         assert!(poller.needs_heartbeat(true, Some(Duration::from_millis(500)), SECOND));
-        assert!(!Poller::new(16).needs_heartbeat(false, None, SECOND));
+        assert!(!Poller::new(Some(16)).needs_heartbeat(false, None, SECOND));
     }
 
     #[test]
     fn local_jobs_are_read_every_ten_cycles_and_after_a_change() {
-        let mut poller = Poller::new(16);
+        let mut poller = Poller::new(Some(16));
         assert_eq!(poller.local_refresh(), Some(None), "first read: everything");
         poller.local_refreshed(Some(7));
         for cycle in 1..LOCAL_REFRESH_CYCLES {
@@ -769,7 +810,7 @@ mod tests {
 
     #[test]
     fn one_refill_serves_every_run_ending_before_it() {
-        let mut poller = Poller::new(16);
+        let mut poller = Poller::new(Some(16));
         let plan = acquire(&mut poller, 0, &["busy"], true);
         poller.acquired(plan, took(0, None), 16, mono(0));
         assert!(!poller.run_ended(false, false), "a slot of a node that was not full");
@@ -782,7 +823,7 @@ mod tests {
 
     #[test]
     fn the_lookahead_grows_with_the_fires_due_together_and_the_sleep_ends_as_it_begins() {
-        let mut poller = Poller::new(16);
+        let mut poller = Poller::new(Some(16));
         let wait = |read, taken| CycleWait {
             now: at(10),
             ran_at: at(0),
@@ -809,7 +850,7 @@ mod tests {
 
     #[test]
     fn a_node_vouches_for_its_shards_only_when_it_left_nothing_due_and_no_job_busy() {
-        let mut poller = Poller::new(16);
+        let mut poller = Poller::new(Some(16));
         poller.cycle_ended(at(0), Taken::Done(Some(outlook(Some(5_000), 1))), false);
         assert!(poller.caught_up());
         poller.cycle_ended(at(0), Taken::Done(Some(outlook(Some(5_000), 1))), true);

@@ -21,12 +21,18 @@ pub struct SchedulerOptions {
     pub poll_interval: Duration,
     /// `node_id` (default `host:pid:8 random chars`, see [`SchedulerOptions::node_id_or_default`]).
     pub node_id: Option<String>,
-    /// `max_concurrent_runs` (≥ 1, default 32): runs at once on this node.
+    /// `max_concurrent_runs` (≥ 1, default 32): jobs running at once on this node. A run
+    /// takes one of these slots at its start instant and frees it as its job returns (before
+    /// its end is recorded); runs acquired ahead wait for their instant without one (see
+    /// [`held_runs_limit`](crate::rules::held_runs_limit) for how many a node takes on).
     pub max_concurrent_runs: u32,
-    /// `acquire_batch_size` (≥ 1, default 16): triggers acquired per cycle at most. A node
-    /// asks for less while its acquisitions outgrow the store's transaction limits (see
-    /// [`AcquisitionBatch`](crate::rules::AcquisitionBatch)).
-    pub acquire_batch_size: u32,
+    /// `acquire_batch_size` (≥ 1; unset by default): fires one acquisition takes at most.
+    /// Unset, an acquisition takes what is due within the lead and fits the node's free
+    /// slots, up to [`AUTO_ACQUIRE_BATCH`](crate::rules::AUTO_ACQUIRE_BATCH) per
+    /// transaction; set, it is a cap (a smaller transaction per acquisition, for a slow or
+    /// contended store). Either way a node asks for less while its acquisitions outgrow the
+    /// store's transaction limits (see [`AcquisitionBatch`](crate::rules::AcquisitionBatch)).
+    pub acquire_batch_size: Option<u32>,
     /// `misfire_threshold_seconds` (≥ 0, default 60): lateness that counts as misfire.
     pub misfire_threshold: Duration,
     /// `lease_resource` (name grammar, default `scheduling.jobs`).
@@ -47,7 +53,7 @@ impl Default for SchedulerOptions {
             poll_interval: Duration::from_secs(1),
             node_id: None,
             max_concurrent_runs: 32,
-            acquire_batch_size: 16,
+            acquire_batch_size: None,
             misfire_threshold: Duration::from_secs(60),
             lease_resource: ResourceName::new("scheduling.jobs").unwrap_or_else(|_| unreachable!("valid literal")),
             lease_ttl: Duration::from_secs(30),
@@ -195,7 +201,7 @@ impl SchedulerOptions {
                 self.history_retention = Duration::from_secs_f64(days * 86_400.0);
             }
             "max_concurrent_runs" => self.max_concurrent_runs = count(&raw, 1_000_000).map_err(fail)?,
-            "acquire_batch_size" => self.acquire_batch_size = count(&raw, 10_000).map_err(fail)?,
+            "acquire_batch_size" => self.acquire_batch_size = Some(count(&raw, 10_000).map_err(fail)?),
             "lease_resource" => {
                 let text = text(&raw).map_err(fail)?;
                 self.lease_resource = ResourceName::new(text).map_err(|e| fail(e.to_string()))?;
@@ -271,7 +277,7 @@ mod tests {
         let o = SchedulerOptions::default();
         assert_eq!(o.poll_interval, Duration::from_secs(1));
         assert_eq!(o.max_concurrent_runs, 32);
-        assert_eq!(o.acquire_batch_size, 16);
+        assert_eq!(o.acquire_batch_size, None);
         assert_eq!(o.misfire_threshold, Duration::from_secs(60));
         assert_eq!(o.lease_resource.as_str(), "scheduling.jobs");
         assert_eq!(o.lease_ttl, Duration::from_secs(30));
@@ -302,7 +308,7 @@ mod tests {
         .unwrap();
         assert_eq!(o.poll_interval, Duration::from_millis(250));
         assert_eq!(o.node_id.as_deref(), Some("node-a"));
-        assert_eq!((o.max_concurrent_runs, o.acquire_batch_size), (4, 2));
+        assert_eq!((o.max_concurrent_runs, o.acquire_batch_size), (4, Some(2)));
         assert_eq!(o.misfire_threshold, Duration::ZERO);
         assert_eq!(o.lease_resource.as_str(), "my.lease");
         assert_eq!(

@@ -61,10 +61,91 @@ pub fn plan_retry(policy: Option<&RetryPolicy>, attempt: u32, failed_at: DateTim
         .then(|| RetryPlan { attempt: retry + 1, due: add_duration(failed_at, policy.delay_for(retry)) })
 }
 
-/// How many triggers to acquire this cycle: `min(batch, max_concurrent − running)`.
-pub fn acquire_slots(acquire_batch_size: u32, max_concurrent_runs: u32, running: usize) -> usize {
-    let free = (max_concurrent_runs as usize).saturating_sub(running);
-    free.min(acquire_batch_size as usize)
+/// The most fires one acquisition takes when `acquire_batch_size` is not set: enough that
+/// a node keeps up with tens of thousands of fires a second in a few dozen transactions,
+/// small enough that one transaction stays far inside FoundationDB's five seconds and ten
+/// megabytes (it shrinks further when a store says otherwise, see [`AcquisitionBatch`]).
+pub const AUTO_ACQUIRE_BATCH: u32 = 1_000;
+
+/// The most runs a node holds at once (acquired and waiting for their instant or for a
+/// run slot, or running), whatever its jobs' speed: bounds a node's memory when a great
+/// many fires fall due together.
+pub const MAX_HELD_RUNS: usize = 100_000;
+
+/// How many fires to acquire this cycle: the runs the node may still take on
+/// ([`held_runs_limit`] less the runs it holds), at most `batch`.
+pub fn acquire_slots(batch: u32, held_limit: usize, held: usize) -> usize {
+    held_limit.saturating_sub(held).min(batch as usize)
+}
+
+/// How many runs a node may hold at once so that each can start on time: those running
+/// (`executing`, each in one of the `max_concurrent_runs` run slots) plus, for each free
+/// slot, as many runs as it can start one after another within `lead` (the acquisition
+/// lead: how far ahead fires are taken) when jobs take `job_time` on average.
+///
+/// A run takes its slot at its start instant and frees it as its job returns, so a slot
+/// serves many short runs within one lead: with 32 slots, jobs of 1 ms and a lead of
+/// 100 ms, a node starts 3,200 runs in time. Jobs at least as long as the lead count one
+/// run per free slot, as the slots alone did. `job_time` is `None` until this node has
+/// seen a job end; then `unknown_is_short` decides: a node whose store is its own (nobody
+/// else could run the fires it leaves) counts jobs as short, a node sharing its store
+/// counts one run per free slot until it knows. At least `max_concurrent_runs`, at most
+/// [`MAX_HELD_RUNS`].
+pub fn held_runs_limit(
+    max_concurrent_runs: u32,
+    executing: usize,
+    lead: Duration,
+    job_time: Option<Duration>,
+    unknown_is_short: bool,
+) -> usize {
+    let slots = max_concurrent_runs as usize;
+    let free = slots.saturating_sub(executing);
+    let per_slot = match job_time {
+        None if unknown_is_short => MAX_HELD_RUNS,
+        None => 1,
+        Some(time) if time.is_zero() => MAX_HELD_RUNS,
+        Some(time) => ((lead.as_nanos() / time.as_nanos()).min(MAX_HELD_RUNS as u128) as usize).max(1),
+    };
+    executing.min(slots).saturating_add(free.saturating_mul(per_slot)).clamp(slots.min(MAX_HELD_RUNS), MAX_HELD_RUNS)
+}
+
+/// The mean time jobs take on a node, learned from the jobs that ended there: an
+/// exponentially weighted mean over batches of ended jobs, a batch weighing more the more
+/// jobs it holds, so a node's estimate follows a change of workload within a few cycles.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct JobTime {
+    /// The mean in nanoseconds, once a job ended.
+    mean_ns: Option<f64>,
+}
+
+impl JobTime {
+    /// The weight of one ended job in the mean (a batch of `n` weighs `1 − (1 − w)^n`).
+    const WEIGHT: f64 = 0.05;
+
+    /// Nothing learned yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Learns from `count` jobs that ended, taking `total` together.
+    pub fn observe(&mut self, count: u64, total: Duration) {
+        if count == 0 {
+            return;
+        }
+        let batch_mean = total.as_nanos() as f64 / count as f64;
+        self.mean_ns = Some(match self.mean_ns {
+            None => batch_mean,
+            Some(mean) => {
+                let weight = 1.0 - (1.0 - Self::WEIGHT).powf(count as f64);
+                mean + weight * (batch_mean - mean)
+            }
+        });
+    }
+
+    /// The mean, once a job ended.
+    pub fn mean(&self) -> Option<Duration> {
+        self.mean_ns.map(|ns| Duration::from_nanos(ns as u64))
+    }
 }
 
 /// How many fires one acquisition may take: the configured `acquire_batch_size`, halved
@@ -225,10 +306,49 @@ mod tests {
     }
 
     #[test]
-    fn slots() {
+    fn slots_are_what_the_node_may_still_hold_within_the_batch() {
         assert_eq!(acquire_slots(16, 32, 0), 16);
         assert_eq!(acquire_slots(16, 32, 20), 12);
         assert_eq!(acquire_slots(16, 32, 40), 0);
+        assert_eq!(acquire_slots(1_000, 5_000, 4_500), 500);
+    }
+
+    #[test]
+    fn a_free_slot_holds_as_many_runs_as_it_can_start_within_the_lead() {
+        let ms = Duration::from_millis;
+        // 1 ms jobs, 100 ms lead: each free slot starts 100 runs in time.
+        assert_eq!(held_runs_limit(32, 0, ms(100), Some(ms(1)), false), 3_200);
+        // Two slots busy: they count once each.
+        assert_eq!(held_runs_limit(32, 2, ms(100), Some(ms(1)), false), 2 + 30 * 100);
+        // Jobs as long as the lead or longer: one run per slot, as the slots alone allowed.
+        assert_eq!(held_runs_limit(32, 0, ms(100), Some(ms(100)), false), 32);
+        assert_eq!(held_runs_limit(32, 5, ms(100), Some(Duration::from_secs(60)), false), 32);
+        assert_eq!(held_runs_limit(32, 40, ms(100), Some(ms(1)), false), 32, "more running than slots");
+        // Not learned yet: a node sharing its store assumes one run per slot, a node with
+        // a store of its own short jobs.
+        assert_eq!(held_runs_limit(32, 0, ms(100), None, false), 32);
+        assert_eq!(held_runs_limit(32, 0, ms(100), None, true), MAX_HELD_RUNS);
+        // Bounded whatever the speed.
+        assert_eq!(held_runs_limit(32, 0, ms(1_000), Some(Duration::from_nanos(1)), false), MAX_HELD_RUNS);
+        assert_eq!(held_runs_limit(32, 0, ms(100), Some(Duration::ZERO), false), MAX_HELD_RUNS);
+        assert_eq!(held_runs_limit(1_000_000, 0, ms(100), Some(ms(100)), false), MAX_HELD_RUNS);
+    }
+
+    #[test]
+    fn job_time_follows_the_jobs_that_ended() {
+        let ms = Duration::from_millis;
+        let mut time = JobTime::new();
+        assert_eq!(time.mean(), None);
+        time.observe(0, ms(5));
+        assert_eq!(time.mean(), None, "no job ended");
+        time.observe(4, ms(8));
+        assert_eq!(time.mean(), Some(ms(2)), "the first batch sets it");
+        // One slow job moves it a little; many move it most of the way.
+        time.observe(1, ms(102));
+        assert_eq!(time.mean(), Some(ms(7)));
+        time.observe(1_000, ms(1_000));
+        let mean = time.mean().unwrap();
+        assert!(mean > Duration::from_micros(999) && mean < Duration::from_micros(1_001), "{mean:?}");
     }
 
     #[test]

@@ -60,13 +60,17 @@ use sundial_actors::registry::JobRegistry;
 use sundial_actors::stats::EngineWork;
 
 mod floors;
+mod sustained;
 
 use floors::{floors, start_floors};
+use sustained::sustained;
 
-// The allocator the `sundial` binary uses, set up as it does; both schedulers measured
-// here share it.
+mod allocator;
+
+// The system allocator, or the `sundial` binary's (see `allocator`); both schedulers
+// measured in a run share it.
 #[global_allocator]
-static ALLOCATOR: sundial_actors::allocator::Allocator = sundial_actors::allocator::Allocator {};
+static ALLOCATOR: allocator::BenchAllocator = allocator::BenchAllocator;
 
 /// Whole seconds after a scheduler starts before lateness is measured (both schedulers).
 const WARM_UP_SECONDS: i64 = 2;
@@ -111,7 +115,7 @@ fn records_for(fires: usize) -> Records {
     Arc::new(Mutex::new(records))
 }
 
-/// Triggers per job in the bench's node (`j{n}` has triggers `t0`, `t1`, …).
+/// Triggers per job at most (`j{n}` has triggers `t0`, `t1`, …).
 const TRIGGERS_PER_JOB: usize = 100;
 
 /// The number of trigger `t{t}` of job `j{j}`: `j × TRIGGERS_PER_JOB + t`.
@@ -120,6 +124,62 @@ fn trigger_number(job: &str, trigger: &str) -> u32 {
         name.strip_prefix(prefix).and_then(|n| n.parse().ok()).expect("a bench job or trigger name")
     };
     number(job, 'j') * TRIGGERS_PER_JOB as u32 + number(trigger, 't')
+}
+
+/// How the bench's jobs are defined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Shape {
+    /// Triggers per job (at most [`TRIGGERS_PER_JOB`]).
+    per_job: usize,
+    /// `allow_concurrent` on every job.
+    concurrent: bool,
+}
+
+impl Shape {
+    /// As people define jobs: one trigger each, default job options (not concurrent).
+    const USER: Shape = Shape { per_job: 1, concurrent: false };
+    /// The shape the engine was first tuned on: 100 triggers per job, concurrent.
+    const PACKED: Shape = Shape { per_job: TRIGGERS_PER_JOB, concurrent: true };
+}
+
+/// Which `SchedulerOptions` a sundial node of the bench runs with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tuning {
+    /// `SchedulerOptions::default()`.
+    Default,
+    /// Sized to the load: `max_concurrent_runs = 2 × load + 64`, `acquire_batch_size`
+    /// the load within 16 and 2,000.
+    Tuned,
+}
+
+impl Tuning {
+    fn options(self, load: usize) -> SchedulerOptions {
+        match self {
+            Tuning::Default => SchedulerOptions::default(),
+            Tuning::Tuned => SchedulerOptions {
+                max_concurrent_runs: (load * 2 + 64) as u32,
+                acquire_batch_size: Some(load.clamp(16, 2_000) as u32),
+                ..SchedulerOptions::default()
+            },
+        }
+    }
+}
+
+/// One sundial configuration the bench measures: the jobs' shape and the node's options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Config {
+    shape: Shape,
+    tuning: Tuning,
+}
+
+impl Config {
+    fn label(self) -> String {
+        let options = match self.tuning {
+            Tuning::Default => "default options",
+            Tuning::Tuned => "tuned options",
+        };
+        format!("sundial, {options}")
+    }
 }
 
 struct Recording {
@@ -295,9 +355,9 @@ impl Drop for DurableDir {
     }
 }
 
-/// A node on `store` with `triggers` triggers of `schedule`, 100 per job, recording up to
-/// `fires` runs without reallocating (and the durable store's directory, to keep while
-/// the node runs).
+/// A node on `store` with `triggers` triggers of `schedule` in jobs of `shape`, recording
+/// up to `fires` runs without reallocating (and the durable store's directory, to keep
+/// while the node runs).
 async fn sundial_node(
     node: &str,
     triggers: usize,
@@ -305,6 +365,7 @@ async fn sundial_node(
     options: SchedulerOptions,
     fires: usize,
     store: Store,
+    shape: Shape,
 ) -> (sundial_actors::scheduler::JobScheduler<MemoryKv>, Records, Arc<dyn Clock>, MemoryKv, Option<DurableDir>) {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let records = records_for(fires);
@@ -338,12 +399,12 @@ async fn sundial_node(
     config.start_timer = Arc::new(PreciseSleeper::new());
     let scheduler = Node::start(config, None).await.unwrap();
     let schedule: sundial::JobSchedule = schedule.parse().unwrap();
-    let per_job = TRIGGERS_PER_JOB.min(triggers);
+    let per_job = shape.per_job.clamp(1, TRIGGERS_PER_JOB).min(triggers.max(1));
     let mut defs = Vec::new();
     for j in 0..triggers.div_ceil(per_job) {
         let mut def =
             JobDefinition::new(JobName::new(format!("j{j}")).unwrap(), JobTypeKey::new("bench.record").unwrap());
-        def.allow_concurrent = true;
+        def.allow_concurrent = shape.concurrent;
         for t in 0..per_job.min(triggers - j * per_job) {
             def.triggers.push(JobTriggerDefinition::new(TriggerName::new(format!("t{t}")).unwrap(), schedule.clone()));
         }
@@ -355,14 +416,11 @@ async fn sundial_node(
     (scheduler, records, clock, kv, durable)
 }
 
-async fn sundial_cron(load: usize, seconds: i64, node: &str, store: Store) -> Summary {
-    let options = SchedulerOptions {
-        max_concurrent_runs: (load * 2 + 64) as u32,
-        acquire_batch_size: load.clamp(16, 2_000) as u32,
-        ..SchedulerOptions::default()
-    };
+async fn sundial_cron(load: usize, seconds: i64, node: &str, store: Store, config: Config) -> Summary {
+    let options = config.tuning.options(load);
+    let fires = expected_fires(load, seconds);
     let (scheduler, records, clock, kv, durable) =
-        sundial_node(node, load, "cron * * * * * *", options, expected_fires(load, seconds), store).await;
+        sundial_node(node, load, "cron * * * * * *", options, fires, store, config.shape).await;
     let bytes_before = durable.as_ref().map_or(0, DurableDir::bytes);
     let cpu_before = process_cpu();
     let store_before = kv.stats();
@@ -478,17 +536,13 @@ async fn apalis_burst(count: usize) -> (Duration, usize) {
 
 /// `count` one-shot triggers due at the same instant: time from that instant until the
 /// last one started, and how many ran.
-async fn sundial_burst(count: usize, store: Store) -> (Duration, usize) {
+async fn sundial_burst(count: usize, store: Store, config: Config) -> (Duration, usize) {
     let clock = SystemClock::new();
     let due = next_second(clock.now()) + TimeDelta::seconds(2);
     let schedule = format!("once {}", sundial::schedule::format_instant(due));
-    let options = SchedulerOptions {
-        max_concurrent_runs: (count + 64) as u32,
-        acquire_batch_size: 2_000,
-        ..SchedulerOptions::default()
-    };
+    let options = config.tuning.options(count);
     let (scheduler, records, clock, _, _durable) =
-        sundial_node("burst-node", count, &schedule, options, count, store).await;
+        sundial_node("burst-node", count, &schedule, options, count, store, config.shape).await;
     scheduler.serve();
     tokio::time::sleep((due - clock.now()).to_std().unwrap_or_default() + Duration::from_secs(3)).await;
     scheduler.stop(Duration::from_secs(5)).await;
@@ -510,27 +564,60 @@ async fn sundial_burst(count: usize, store: Store) -> (Duration, usize) {
     (Duration::from_micros(last.max(0) as u64), records.len())
 }
 
+/// What a run of the bench measures, from its arguments.
+struct Plan {
+    /// The cron loads (fires/s).
+    loads: Vec<usize>,
+    /// The seconds and fires each load is measured for at least.
+    seconds: i64,
+    fires: usize,
+    /// The sundial configurations, the first the main one.
+    configs: Vec<Config>,
+    burst_size: usize,
+    /// Whether the burst and the sustained run are measured.
+    burst: bool,
+    sustained: bool,
+    /// The sustained run: sundial only, no floors (a child run for the allocator peer).
+    sundial_only: bool,
+}
+
+impl Plan {
+    fn from_args(args: &[String]) -> Plan {
+        let has = |flag: &str| args.iter().any(|a| a == flag);
+        let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1));
+        let quick = has("--quick");
+        let (loads, seconds, fires): (Vec<usize>, i64, usize) =
+            if quick { (vec![10, 1_000], 3, 100) } else { (vec![10, 1_000, 10_000], MEASURED_SECONDS, MEASURED_FIRES) };
+        let only = value("--load").and_then(|n| n.parse().ok());
+        let sustained_only = has("--sustained");
+        let burst_only = has("--burst");
+        let configs = if has("--packed") {
+            vec![Config { shape: Shape::PACKED, tuning: Tuning::Tuned }]
+        } else {
+            vec![
+                Config { shape: Shape::USER, tuning: Tuning::Default },
+                Config { shape: Shape::USER, tuning: Tuning::Tuned },
+            ]
+        };
+        Plan {
+            loads: if sustained_only || burst_only { Vec::new() } else { only.map_or(loads, |n| vec![n]) },
+            seconds,
+            fires,
+            configs,
+            burst_size: value("--burst-size").and_then(|n| n.parse().ok()).unwrap_or(10_000),
+            burst: !sustained_only,
+            sustained: !(quick || only.is_some() || burst_only),
+            sundial_only: has("--sundial-only"),
+        }
+    }
+}
+
 fn main() {
-    sundial_actors::allocator::configure();
-    let quick = std::env::args().any(|a| a == "--quick");
-    let (loads, seconds, fires): (Vec<usize>, i64, usize) =
-        if quick { (vec![10, 1_000], 3, 100) } else { (vec![10, 1_000, 10_000], MEASURED_SECONDS, MEASURED_FIRES) };
-    // `--load N`: only that load (for profiling one workload).
+    if allocator::is_mimalloc() {
+        sundial_actors::allocator::configure();
+    }
     let args: Vec<String> = std::env::args().collect();
-    let only = args.iter().position(|a| a == "--load").and_then(|i| args.get(i + 1)).and_then(|n| n.parse().ok());
-    let loads = only.map_or(loads, |n| vec![n]);
-    // `--sustained`: only the 100,000 fires/s run.
-    let sustained_only = args.iter().any(|a| a == "--sustained");
-    // `--burst`: only the one-shot burst.
-    let burst_only = args.iter().any(|a| a == "--burst");
-    // `--burst-size N`: that many one-shots in the burst (10,000 by default: the target's).
-    let burst_size = args
-        .iter()
-        .position(|a| a == "--burst-size")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(10_000);
-    let loads = if sustained_only || burst_only { Vec::new() } else { loads };
+    let plan = Plan::from_args(&args);
     // `--pinned`: each worker pinned to a CPU of its own.
     let pinned = args.iter().any(|a| a == "--pinned");
     let runtime = sundial_actors::runtime::multi_thread(pinned).unwrap();
@@ -550,75 +637,73 @@ fn main() {
     }
     // `--start-floor`: only the bare tasks' and actors' starts at one instant.
     if args.iter().any(|a| a == "--start-floor") {
-        start_floors(&runtime, burst_size);
+        start_floors(&runtime, plan.burst_size);
+        return;
+    }
+    if plan.sundial_only {
+        sustained(&runtime, &plan);
         return;
     }
     let placement = if pinned { "each pinned to a CPU" } else { "not pinned" };
+    let shape = plan.configs[0].shape;
     println!(
-        "lateness of to-the-second cron fires, ms (each load measured for {seconds} s or the seconds {fires} fires take, whichever is longer, after {WARM_UP_SECONDS} s warm-up; both schedulers on one runtime of {workers} workers {placement}; sundial keeps full history)"
+        "lateness of to-the-second cron fires, ms: jobs of {} trigger(s) each, {}; on {}; each load measured for \
+         {} s or the seconds {} fires take, whichever is longer, after {WARM_UP_SECONDS} s warm-up; all schedulers \
+         on one runtime of {workers} workers {placement}; sundial keeps full history",
+        shape.per_job,
+        if shape.concurrent { "concurrent" } else { "not concurrent (the default)" },
+        allocator::name(),
+        plan.seconds,
+        plan.fires,
     );
     println!(
-        "{:>8} {:>4} | {:>7} {:>7} {:>7} {:>7} {:>6} {:>4} | {:>7} {:>7} {:>7} {:>7} {:>6} {:>4} | {:>9}",
-        "fires/s",
-        "s",
-        "p50",
-        "p90",
-        "p99",
-        "max",
-        "missed",
-        "dup",
-        "p50",
-        "p90",
-        "p99",
-        "max",
-        "missed",
-        "dup",
-        "p99 ratio"
+        "{:>8} {:>4} | {:<24} | {:>7} {:>7} {:>7} {:>7} {:>6} {:>4} {:>8} | {:>13}",
+        "fires/s", "s", "scheduler", "p50", "p90", "p99", "max", "missed", "dup", "ran/s", "apalis p99 / it"
     );
-    println!("{:>8} {:>4} | {:^43} | {:^43} |", "", "", "sundial", "apalis + apalis-cron");
     let mut cpu = Vec::new();
     let mut durable_rows = Vec::new();
-    for (i, &load) in loads.iter().enumerate() {
-        let measured = measured_seconds(load, seconds, fires);
-        // A long measurement alternates the two in rounds, so that both meet the same
-        // phases of a machine whose timer wake-ups drift from minute to minute.
-        let (mut ours, mut peer) = (Vec::new(), Vec::new());
+    let main_config = *plan.configs.last().unwrap_or(&Config { shape: Shape::USER, tuning: Tuning::Tuned });
+    for (i, &load) in plan.loads.iter().enumerate() {
+        let measured = measured_seconds(load, plan.seconds, plan.fires);
+        // A long measurement alternates the schedulers in rounds, so that all meet the
+        // same phases of a machine whose timer wake-ups drift from minute to minute.
+        let mut ours: Vec<Vec<Summary>> = plan.configs.iter().map(|_| Vec::new()).collect();
+        let mut peer = Vec::new();
         let mut durable: Vec<Vec<Summary>> = engines().iter().map(|_| Vec::new()).collect();
         for round in 0..(measured + ROUND_SECONDS - 1) / ROUND_SECONDS {
             let length = ROUND_SECONDS.min(measured - round * ROUND_SECONDS);
-            ours.push(runtime.block_on(sundial_cron(load, length, &format!("bench-{i}-{round}"), Store::Memory)));
+            for (c, config) in plan.configs.iter().enumerate() {
+                let node = format!("bench-{i}-{round}-{c}");
+                ours[c].push(runtime.block_on(sundial_cron(load, length, &node, Store::Memory, *config)));
+            }
             for (e, engine) in engines().into_iter().enumerate() {
                 let node = format!("durable-{i}-{round}-{e}");
-                durable[e].push(runtime.block_on(sundial_cron(load, length, &node, Store::Durable(engine))));
+                durable[e].push(runtime.block_on(sundial_cron(
+                    load,
+                    length,
+                    &node,
+                    Store::Durable(engine),
+                    main_config,
+                )));
             }
             peer.push(runtime.block_on(apalis_cron(load, length)));
         }
-        let (ours, peer) = (Summary::merge(ours), Summary::merge(peer));
+        let peer = Summary::merge(peer);
+        let ours: Vec<Summary> = ours.into_iter().map(Summary::merge).collect();
+        for (config, s) in plan.configs.iter().zip(&ours) {
+            print_row(load, measured, &config.label(), s, Some(peer.pct(0.99) / s.pct(0.99)));
+            cpu.push((load, config.label(), s.cpu_per_fire_us, s.engine_per_fire_us));
+        }
+        print_row(load, measured, "apalis + apalis-cron", &peer, None);
+        cpu.push((load, "apalis".to_owned(), peer.cpu_per_fire_us, None));
         let durable: Vec<Summary> = durable.into_iter().map(Summary::merge).collect();
-        println!(
-            "{:>8} {:>4} | {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>6} {:>4} | {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>6} {:>4} | {:>8.1}x",
-            load,
-            measured,
-            ours.pct(0.5),
-            ours.pct(0.9),
-            ours.pct(0.99),
-            ours.pct(1.0),
-            ours.missed,
-            ours.duplicated,
-            peer.pct(0.5),
-            peer.pct(0.9),
-            peer.pct(0.99),
-            peer.pct(1.0),
-            peer.missed,
-            peer.duplicated,
-            peer.pct(0.99) / ours.pct(0.99)
-        );
-        cpu.push((load, ours.cpu_per_fire_us, ours.engine_per_fire_us, peer.cpu_per_fire_us));
-        durable_rows.push((load, measured, ours.pct(0.99), peer.pct(0.99), durable));
+        let memory_p99 = ours.last().map_or(f64::NAN, |s| s.pct(0.99));
+        durable_rows.push((load, measured, memory_p99, peer.pct(0.99), durable));
     }
     if !durable_rows.is_empty() {
         println!(
-            "\nthe durable store (EmbeddedKv: MemoryKv, each commit synced to a file first), same loads, same rounds"
+            "\nthe durable store (EmbeddedKv: MemoryKv, each commit synced to a file first), {}, same loads, same rounds",
+            main_config.label()
         );
         for (load, measured, memory_p99, apalis_p99, d, engine) in durable_rows
             .iter()
@@ -637,95 +722,54 @@ fn main() {
             );
         }
     }
-    println!("\nwhere the time goes, per fire that ran (process CPU on both cores; engine time on sundial's clock)");
-    for (load, ours, engine, peer) in cpu {
-        println!("{load:>8} fires/s: {}; apalis: {}", where_the_time_goes(ours, engine), cpu_text(peer));
-    }
-    if !sustained_only {
-        burst(&runtime, burst_size);
-    }
-    if quick || only.is_some() || burst_only {
-        return;
-    }
-    // Sustained: 100,000 fires/s for 20 s on one node (the peer at the same load).
-    let (load, seconds) = (100_000, 20);
-    let ours = runtime.block_on(sundial_cron(load, seconds, "bench-sustained", Store::Memory));
-    let peer = runtime.block_on(apalis_cron(load, seconds));
-    let durable: Vec<(String, Summary)> = engines()
-        .into_iter()
-        .map(|e| {
-            (format!("{e:?}"), runtime.block_on(sundial_cron(load, seconds, "durable-sustained", Store::Durable(e))))
-        })
-        .collect();
-    println!("\nsustained {load} fires/s for {seconds} s (target: 0 missed, p99 <= 50 ms)");
-    let named = [("sundial", &ours), ("apalis", &peer)].into_iter().chain(durable.iter().map(|(n, s)| (n.as_str(), s)));
-    for (name, s) in named {
+    if !cpu.is_empty() {
         println!(
-            "{name:>8}: p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms, {} missed, {} duplicated; ran {:.0} fires/s",
-            s.pct(0.5),
-            s.pct(0.9),
-            s.pct(0.99),
-            s.pct(1.0),
-            s.missed,
-            s.duplicated,
-            s.ran_per_second
+            "\nwhere the time goes, per fire that ran (process CPU on both cores; engine time on sundial's clock)"
         );
     }
-    println!(
-        "{}; apalis: {}",
-        where_the_time_goes(ours.cpu_per_fire_us, ours.engine_per_fire_us),
-        cpu_text(peer.cpu_per_fire_us)
-    );
-    for (name, s) in &durable {
-        // Process CPU: the durable store's writer and folder threads are in "the rest".
-        println!("{name}: {}", where_the_time_goes(s.cpu_per_fire_us, s.engine_per_fire_us));
-        if let Some((stats, fires)) = &s.store {
-            let fires = (*fires).max(1) as f64;
-            println!(
-                "{name} store: {} commits, {} conflicts ({:.3} and {:.4} per fire that ran)",
-                stats.commits,
-                stats.conflicts,
-                stats.commits as f64 / fires,
-                stats.conflicts as f64 / fires
-            );
+    for (load, label, ours, engine) in cpu {
+        match engine {
+            Some(_) => println!("{load:>8} fires/s, {label}: {}", where_the_time_goes(ours, engine)),
+            None => println!("{load:>8} fires/s, {label}: {}", cpu_text(ours)),
         }
     }
-    if let Some((stats, fires)) = ours.store {
-        let fires = fires.max(1) as f64;
-        println!(
-            "store: {} commits, {} conflicts ({:.3} and {:.4} per fire that ran), {} read-only commits",
-            stats.commits,
-            stats.conflicts,
-            stats.commits as f64 / fires,
-            stats.conflicts as f64 / fires,
-            stats.read_only_commits
-        );
-        // The lock is held by one client at a time: its hold per fire bounds the fires per
-        // second whatever the cores, and the waits are threads blocked behind it.
-        let (held, waited) =
-            (stats.lock_held.as_secs_f64() * 1e6 / fires, stats.lock_waited.as_secs_f64() * 1e6 / fires);
-        let running = fires / ours.ran_per_second;
-        println!(
-            "store lock: held {held:.1} µs a fire ({:.0} % of the time the node ran; the lock alone allows at \
-             most {:.0} fires/s), waited for {waited:.1} µs a fire",
-            stats.lock_held.as_secs_f64() / running * 100.0,
-            1e6 / held
-        );
+    if plan.burst {
+        burst(&runtime, plan.burst_size, &plan.configs);
     }
-    if ours.cpu_per_fire_us.is_finite() {
-        // The most the workers could run at this cost, all of them busy all the time: what
-        // the work per fire allows, apart from how it is spread over the cores.
-        let ceiling = workers as f64 * 1e6 / ours.cpu_per_fire_us;
-        println!(
-            "ceiling: {workers} workers at {:.1} µs per fire run at most {ceiling:.0} fires/s; {load} fires/s \
-             needs at most {:.1} µs per fire",
-            ours.cpu_per_fire_us,
-            workers as f64 * 1e6 / load as f64
-        );
+    if !plan.sustained {
+        return;
     }
+    sustained(&runtime, &plan);
     floors(&runtime);
     // What starting the sustained load's fires of one instant costs at least.
-    start_floors(&runtime, load);
+    start_floors(&runtime, sustained_load(&plan));
+}
+
+/// One row of the main table: a scheduler's lateness at one load.
+fn print_row(load: usize, measured: i64, label: &str, s: &Summary, ratio: Option<f64>) {
+    let ratio = ratio.map_or(String::new(), |r| format!("{r:>12.1}x"));
+    println!(
+        "{:>8} {:>4} | {:<24} | {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>6} {:>4} {:>8.0} | {ratio}",
+        load,
+        measured,
+        label,
+        s.pct(0.5),
+        s.pct(0.9),
+        s.pct(0.99),
+        s.pct(1.0),
+        s.missed,
+        s.duplicated,
+        s.ran_per_second,
+    );
+}
+
+/// The sustained load: 50,000 fires/s in the user's shape, 100,000 in the packed one.
+fn sustained_load(plan: &Plan) -> usize {
+    if plan.configs.iter().any(|c| c.shape == Shape::PACKED) {
+        100_000
+    } else {
+        50_000
+    }
 }
 
 /// The `p` quantile (0 to 1) of ascending values, the nearest rank; `None` when empty.
@@ -765,25 +809,33 @@ fn cpu_text(cpu: f64) -> String {
     }
 }
 
-/// The one-shot burst of `size` triggers on both schedulers, printed.
-fn burst(runtime: &tokio::runtime::Runtime, size: usize) {
+/// The one-shot burst of `size` triggers on each configuration and the peer, printed.
+fn burst(runtime: &tokio::runtime::Runtime, size: usize, configs: &[Config]) {
     let started = Instant::now();
-    let (last, ran) = runtime.block_on(sundial_burst(size, Store::Memory));
-    let durable: Vec<_> =
-        engines().into_iter().map(|e| (e, runtime.block_on(sundial_burst(size, Store::Durable(e))))).collect();
+    let ours: Vec<_> =
+        configs.iter().map(|c| (c.label(), runtime.block_on(sundial_burst(size, Store::Memory, *c)))).collect();
+    let main_config = *configs.last().unwrap_or(&Config { shape: Shape::USER, tuning: Tuning::Tuned });
+    let durable: Vec<_> = engines()
+        .into_iter()
+        .map(|e| (e, runtime.block_on(sundial_burst(size, Store::Durable(e), main_config))))
+        .collect();
     let (peer_last, peer_ran) = runtime.block_on(apalis_burst(size));
-    println!(
-        "\n{size} one-shot triggers due at one instant: the last started {:.1} ms after it on sundial ({ran} ran), \
-         {:.1} ms on apalis ({peer_ran} ran), ratio {:.1}x ({:.1} s in all)",
-        last.as_secs_f64() * 1e3,
-        peer_last.as_secs_f64() * 1e3,
-        peer_last.as_secs_f64() / last.as_secs_f64(),
-        started.elapsed().as_secs_f64()
-    );
-    for (engine, (last, ran)) in durable {
+    println!("\n{size} one-shot triggers due at one instant: when the last started after it");
+    for (label, (last, ran)) in &ours {
         println!(
-            "on the durable store ({engine:?}): the last started {:.1} ms after it ({ran} ran)",
-            last.as_secs_f64() * 1e3
+            "{label:>24}: {:.1} ms ({ran} ran), apalis's {:.1}x it",
+            last.as_secs_f64() * 1e3,
+            peer_last.as_secs_f64() / last.as_secs_f64()
         );
     }
+    println!("{:>24}: {:.1} ms ({peer_ran} ran)", "apalis", peer_last.as_secs_f64() * 1e3);
+    for (engine, (last, ran)) in durable {
+        println!(
+            "{:>24}: {:.1} ms ({ran} ran), {}",
+            format!("durable store ({engine:?})"),
+            last.as_secs_f64() * 1e3,
+            main_config.label()
+        );
+    }
+    println!("({:.1} s in all)", started.elapsed().as_secs_f64());
 }

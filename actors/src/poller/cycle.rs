@@ -125,7 +125,11 @@ pub(super) async fn cycle<K: Kv>(myself: &ActorRef<PollerMsg>, state: &mut Polle
         let done = reclaim_previous_runs(state, now).await;
         state.poller.reclaimed(done);
     }
-    let slots = state.poller.slots(shared.shared_store, alive, shared.options.max_concurrent_runs, state.running.len());
+    let (ended, ran) = shared.run_slots.take_job_times();
+    state.poller.jobs_ended(ended, ran);
+    let executing = shared.run_slots.executing();
+    let held = state.running.len();
+    let slots = state.poller.slots(shared.shared_store, alive, shared.options.max_concurrent_runs, held, executing);
     let taken = if slots > 0 { acquire_and_start(myself, state, now, slots).await } else { state.poller.no_slots() };
     state.poller.cycle_ended(now, taken, !state.local.busy_jobs().is_empty());
     if let Taken::Full = taken {

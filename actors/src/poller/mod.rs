@@ -35,7 +35,7 @@ pub(crate) struct PollerState<K: Kv> {
     /// canceled through the node's registry of their cancellations.
     running: BTreeMap<Uuid, ActorRef<RunMsg>>,
     /// The run each running run actor runs: its end (the actor's termination, which
-    /// reaches this supervisor anyway) frees the run's slot.
+    /// reaches this supervisor anyway) means the node no longer holds the run.
     run_of_actor: BTreeMap<ActorId, Uuid>,
     /// The cycle's decisions and what they remember.
     poller: Poller,
@@ -192,7 +192,7 @@ impl<K: Kv> Actor for PollerActor<K> {
     ) -> Result<(), ActorProcessingErr> {
         // A run actor ends after recording its run's end; one that fails (a bug: job panics
         // are caught inside it) leaves its stored run Running until the node is declared
-        // lost or restarts. Either way its slot is free.
+        // lost or restarts. Either way this node no longer holds it.
         let (cell, failure) = match event {
             SupervisionEvent::ActorTerminated(cell, _, _) => (cell, None),
             SupervisionEvent::ActorFailed(cell, error) => (cell, Some(error)),

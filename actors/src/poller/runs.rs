@@ -1,4 +1,4 @@
-//! The runs on this node: starting a run actor for each, freeing its slot when the actor
+//! The runs on this node: starting a run actor for each, forgetting it when the actor
 //! ends, and runs started by hand (`trigger`).
 
 use std::time::Duration;
@@ -21,10 +21,10 @@ use super::cycle::heartbeat;
 use super::{tick_in, PollerState};
 use crate::messages::PollerMsg;
 
-/// A run here ended (its actor terminated): frees its slot, and soon fills a node that
-/// was full.
+/// A run here ended (its actor terminated): it is no longer held, and a node that was full
+/// is soon filled.
 pub(super) fn run_ended<K: Kv>(myself: &ActorRef<PollerMsg>, state: &mut PollerState<K>, id: Uuid) {
-    let was_full = state.running.len() >= state.shared.options.max_concurrent_runs as usize;
+    let was_full = state.poller.is_full(state.running.len());
     state.running.remove(&id);
     // The job whose slot this run held here: the last acquisition may have left its fires
     // waiting (`held_jobs`), to take now that its end is recorded.
