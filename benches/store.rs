@@ -105,6 +105,7 @@ fn request<'a>(node: &'a str, now: DateTime<Utc>, known: &'a BTreeSet<uuid::Uuid
         known_runs: known,
         scheduled: true,
         busy_jobs: &NO_JOBS,
+        busy_version: None,
         steal: true,
         trust_caught_up: true,
         known_heads: None,

@@ -8,6 +8,7 @@
 //! [`LocalTriggers::poll_timeout`]. "Not concurrent" is judged on this node only; a fire
 //! skipped because the job is still running here computes its next fire from now.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -89,10 +90,21 @@ pub struct LocalTriggers {
     /// back (see [`Self::note_started`]), with their jobs, whatever the job was when they
     /// started: a job that becomes local while one runs here counts it; and whether each
     /// holds (held) its job's slot in the store.
-    store_runs: BTreeMap<Uuid, (JobName, bool)>,
+    /// With each, the mark the caller noted it with (see [`Self::holds_back`]).
+    store_runs: BTreeMap<Uuid, (JobName, bool, u64)>,
     /// Runs of non-concurrent jobs taken from the store whose slots the cluster took back
     /// while they ran here (see [`Self::note_declared_lost`]), with their jobs.
     given_back: BTreeMap<Uuid, JobName>,
+    /// The jobs of `store_runs` that hold their slot, with how many runs each: kept as runs
+    /// start and end, so that [`Self::held_jobs`] costs nothing per acquisition however
+    /// many runs a node holds.
+    slot_jobs: BTreeMap<JobName, u32>,
+    /// The same jobs' names, as acquisitions take them.
+    slot_job_names: BTreeSet<String>,
+    /// Changes whenever the held jobs may have changed ([`Self::held_version`]).
+    held_version: u64,
+    /// Changes whenever a job may have left the held jobs ([`Self::held_left`]).
+    held_left: u64,
     /// The earliest due time of the triggers that may fire (see [`Self::next_trigger_due`]),
     /// known since the last change to any trigger; `None` when it must be computed again.
     /// Most poller cycles come for other work: with it they skip the scan of every trigger.
@@ -120,6 +132,22 @@ impl LocalTriggers {
         calendars: &Calendars,
     ) -> Vec<(JobName, TriggerName, CalendarName)> {
         self.trigger_due = None;
+        let busy_before = self.busy_jobs();
+        let unregistered = self.replace_jobs(jobs, now, calendars);
+        let busy = self.busy_jobs();
+        if busy != busy_before {
+            self.held_changed(!busy_before.is_subset(&busy));
+        }
+        unregistered
+    }
+
+    /// [`Self::refresh`] but for what it tells the held jobs.
+    fn replace_jobs(
+        &mut self,
+        jobs: Vec<LocalJob>,
+        now: DateTime<Utc>,
+        calendars: &Calendars,
+    ) -> Vec<(JobName, TriggerName, CalendarName)> {
         let mut unregistered = Vec::new();
         let mut next = BTreeMap::new();
         for local in jobs {
@@ -165,7 +193,7 @@ impl LocalTriggers {
             // before this node knew it was) still run here.
             let running = old
                 .as_ref()
-                .map_or_else(|| self.store_runs.values().filter(|(j, _)| *j == name).count(), |j| j.running);
+                .map_or_else(|| self.store_runs.values().filter(|(j, _, _)| *j == name).count(), |j| j.running);
             next.insert(
                 name,
                 Job {
@@ -218,6 +246,7 @@ impl LocalTriggers {
             if let Some(retry) = self.retries.remove(&key) {
                 if let Some(job) = self.jobs.get_mut(&retry.run.job) {
                     job.running += 1;
+                    self.held_version += 1;
                 }
                 fires.push(LocalFire { run: retry.run, job_type: retry.job_type, timeout: retry.timeout });
             }
@@ -236,6 +265,7 @@ impl LocalTriggers {
         fires: &mut Vec<LocalFire>,
     ) {
         let mut earliest: Option<DateTime<Utc>> = None;
+        let mut held_joined = false;
         for (name, job) in &mut self.jobs {
             for (trigger_name, trigger) in &mut job.triggers {
                 if job.paused || trigger.paused || trigger.waiting_for_run {
@@ -267,6 +297,7 @@ impl LocalTriggers {
                             trigger.next_fire = trigger.schedule.next_fire(&previous, calendar);
                         }
                         job.running += 1;
+                        held_joined = true;
                         fires.push(LocalFire {
                             run: JobRun {
                                 id: new_id(),
@@ -295,6 +326,9 @@ impl LocalTriggers {
             }
         }
         self.trigger_due = Some(earliest);
+        if held_joined {
+            self.held_version += 1;
+        }
     }
 
     /// A local run ended at `finished_at`; `failed` when it failed (not canceled). Frees
@@ -311,7 +345,12 @@ impl LocalTriggers {
     ) -> Option<DateTime<Utc>> {
         self.trigger_due = None;
         let job = self.jobs.get_mut(&run.job)?;
+        let was_busy = job.is_busy();
         job.running = job.running.saturating_sub(1);
+        if was_busy && !job.is_busy() {
+            self.held_changed(true);
+        }
+        let job = self.jobs.get_mut(&run.job)?;
         if job.removed {
             // The job is gone: no retry; forget it once its last run here ended.
             if job.running == 0 {
@@ -423,27 +462,50 @@ impl LocalTriggers {
     /// its job's slot until its end is recorded). Such a fire, taken now, would only turn
     /// its trigger `Blocked`, and the transaction taking it would read a slot that the
     /// run's end is about to write (a conflict with the node's own completion); left
-    /// waiting, it is taken once the run has ended (see [`Self::holds_back`]).
-    pub fn held_jobs(&self) -> BTreeSet<String> {
-        let held = self.store_runs.values().filter(|(_, exclusive)| *exclusive).map(|(job, _)| job);
-        let mut jobs = self.busy_jobs();
-        jobs.extend(held.map(ToString::to_string));
-        jobs
+    /// waiting, it is taken once the run has ended (see [`Self::holds_back`]). Borrowed,
+    /// not built, unless a local job or a run given back is busy here.
+    pub fn held_jobs(&self) -> Cow<'_, BTreeSet<String>> {
+        let busy = self.busy_jobs();
+        if busy.is_empty() {
+            return Cow::Borrowed(&self.slot_job_names);
+        }
+        let mut jobs = busy;
+        jobs.extend(self.slot_job_names.iter().cloned());
+        Cow::Owned(jobs)
+    }
+
+    /// A number that changes whenever [`Self::held_jobs`] may have changed: equal numbers,
+    /// the same jobs. Zero, and only then, when no job is held, so that a node holding
+    /// nothing at two acquisitions sees the same jobs however many came and went between.
+    pub fn held_version(&self) -> u64 {
+        if self.slot_job_names.is_empty() && self.busy_jobs().is_empty() {
+            0
+        } else {
+            self.held_version + 1
+        }
+    }
+
+    /// A number that changes whenever a job may have left [`Self::held_jobs`]: equal
+    /// numbers, every job held then is held still.
+    pub fn held_left(&self) -> u64 {
+        self.held_left
     }
 
     /// Whether `run` is a run taken from the store that holds its job's slot here (its
-    /// end lets the fires [`Self::held_jobs`] left waiting go), and its job.
-    pub fn holds_back(&self, run: Uuid) -> Option<&JobName> {
-        self.store_runs.get(&run).filter(|(_, exclusive)| *exclusive).map(|(job, _)| job)
+    /// end lets the fires [`Self::held_jobs`] left waiting go): the mark it was noted with.
+    pub fn holds_back(&self, run: Uuid) -> Option<u64> {
+        self.store_runs.get(&run).filter(|(_, exclusive, _)| *exclusive).map(|(_, _, mark)| *mark)
     }
 
     /// Run `run` of `job` started on this node outside the local triggers (taken from the
     /// store: a scheduled fire of a cluster-unique job, enqueued, manual, retry,
-    /// recovery); `exclusive` when the job was not concurrent as it was taken. "Not
-    /// concurrent" counts it for a local job, and for a job that becomes local while it
-    /// runs (a node may learn that only after it took the run); other runs (a concurrent
-    /// job's, not local here) are not kept. Call [`Self::note_ended`] when it ends.
-    pub fn note_started(&mut self, run: Uuid, job: &JobName, exclusive: bool) {
+    /// recovery); `exclusive` when the job was not concurrent as it was taken; `mark`
+    /// whatever the caller needs back from [`Self::holds_back`] (the poller: how many
+    /// acquisitions it had made). "Not concurrent" counts it for a local job, and for a
+    /// job that becomes local while it runs (a node may learn that only after it took the
+    /// run); other runs (a concurrent job's, not local here) are not kept. Call
+    /// [`Self::note_ended`] when it ends.
+    pub fn note_started(&mut self, run: Uuid, job: &JobName, exclusive: bool, mark: u64) {
         let local = self.jobs.get_mut(job);
         if !exclusive && local.is_none() {
             return;
@@ -451,7 +513,22 @@ impl LocalTriggers {
         if let Some(j) = local {
             j.running += 1;
         }
-        self.store_runs.insert(run, (job.clone(), exclusive));
+        if exclusive {
+            let count = self.slot_jobs.entry(job.clone()).or_default();
+            if *count == 0 {
+                self.slot_job_names.insert(job.to_string());
+            }
+            *count += 1;
+        }
+        self.held_version += 1;
+        self.store_runs.insert(run, (job.clone(), exclusive, mark));
+    }
+
+    fn held_changed(&mut self, left: bool) {
+        self.held_version += 1;
+        if left {
+            self.held_left += 1;
+        }
     }
 
     /// This node learned it was declared lost: the store marked its runs `Lost` and freed
@@ -461,8 +538,9 @@ impl LocalTriggers {
     /// one. Other nodes cannot know and may: the one overlap a job ignoring its
     /// cancellation can cause.
     pub fn note_declared_lost(&mut self) {
-        let exclusive = self.store_runs.iter().filter(|(_, (_, exclusive))| *exclusive);
-        self.given_back.extend(exclusive.map(|(run, (job, _))| (*run, job.clone())));
+        let exclusive = self.store_runs.iter().filter(|(_, (_, exclusive, _))| *exclusive);
+        self.given_back.extend(exclusive.map(|(run, (job, _, _))| (*run, job.clone())));
+        self.held_changed(false);
     }
 
     /// Whether `run` is one of [`Self::note_declared_lost`]'s (its end lets fires of its
@@ -474,8 +552,20 @@ impl LocalTriggers {
     /// A run given to [`Self::note_started`] ended. Returns whether it counted for a local
     /// job here (whose fires its end may let go).
     pub fn note_ended(&mut self, run: Uuid) -> bool {
-        self.given_back.remove(&run);
-        let Some((job, _)) = self.store_runs.remove(&run) else { return false };
+        if self.given_back.remove(&run).is_some() {
+            self.held_changed(true);
+        }
+        let Some((job, exclusive, _)) = self.store_runs.remove(&run) else { return false };
+        self.held_changed(true);
+        if exclusive {
+            if let Some(count) = self.slot_jobs.get_mut(&job) {
+                *count -= 1;
+                if *count == 0 {
+                    self.slot_jobs.remove(&job);
+                    self.slot_job_names.remove(job.as_str());
+                }
+            }
+        }
         let Some(j) = self.jobs.get_mut(&job) else { return false };
         j.running = j.running.saturating_sub(1);
         if j.removed && j.running == 0 {
@@ -615,9 +705,9 @@ mod tests {
         let mut id = ids();
         let a = JobName::new("a").unwrap();
         assert!(local.busy_jobs().is_empty());
-        local.note_started(Uuid::from_u128(101), &a, true);
-        local.note_started(Uuid::from_u128(102), &JobName::new("elsewhere").unwrap(), true);
-        local.note_started(Uuid::from_u128(103), &JobName::new("c").unwrap(), false);
+        local.note_started(Uuid::from_u128(101), &a, true, 0);
+        local.note_started(Uuid::from_u128(102), &JobName::new("elsewhere").unwrap(), true, 0);
+        local.note_started(Uuid::from_u128(103), &JobName::new("c").unwrap(), false, 0);
         assert_eq!(local.busy_jobs(), BTreeSet::from(["a".to_owned()]), "c runs concurrently");
         let fires = local.poll_due(t(1), Duration::from_secs(60), &cal, &mut id);
         assert_eq!(fires.len(), 1, "only c fires while a's store run runs here");
@@ -633,15 +723,28 @@ mod tests {
         local.refresh(vec![local_job("l")], t(0), &cal);
         let (a, b, l) = (JobName::new("a").unwrap(), JobName::new("b").unwrap(), JobName::new("l").unwrap());
         let (run_a, run_b, run_l) = (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
-        local.note_started(run_a, &a, true);
-        local.note_started(run_b, &b, false);
-        local.note_started(run_l, &l, true);
+        let (version, left) = (local.held_version(), local.held_left());
+        local.note_started(run_a, &a, true, 7);
+        local.note_started(run_b, &b, false, 8);
+        local.note_started(run_l, &l, true, 9);
+        assert!(local.held_version() > version && local.held_left() == left, "jobs joined, none left");
         let held = BTreeSet::from(["a".to_owned(), "l".to_owned()]);
-        assert_eq!(local.held_jobs(), held, "b runs concurrently");
+        assert_eq!(*local.held_jobs(), held, "b runs concurrently");
         assert_eq!(local.busy_jobs(), BTreeSet::from(["l".to_owned()]), "a's slot is in the store");
-        assert_eq!((local.holds_back(run_a), local.holds_back(run_b)), (Some(&a), None));
+        assert_eq!((local.holds_back(run_a), local.holds_back(run_b)), (Some(7), None), "with its mark");
+        // A second run of `a` (taken after this node was declared lost and back): `a` stays
+        // held until both ended.
+        let run_a2 = Uuid::from_u128(4);
+        local.note_started(run_a2, &a, true, 10);
         local.note_ended(run_a);
-        assert_eq!((local.held_jobs(), local.holds_back(run_a)), (BTreeSet::from(["l".to_owned()]), None));
+        assert_eq!(*local.held_jobs(), held);
+        let left = local.held_left();
+        local.note_ended(run_a2);
+        assert!(local.held_left() > left, "a left");
+        assert_eq!((&*local.held_jobs(), local.holds_back(run_a)), (&BTreeSet::from(["l".to_owned()]), None));
+        assert!(matches!(local.held_jobs(), Cow::Owned(_)), "with a local job busy, built");
+        local.note_ended(run_l);
+        assert!(matches!(local.held_jobs(), Cow::Borrowed(jobs) if jobs.is_empty()), "else borrowed");
     }
 
     /// Found by simulation seed 112301 (two days, all faults): a node declared lost while a
@@ -652,15 +755,15 @@ mod tests {
         let mut local = LocalTriggers::new();
         let (a, b, c) = (JobName::new("a").unwrap(), JobName::new("b").unwrap(), JobName::new("c").unwrap());
         let (run_a, run_b, run_c) = (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
-        local.note_started(run_a, &a, true);
-        local.note_started(run_b, &b, false);
+        local.note_started(run_a, &a, true, 0);
+        local.note_started(run_b, &b, false, 0);
         assert!(local.busy_jobs().is_empty(), "their slots are held in the store");
         local.note_declared_lost();
         assert_eq!(local.busy_jobs(), BTreeSet::from(["a".to_owned()]), "b runs concurrently");
         assert!(local.is_busy(&a) && !local.is_busy(&b));
         assert!(local.is_given_back(run_a) && !local.is_given_back(run_b));
         // A run taken after the node learned it was lost holds its slot in the store again.
-        local.note_started(run_c, &c, true);
+        local.note_started(run_c, &c, true, 0);
         assert!(!local.is_busy(&c));
         assert!(!local.note_ended(run_a), "not a local job");
         assert!(!local.is_given_back(run_a));
@@ -681,8 +784,8 @@ mod tests {
         let mut id = ids();
         let (a, b) = (JobName::new("a").unwrap(), JobName::new("b").unwrap());
         let (run_a, run_b) = (Uuid::from_u128(101), Uuid::from_u128(102));
-        local.note_started(run_a, &a, true);
-        local.note_started(run_b, &b, true);
+        local.note_started(run_a, &a, true, 0);
+        local.note_started(run_b, &b, true, 0);
         assert!(!local.note_ended(run_b), "not a local job yet");
         local.refresh(vec![local_job("a"), local_job("b")], t(0), &cal);
         assert!(local.is_busy(&a), "its store run still runs here");

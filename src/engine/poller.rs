@@ -21,7 +21,6 @@
 //! ([`Poller::wait_for_due`]) and a run's end ([`Poller::run_ended`]) each say whether and
 //! when to cycle again.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -64,12 +63,30 @@ pub const LOCAL_REFRESH_CYCLES: u32 = 10;
 struct KnownDue {
     /// The outlook after the acquisition (its own writes included).
     outlook: DueOutlook,
-    /// The acquisition's `scheduled` filter (with [`Poller::held`]): the outlook left out
-    /// the entries it leaves waiting.
+    /// The acquisition's `scheduled` filter, and the held jobs when it was planned (see
+    /// [`Held`]): the outlook left out the entries it left waiting.
     scheduled: bool,
+    held: Held,
     /// The home shards' first entries after the acquisition: the next acquisition reads
     /// only the shards they show fires due in.
     heads: DueHeads,
+}
+
+/// The jobs a node holds back (whose fires in the store it leaves waiting), as
+/// `LocalTriggers` numbers them, without the set itself (which may hold thousands).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Held {
+    /// Changes whenever the jobs do; zero when there are none.
+    pub version: u64,
+    /// Changes whenever a job may have left them.
+    pub left: u64,
+}
+
+impl Held {
+    /// Whether every job held at `self` is held still at `now`.
+    fn all_still_held(self, now: Held) -> bool {
+        self.version == 0 || self.left == now.left
+    }
 }
 
 /// The next acquisition, as [`Poller::plan_acquisition`] decided it.
@@ -94,8 +111,8 @@ pub struct Acquire {
     pub lookahead: Duration,
     /// Take scheduled triggers' fires (not only one-shots).
     pub scheduled: bool,
-    /// The jobs whose fires wait (non-concurrent jobs busy here).
-    pub busy_jobs: BTreeSet<String>,
+    /// The jobs whose fires wait (non-concurrent jobs busy here) when it was planned.
+    held: Held,
     /// The home shards' heads the last acquisition left, when they still hold.
     pub known_heads: Option<DueHeads>,
     /// How many fires after it to count for the outlook.
@@ -167,9 +184,9 @@ pub struct Poller {
     caught_up: bool,
     /// What the last acquisition saw, while it holds.
     known_due: Option<KnownDue>,
-    /// The jobs whose fires the last acquisition left waiting: the end of a run holding
-    /// one's slot here calls for another acquisition.
-    held: BTreeSet<String>,
+    /// How many acquisitions were planned: a run noted after the `n`th was held during
+    /// every later one, and its end may let the fires they left waiting go.
+    acquisitions: u64,
 }
 
 impl Poller {
@@ -195,7 +212,7 @@ impl Poller {
             steal_rota: None,
             caught_up: false,
             known_due: None,
-            held: BTreeSet::new(),
+            acquisitions: 0,
         }
     }
 
@@ -372,14 +389,14 @@ impl Poller {
         Taken::NoSlots
     }
 
-    /// The acquisition of this cycle at `now` (`mono` on the monotonic clock): `busy_jobs`
-    /// are the jobs whose fires wait, `scheduled` whether this node takes scheduled
-    /// triggers' fires, `watched` whether the wake key's watch is armed.
+    /// The acquisition of this cycle at `now` (`mono` on the monotonic clock): `held` the
+    /// jobs whose fires wait, `scheduled` whether this node takes scheduled triggers'
+    /// fires, `watched` whether the wake key's watch is armed.
     pub fn plan_acquisition(
         &mut self,
         now: DateTime<Utc>,
         mono: MonotonicInstant,
-        busy_jobs: BTreeSet<String>,
+        held: Held,
         scheduled: bool,
         watched: bool,
     ) -> AcquisitionPlan {
@@ -393,7 +410,7 @@ impl Poller {
             // The outlook left out the fires of the jobs then held here: it holds only
             // while those are still held (fires of jobs held since are in it, waking this
             // node early).
-            let holds = |k: &&KnownDue| k.scheduled == scheduled && self.held.is_subset(&busy_jobs);
+            let holds = |k: &&KnownDue| k.scheduled == scheduled && k.held.all_still_held(held);
             if let Some(outlook) = known.as_ref().filter(holds).map(|k| k.outlook) {
                 let horizon = add_duration(now, self.lookahead);
                 if outlook.first.is_none_or(|first| first > horizon) {
@@ -402,12 +419,13 @@ impl Poller {
                 }
             }
         }
+        self.acquisitions += 1;
         AcquisitionPlan::Acquire(Acquire {
             steal,
             trust_caught_up: steal_read_trusts(now, STEAL_CHECK),
             lookahead: self.lookahead,
             scheduled,
-            busy_jobs,
+            held,
             // The store uses them only with this request's filter and the same home shards.
             known_heads: known.map(|k| k.heads),
             outlook_limit: self.lead.saturation().min(OUTLOOK_LIMIT),
@@ -416,11 +434,16 @@ impl Poller {
         })
     }
 
+    /// The mark to note a run started now with (`LocalTriggers::note_started`), for
+    /// [`Poller::left_waiting`]: how many acquisitions were planned so far.
+    pub fn acquisitions(&self) -> u64 {
+        self.acquisitions
+    }
+
     /// `plan`'s acquisition took `acquired.runs` runs out of `slots`, which the caller has
     /// started by `mono`. `Full`: acquire again at once (more may be due), measuring the
     /// acquisitions as one sequence; else what is due next as it saw it.
     pub fn acquired(&mut self, plan: Acquire, acquired: Acquired, slots: usize, mono: MonotonicInstant) -> Taken {
-        self.held = plan.busy_jobs;
         self.steal_rota = acquired.rota.or(self.steal_rota);
         if acquired.stolen > 0 {
             // An acquisition takes one fire per trigger: a node behind (alive, yet slow or
@@ -437,17 +460,16 @@ impl Poller {
         self.sequence = None;
         self.lead.observe(taken, mono.saturating_duration_since(plan.began));
         if let (Some(outlook), Some(heads)) = (acquired.outlook.filter(|_| plan.watched), acquired.heads) {
-            self.known_due = Some(KnownDue { outlook, scheduled: plan.scheduled, heads });
+            self.known_due = Some(KnownDue { outlook, scheduled: plan.scheduled, held: plan.held, heads });
         }
         Taken::Done(acquired.outlook)
     }
 
-    /// `plan`'s acquisition at `now` failed; `too_big` when the store found it too old or
+    /// The planned acquisition at `now` failed; `too_big` when the store found it too old or
     /// too large (the batch halves). An attempt may have committed before the retries gave
     /// up (its commit reported unknown): the next cycle starts the runs it took, then
     /// reclaims (marks lost) any other run no actor here runs.
-    pub fn acquire_failed(&mut self, plan: Acquire, now: DateTime<Utc>, too_big: bool) -> Taken {
-        self.held = plan.busy_jobs;
+    pub fn acquire_failed(&mut self, _plan: Acquire, now: DateTime<Utc>, too_big: bool) -> Taken {
         if too_big {
             self.batch.shrink();
         }
@@ -528,10 +550,11 @@ impl Poller {
         (due - now).to_std().unwrap_or_default().saturating_sub(self.lookahead)
     }
 
-    /// Whether the last acquisition left `job`'s fires waiting (a run of it held its slot
-    /// here).
-    pub fn left_waiting(&self, job: &str) -> bool {
-        self.held.contains(job)
+    /// Whether an acquisition since a run was noted (`mark`, from
+    /// [`Poller::acquisitions`] then) may have left its job's fires waiting: the run held
+    /// its job's slot here during it.
+    pub fn left_waiting(&self, mark: u64) -> bool {
+        self.acquisitions > mark
     }
 
     /// A run here ended. `was_full`: every run slot was taken before; `job_waiting`: the
@@ -581,27 +604,25 @@ mod tests {
         MonotonicInstant::from_origin(Duration::from_millis(ms))
     }
 
-    fn jobs(names: &[&str]) -> BTreeSet<String> {
-        names.iter().map(|&n| n.to_owned()).collect()
-    }
-
     fn outlook(first_ms: Option<i64>, count: usize) -> DueOutlook {
         DueOutlook { first: first_ms.map(at), count, first_elsewhere: None }
     }
 
-    /// A plan at `ms` (wall and monotonic alike) that must acquire.
-    fn acquire(poller: &mut Poller, ms: i64, busy: &[&str], scheduled: bool) -> Acquire {
-        match poller.plan_acquisition(at(ms), mono(ms as u64), jobs(busy), scheduled, true) {
+    /// Held jobs numbered `version`, of which jobs left `left` times.
+    fn held(version: u64, left: u64) -> Held {
+        Held { version, left }
+    }
+
+    /// A plan at `ms` (wall and monotonic alike) that must acquire, holding `held` back.
+    fn acquire(poller: &mut Poller, ms: i64, held: Held, scheduled: bool) -> Acquire {
+        match poller.plan_acquisition(at(ms), mono(ms as u64), held, scheduled, true) {
             AcquisitionPlan::Acquire(plan) => plan,
             AcquisitionPlan::Skip(outlook) => panic!("skipped at {ms} ms, knowing {outlook:?}"),
         }
     }
 
-    fn skips(poller: &mut Poller, ms: i64, busy: &[&str], scheduled: bool) -> bool {
-        matches!(
-            poller.plan_acquisition(at(ms), mono(ms as u64), jobs(busy), scheduled, true),
-            AcquisitionPlan::Skip(_)
-        )
+    fn skips(poller: &mut Poller, ms: i64, held: Held, scheduled: bool) -> bool {
+        matches!(poller.plan_acquisition(at(ms), mono(ms as u64), held, scheduled, true), AcquisitionPlan::Skip(_))
     }
 
     /// An acquisition that took `runs` of 16 slots and saw the next fire at `next_ms`.
@@ -620,7 +641,7 @@ mod tests {
     /// fire at `next_ms`.
     fn idle(next_ms: i64) -> Poller {
         let mut poller = Poller::new(Some(16));
-        let plan = acquire(&mut poller, 0, &[], true);
+        let plan = acquire(&mut poller, 0, Held::default(), true);
         assert!(plan.steal, "the first acquisition looks at every shard");
         assert_eq!(
             poller.acquired(plan, took(0, Some(next_ms)), 16, mono(0)),
@@ -632,37 +653,44 @@ mod tests {
     #[test]
     fn an_idle_node_reads_the_store_only_when_its_next_fire_nears_or_at_its_steal_turn() {
         let mut poller = idle(3_000);
-        assert!(skips(&mut poller, 1_000, &[], true), "nothing due within the lookahead");
-        assert!(skips(&mut poller, 2_899, &[], true));
-        assert!(!acquire(&mut poller, 2_900, &[], true).steal, "the fire enters the lookahead");
+        assert!(skips(&mut poller, 1_000, Held::default(), true), "nothing due within the lookahead");
+        assert!(skips(&mut poller, 2_899, Held::default(), true));
+        assert!(!acquire(&mut poller, 2_900, Held::default(), true).steal, "the fire enters the lookahead");
 
         let mut poller = idle(60_000);
-        assert!(skips(&mut poller, 4_999, &[], true));
-        assert!(acquire(&mut poller, 5_000, &[], true).steal, "STEAL_CHECK later, the other shards are read");
+        assert!(skips(&mut poller, 4_999, Held::default(), true));
+        assert!(
+            acquire(&mut poller, 5_000, Held::default(), true).steal,
+            "STEAL_CHECK later, the other shards are read"
+        );
     }
 
     #[test]
     fn what_an_acquisition_saw_holds_only_if_watched_and_for_the_same_filter() {
         let mut poller = Poller::new(Some(16));
-        let plan = match poller.plan_acquisition(at(0), mono(0), jobs(&[]), true, false) {
+        let plan = match poller.plan_acquisition(at(0), mono(0), Held::default(), true, false) {
             AcquisitionPlan::Acquire(plan) => plan,
             AcquisitionPlan::Skip(_) => panic!("nothing known yet"),
         };
         poller.acquired(plan, took(0, None), 16, mono(0));
-        acquire(&mut poller, 1_000, &[], true);
+        acquire(&mut poller, 1_000, Held::default(), true);
 
-        let mut poller = poller_holding(&["a"]);
-        assert!(skips(&mut poller, 1_000, &["a", "b"], true), "fires of jobs held since only wake it early");
-        assert!(skips(&mut poller, 1_000, &["a"], true));
-        let mut other_jobs = poller_holding(&["a"]);
-        acquire(&mut other_jobs, 1_000, &["b"], true);
-        let mut other_filter = poller_holding(&["a"]);
-        acquire(&mut other_filter, 1_000, &["a"], false);
+        let mut poller = poller_holding(held(5, 3));
+        assert!(
+            skips(&mut poller, 1_000, held(6, 3), true),
+            "no job left: fires of jobs held since only wake it early"
+        );
+        let mut a_job_left = poller_holding(held(5, 3));
+        acquire(&mut a_job_left, 1_000, held(6, 4), true);
+        let mut none_held = poller_holding(held(0, 3));
+        assert!(skips(&mut none_held, 1_000, held(7, 9), true), "nothing was held back then: nothing can have left");
+        let mut other_filter = poller_holding(held(5, 3));
+        acquire(&mut other_filter, 1_000, held(5, 3), false);
     }
 
-    fn poller_holding(busy: &[&str]) -> Poller {
+    fn poller_holding(held: Held) -> Poller {
         let mut poller = Poller::new(Some(16));
-        let plan = acquire(&mut poller, 0, busy, true);
+        let plan = acquire(&mut poller, 0, held, true);
         poller.acquired(plan, took(0, None), 16, mono(0));
         poller
     }
@@ -685,35 +713,38 @@ mod tests {
         for (what, change) in changes {
             let mut poller = idle(60_000);
             change(&mut poller);
-            assert!(!skips(&mut poller, 1_000, &[], true), "{what}");
+            assert!(!skips(&mut poller, 1_000, Held::default(), true), "{what}");
         }
         let mut poller = idle(60_000);
         poller.heartbeat_committed(0, false);
-        assert!(skips(&mut poller, 1_000, &[], true), "an ordinary heartbeat changes nothing");
+        assert!(skips(&mut poller, 1_000, Held::default(), true), "an ordinary heartbeat changes nothing");
     }
 
     #[test]
     fn a_full_batch_acquires_again_at_once_and_a_stolen_fire_brings_the_next_look_forward() {
         let mut poller = Poller::new(Some(16));
-        let plan = acquire(&mut poller, 0, &[], true);
+        let plan = acquire(&mut poller, 0, Held::default(), true);
         assert_eq!(poller.acquired(plan, took(16, None), 16, mono(1)), Taken::Full);
         assert_eq!(poller.outlook_to_read(Taken::Full), Some(poller.lead.saturation().min(OUTLOOK_LIMIT)));
-        let plan = acquire(&mut poller, 2, &[], true);
+        let plan = acquire(&mut poller, 2, Held::default(), true);
         assert!(!plan.steal, "the steal turn was taken 2 ms ago");
         let more = Acquired { more: true, ..took(3, None) };
         assert_eq!(poller.acquired(plan, more, 16, mono(3)), Taken::Full, "the store said more are due");
 
-        let plan = acquire(&mut poller, 4, &[], true);
+        let plan = acquire(&mut poller, 4, Held::default(), true);
         let stolen = Acquired { stolen: 1, ..took(1, None) };
         assert!(matches!(poller.acquired(plan, stolen, 16, mono(5)), Taken::Done(_)));
-        assert!(acquire(&mut poller, 1_000, &[], true).steal, "others' late fires drain at the poll cadence");
+        assert!(
+            acquire(&mut poller, 1_000, Held::default(), true).steal,
+            "others' late fires drain at the poll cadence"
+        );
     }
 
     #[test]
     fn a_failed_acquisition_is_adopted_before_local_fires_and_the_reclaim() {
         let mut poller = Poller::new(Some(16));
         poller.reclaimed(true);
-        let plan = acquire(&mut poller, 0, &[], true);
+        let plan = acquire(&mut poller, 0, Held::default(), true);
         assert_eq!(poller.acquire_failed(plan, at(0), false), Taken::Failed);
         assert_eq!(poller.unadopted(), &[at(0)]);
         assert!(!poller.polls_local(true), "local fires wait for the adoption");
@@ -734,7 +765,7 @@ mod tests {
     fn a_long_outage_keeps_the_latest_failed_acquisitions_to_adopt() {
         let mut poller = Poller::new(Some(16));
         for i in 0..(MAX_UNADOPTED as i64 + 6) {
-            let plan = acquire(&mut poller, i, &[], true);
+            let plan = acquire(&mut poller, i, Held::default(), true);
             poller.acquire_failed(plan, at(i), false);
         }
         assert_eq!(poller.unadopted().len(), MAX_UNADOPTED);
@@ -745,15 +776,15 @@ mod tests {
     fn an_acquisition_too_big_for_the_store_halves_the_batch_and_success_grows_it_back() {
         let mut poller = Poller::new(Some(16));
         for expected in [8, 4] {
-            let plan = acquire(&mut poller, 0, &[], true);
+            let plan = acquire(&mut poller, 0, Held::default(), true);
             poller.acquire_failed(plan, at(0), true);
             assert_eq!(poller.batch(), expected);
         }
-        let plan = acquire(&mut poller, 0, &[], true);
+        let plan = acquire(&mut poller, 0, Held::default(), true);
         poller.acquire_failed(plan, at(0), false);
         assert_eq!(poller.batch(), 4, "other failures leave it");
         assert_eq!(poller.slots(true, true, 32, 0, 0), 4);
-        let plan = acquire(&mut poller, 0, &[], true);
+        let plan = acquire(&mut poller, 0, Held::default(), true);
         poller.acquired(plan, took(0, None), 4, mono(0));
         assert_eq!(poller.batch(), 5);
     }
@@ -811,11 +842,14 @@ mod tests {
     #[test]
     fn one_refill_serves_every_run_ending_before_it() {
         let mut poller = Poller::new(Some(16));
-        let plan = acquire(&mut poller, 0, &["busy"], true);
+        let held_before = poller.acquisitions();
+        let plan = acquire(&mut poller, 0, Held::default(), true);
         poller.acquired(plan, took(0, None), 16, mono(0));
+        let taken_by_it = poller.acquisitions();
         assert!(!poller.run_ended(false, false), "a slot of a node that was not full");
-        assert!(poller.left_waiting("busy") && !poller.left_waiting("other"));
-        assert!(poller.run_ended(false, poller.left_waiting("busy")), "its job's fires wait");
+        assert!(poller.left_waiting(held_before), "held during the acquisition");
+        assert!(!poller.left_waiting(taken_by_it), "a run that acquisition took was not held during it");
+        assert!(poller.run_ended(false, poller.left_waiting(held_before)), "its job's fires wait");
         assert!(!poller.run_ended(true, false), "one refill is planned already");
         poller.cycle_began();
         assert!(poller.run_ended(true, false), "a full node's freed slot");
@@ -835,12 +869,12 @@ mod tests {
         };
         // 1,000 fires due at 500 ms: acquired earlier than the base lookahead.
         let crowd = poller.wait_after(wait(Some(Ok(outlook(Some(500), 1_000))), Taken::Failed));
-        let lead = acquire(&mut poller, 20, &[], true).lookahead;
+        let lead = acquire(&mut poller, 20, Held::default(), true).lookahead;
         assert!(lead > LOOKAHEAD && lead <= MAX_LOOKAHEAD, "{lead:?}");
         assert_eq!(crowd, (Duration::from_millis(490)).saturating_sub(lead));
         // A failed read: the base lookahead, and a poll interval's sleep.
         assert_eq!(poller.wait_after(wait(Some(Err(())), Taken::Failed)), SECOND);
-        assert_eq!(acquire(&mut poller, 30, &[], true).lookahead, LOOKAHEAD);
+        assert_eq!(acquire(&mut poller, 30, Held::default(), true).lookahead, LOOKAHEAD);
         // No slot: nothing read, the lookahead kept.
         assert_eq!(poller.outlook_to_read(Taken::NoSlots), None);
         assert_eq!(poller.wait_after(wait(None, Taken::NoSlots)), SECOND);

@@ -107,6 +107,10 @@ pub struct AcquireRequest<'a> {
     /// this node that holds no slot in the store (a local job's, judged per node; one kept
     /// after this node was declared lost). Other nodes may take them.
     pub busy_jobs: &'a BTreeSet<String>,
+    /// A version of `busy_jobs` that changes whenever the set does, when the caller keeps
+    /// one: the heads this acquisition returns then remember the version, not a copy of
+    /// the set. `None` compares the sets.
+    pub busy_version: Option<u64>,
     /// Also look at the other nodes' shards, for fires `steal_grace` late. Reading them
     /// costs a read per shard: a poller asks now and then, not at every fire of its own.
     pub steal: bool,
@@ -131,7 +135,7 @@ pub struct AcquireRequest<'a> {
 impl AcquireRequest<'_> {
     /// The due entries this request takes (its `scheduled` and `busy_jobs`).
     pub fn filter(&self) -> DueFilter<'_> {
-        DueFilter { scheduled: self.scheduled, busy_jobs: self.busy_jobs }
+        DueFilter { scheduled: self.scheduled, busy_jobs: self.busy_jobs, busy_version: self.busy_version }
     }
 }
 
@@ -590,6 +594,7 @@ impl<K: Kv> KvJobStore<K> {
                 let priority = super::due_value_parts(&value).0;
                 let (due, job, trigger) = self.keys.due_parts(&key)?;
                 let spread = if home { 0 } else { fnv(&[request.node.as_bytes(), job.as_bytes(), trigger.as_bytes()]) };
+                let (job, trigger) = (job.into_owned(), trigger.into_owned());
                 candidates.push(Candidate { home, spread, priority, due, job, trigger, key, shard });
             }
         }
@@ -703,6 +708,11 @@ impl<K: Kv> KvJobStore<K> {
                 let mut blocked = trigger.clone();
                 blocked.state = TriggerState::Blocked;
                 tx.put_trigger(Some(&trigger), &blocked, false);
+                if !slot.blocked {
+                    // The holder's release looks for blocked triggers.
+                    slot.blocked = true;
+                    tx.put_slot(&job.name, &slot);
+                }
                 return Ok(None);
             }
             slot.holder = Some(run_id);

@@ -314,17 +314,20 @@ impl<K: Kv> KvJobStore<K> {
             return Ok((false, None));
         }
         slot.holder = None;
+        #[cfg(feature = "test-hooks")]
+        let unblock = slot.blocked && self.options.broken != Some(super::BrokenStore::UnblockLost);
+        #[cfg(not(feature = "test-hooks"))]
+        let unblock = slot.blocked;
+        // Nothing blocked behind this run (the usual case): no range read.
+        let (more, earliest) = if unblock { self.unblock(tx, &run.job, job).await? } else { (false, None) };
+        slot.blocked = slot.blocked && (more || !unblock);
         if job.is_some() {
             tx.put_slot(&run.job, &slot);
         } else {
             // The job was deleted while this run held its slot.
             tx.txn.clear(&self.keys.slot(&run.job));
         }
-        #[cfg(feature = "test-hooks")]
-        if self.options.broken == Some(super::BrokenStore::UnblockLost) {
-            return Ok((false, None));
-        }
-        self.unblock(tx, &run.job, job).await
+        Ok((more, earliest))
     }
 
     /// Returns up to one batch of `job`'s blocked triggers to `Waiting` (their due time

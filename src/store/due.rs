@@ -231,13 +231,17 @@ pub struct DueFilter<'a> {
     /// Jobs whose fires it leaves waiting (see
     /// [`AcquireRequest::busy_jobs`](super::AcquireRequest::busy_jobs)).
     pub busy_jobs: &'a BTreeSet<String>,
+    /// A version of `busy_jobs` from whoever keeps it, changed whenever the set changes
+    /// (see [`AcquireRequest::busy_version`](super::AcquireRequest::busy_version)); `None`
+    /// compares the sets themselves.
+    pub busy_version: Option<u64>,
 }
 
 static NO_JOBS: BTreeSet<String> = BTreeSet::new();
 
 impl DueFilter<'_> {
     /// Every due entry.
-    pub const EVERY: DueFilter<'static> = DueFilter { scheduled: true, busy_jobs: &NO_JOBS };
+    pub const EVERY: DueFilter<'static> = DueFilter { scheduled: true, busy_jobs: &NO_JOBS, busy_version: None };
 
     /// Whether the entry (`key`, `value`) is one the node leaves waiting.
     pub(super) fn skips(&self, keys: &super::keys::Keyspace, key: &[u8], value: &[u8]) -> Result<bool, StoreError> {
@@ -248,7 +252,7 @@ impl DueFilter<'_> {
             return Ok(false);
         }
         let (_, job, _) = keys.due_parts(key)?;
-        Ok(self.busy_jobs.contains(&job))
+        Ok(self.busy_jobs.contains(job.as_ref()))
     }
 }
 
@@ -264,14 +268,39 @@ pub struct DueHeads {
     heads: Vec<Option<ShardHead>>,
     /// The filter they were read with.
     scheduled: bool,
-    busy_jobs: BTreeSet<String>,
+    busy: BusyJobs,
+}
+
+/// The busy jobs of the filter heads were read with: by version when the caller keeps
+/// one (no copy of a set that may hold thousands of jobs), else the set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum BusyJobs {
+    Version(u64),
+    Jobs(BTreeSet<String>),
+}
+
+impl BusyJobs {
+    fn of(filter: &DueFilter<'_>) -> BusyJobs {
+        match filter.busy_version {
+            Some(version) => BusyJobs::Version(version),
+            None => BusyJobs::Jobs(filter.busy_jobs.clone()),
+        }
+    }
+
+    fn is(&self, filter: &DueFilter<'_>) -> bool {
+        match (self, filter.busy_version) {
+            (BusyJobs::Version(version), Some(other)) => *version == other,
+            (BusyJobs::Jobs(jobs), None) => jobs == filter.busy_jobs,
+            _ => false,
+        }
+    }
 }
 
 impl DueHeads {
     /// Heads of no shard, for the engine's tests.
     #[cfg(test)]
     pub(crate) fn none() -> DueHeads {
-        DueHeads { homes: Vec::new(), heads: Vec::new(), scheduled: true, busy_jobs: BTreeSet::new() }
+        DueHeads { homes: Vec::new(), heads: Vec::new(), scheduled: true, busy: BusyJobs::Jobs(BTreeSet::new()) }
     }
 
     /// The home shards' heads among `heads` (every shard's), read with `filter`.
@@ -281,12 +310,12 @@ impl DueHeads {
                 *head = None;
             }
         }
-        DueHeads { homes, heads, scheduled: filter.scheduled, busy_jobs: filter.busy_jobs.clone() }
+        DueHeads { homes, heads, scheduled: filter.scheduled, busy: BusyJobs::of(&filter) }
     }
 
     /// The heads, if they are of `homes` and were read with `filter`.
     pub(super) fn heads_for(&self, homes: &[bool], filter: DueFilter<'_>) -> Option<&[Option<ShardHead>]> {
-        let same = self.homes == homes && self.scheduled == filter.scheduled && self.busy_jobs == *filter.busy_jobs;
+        let same = self.homes == homes && self.scheduled == filter.scheduled && self.busy.is(&filter);
         same.then_some(self.heads.as_slice())
     }
 }
@@ -540,6 +569,27 @@ impl<K: Kv> KvJobStore<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn heads_hold_for_the_filter_they_were_read_with_by_version_or_by_jobs() {
+        let busy = BTreeSet::from(["a".to_owned()]);
+        let other = BTreeSet::from(["b".to_owned()]);
+        let head = ShardHead { due: 5, key: vec![1] };
+        let heads = |filter| DueHeads::of_homes(vec![true], vec![Some(head.clone())], filter);
+        let versioned = DueFilter { scheduled: true, busy_jobs: &busy, busy_version: Some(3) };
+        let read = heads(versioned);
+        assert!(read.heads_for(&[true], versioned).is_some());
+        // The version decides, not the set: a keeper changes it whenever the set changes.
+        assert!(read.heads_for(&[true], DueFilter { busy_version: Some(4), ..versioned }).is_none());
+        assert!(read.heads_for(&[true], DueFilter { busy_version: None, ..versioned }).is_none());
+        assert!(read.heads_for(&[false], versioned).is_none(), "other home shards");
+        assert!(read.heads_for(&[true], DueFilter { scheduled: false, ..versioned }).is_none());
+        let by_jobs = DueFilter { busy_version: None, ..versioned };
+        let read = heads(by_jobs);
+        assert!(read.heads_for(&[true], by_jobs).is_some());
+        assert!(read.heads_for(&[true], DueFilter { busy_jobs: &other, ..by_jobs }).is_none());
+        assert!(read.heads_for(&[true], versioned).is_none());
+    }
 
     fn nodes(names: &[&str]) -> Vec<String> {
         names.iter().map(|name| (*name).to_owned()).collect()

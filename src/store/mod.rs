@@ -411,7 +411,7 @@ impl<T: KvTransaction> Tx<'_, T> {
         job: &str,
     ) -> Result<SlotRecord, StoreError> {
         let bytes = self.get_prefetched(prefetched, &self.keys.slot(job), false, Ok).await?;
-        Ok(bytes.map(|b| codec::decode(&b, "slot record")).transpose()?.unwrap_or_default())
+        bytes.map_or(Ok(SlotRecord::default()), |bytes| SlotRecord::decode(&bytes))
     }
 
     pub(crate) fn put_slot(&self, job: &str, slot: &SlotRecord) {

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::codec;
 use crate::job::{JobOrigin, MisfirePolicy, RetryPolicy, RunCause, RunState, TriggerState};
 
 /// `(1, job)`: a job definition with its origin and paused state.
@@ -114,6 +115,32 @@ pub struct SlotRecord {
     pub holder: Option<Uuid>,
     /// Increases with every claim: a fencing token.
     pub generation: u64,
+    /// Some trigger of the job may be `Blocked` behind the holder: set in the transaction
+    /// that blocks one, cleared by the release that returned the last of them to
+    /// `Waiting`. A release reads the job's blocked triggers only when it is set, so the
+    /// usual end of a non-concurrent run (nothing waited for it) costs no range read.
+    pub blocked: bool,
+}
+
+impl SlotRecord {
+    /// Decodes a slot record, including one written before [`SlotRecord::blocked`]
+    /// existed, which is read as one that may have blocked triggers (the next release
+    /// then looks for them).
+    ///
+    /// # Errors
+    /// [`StoreError::Corrupt`](super::StoreError::Corrupt) when the bytes are neither.
+    pub fn decode(bytes: &[u8]) -> Result<SlotRecord, super::StoreError> {
+        /// The record before `blocked`.
+        #[derive(Deserialize)]
+        struct WithoutBlocked {
+            holder: Option<Uuid>,
+            generation: u64,
+        }
+        codec::decode(bytes, "slot record").or_else(|error| {
+            let old: WithoutBlocked = codec::decode(bytes, "slot record").map_err(|_| error)?;
+            Ok(SlotRecord { holder: old.holder, generation: old.generation, blocked: true })
+        })
+    }
 }
 
 /// `(6, run_id)`: one run in history.
@@ -289,7 +316,25 @@ pub struct LeaseRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::codec;
+
+    #[test]
+    fn a_slot_written_before_it_said_whether_triggers_are_blocked_reads_as_maybe_blocked() {
+        #[derive(Serialize)]
+        struct WithoutBlocked {
+            holder: Option<Uuid>,
+            generation: u64,
+        }
+        let holder = Some(Uuid::from_u128(7));
+        let old = codec::encode(&WithoutBlocked { holder, generation: 3 });
+        assert_eq!(SlotRecord::decode(&old).unwrap(), SlotRecord { holder, generation: 3, blocked: true });
+        for slot in [SlotRecord::default(), SlotRecord { holder, generation: 9, blocked: true }] {
+            assert_eq!(SlotRecord::decode(&codec::encode(&slot)).unwrap(), slot);
+        }
+        let mut long = codec::encode(&SlotRecord::default());
+        long.extend([1, 2, 3]);
+        let error = SlotRecord::decode(&long).unwrap_err().to_string();
+        assert!(error.contains("slot record") && error.contains("trailing"), "{error}");
+    }
 
     #[test]
     fn a_node_view_reads_what_a_node_record_wrote() {

@@ -2,36 +2,46 @@
 //! sundial node and, in the same run, on `apalis` with `apalis-cron` (in memory, no-op
 //! jobs), side by side with the p99 ratio. sundial writes full run history; the peer writes
 //! none. Missed and duplicated fires are counted from what the jobs themselves recorded.
-//! Every sundial case runs twice in its rounds: on `MemoryKv`, and on the durable
-//! embedded store (`EmbeddedKv`: each commit synced to SQLite's log in a temporary
-//! directory before it returns), whose table follows the main one with its p99 against
-//! `MemoryKv`'s and apalis's, and its bytes on disk per trigger and per run recorded.
+//!
+//! What is measured by default is sundial as people embed it: one trigger per job, default
+//! job options (not concurrent), the system allocator, and each load twice, with default
+//! `SchedulerOptions` and with options sized to the load (`max_concurrent_runs = 2 × load
+//! + 64`, `acquire_batch_size` the load within 16 and 2,000). `-- --packed` measures the
+//! shape the engine was first tuned on instead (100 triggers per job, concurrent, tuned
+//! options), `-- --concurrent` the default shape with concurrent jobs (what the exclusion
+//! of non-concurrent jobs costs). `SUNDIAL_BENCH_ALLOCATOR=mimalloc` runs everything on
+//! the `sundial` binary's allocator, `SUNDIAL_BENCH_COUNT_ALLOCATIONS=1` adds allocations
+//! per fire to the CPU split (see `allocator`). The tuned configuration also runs on the
+//! durable embedded store (`EmbeddedKv`: each commit synced to SQLite's log in a
+//! temporary directory before it returns), whose table follows the main one with its p99
+//! against `MemoryKv`'s and apalis's, and its bytes on disk per trigger and per run.
 //!
 //! Loads: N triggers each firing every second = N fires/s, each measured for 20 s or as
 //! long as 1,000 fires take (100 s at 10 fires/s), so that a p99 is not the maximum of a
-//! few dozen fires, in rounds of 10 s that alternate the two schedulers, so that both meet
-//! the same phases of the machine. Also: 10,000 one-shot triggers due at the same instant,
+//! few dozen fires, in rounds of 10 s that alternate the schedulers, so that all meet the
+//! same phases of the machine. Also: 10,000 one-shot triggers due at the same instant,
 //! time until the last one started (the peer's are workers whose cron matches that one
-//! second); and, in the full run, 100,000 fires/s sustained for 20 s, then the CPU a bare
-//! ractor actor's whole life costs (the floor of an actor per run) beside a bare tokio
-//! task's, and how fast 100,000 of each start when one gate releases them all (the floor
-//! of the sustained target's lateness, whose fires all fall on one instant a second). The
-//! sustained run also prints what the embedded store did meanwhile: its
-//! commits and conflicts, and how long its one lock was held and waited for, per fire
-//! (every read and commit takes that lock, so its hold bounds the fires per second
-//! whatever the cores).
+//! second); and, in the full run, a sustained load for 20 s (50,000 fires/s, 100,000 with
+//! `--packed`), run again on mimalloc in a child process to print the system allocator's
+//! throughput against it, then the CPU a bare ractor actor's whole life costs (the floor
+//! of an actor per run) beside a bare tokio task's, and how fast as many of each start
+//! when one gate releases them all (the floor of the sustained load's lateness, whose
+//! fires all fall on one instant a second). The sustained run also prints what the
+//! in-memory store did meanwhile: its commits and conflicts, and how long its one lock
+//! was held and waited for, per fire (every read and commit takes that lock, so its hold
+//! bounds the fires per second whatever the cores).
 //!
 //! Run: `cargo bench -p sundial-actors --bench lateness` (`-- --quick`: smaller, shorter;
 //! `-- --load N`: that cron load and the burst only; `-- --burst`: only the burst;
 //! `-- --burst-size N`: N one-shots in the burst instead of 10,000;
-//! `-- --sustained`: only the 100,000 fires/s run; `-- --floor`: only the bare actor's
+//! `-- --sustained`: only the sustained run; `-- --floor`: only the bare actor's
 //! and task's costs, with `--current-thread` on a current-thread runtime as a simulation
 //! uses; `-- --start-floor`: only how fast bare tokio tasks and bare ractor
 //! actors waiting on one gate start once it opens, `--burst-size` of each; `-- --pinned`:
 //! runtime workers pinned to CPUs). `BENCH_PER_SECOND=1`
 //! prints sundial's lateness per second and the burst's distribution.
 //!
-//! Both schedulers run on one tokio runtime, the one a node gets
+//! All schedulers run on one tokio runtime, the one a node gets
 //! (`sundial_actors::runtime::multi_thread`): one worker per CPU, and with `--pinned`
 //! each pinned to its own, as `[runtime] pin_workers = true` does.
 
@@ -201,6 +211,8 @@ impl Job for Recording {
 struct Summary {
     /// Process CPU time per fire that ran, µs (both cores; `NaN` where unknown).
     cpu_per_fire_us: f64,
+    /// Allocations per fire that ran (`NaN` unless counted, see `allocator`).
+    allocations_per_fire: f64,
     /// sundial only: time per fire in acquisition, completion and run actor starts, µs.
     engine_per_fire_us: Option<[f64; 3]>,
     /// Lateness of every fire of the measured seconds, µs, ascending.
@@ -256,6 +268,7 @@ impl Summary {
         lateness_us.sort_unstable();
         Summary {
             cpu_per_fire_us: weighted(&|r: &Summary| r.cpu_per_fire_us),
+            allocations_per_fire: weighted(&|r: &Summary| r.allocations_per_fire),
             engine_per_fire_us,
             lateness_us,
             missed: rounds.iter().map(|r| r.missed).sum(),
@@ -287,6 +300,14 @@ fn cpu_per_fire(before: Option<Duration>, after: Option<Duration>, fires: usize)
     }
 }
 
+/// Allocations per fire since `before` (`NaN` when not counted).
+fn allocations_per_fire(before: Option<u64>, fires: usize) -> f64 {
+    match (before, allocator::allocations()) {
+        (Some(before), Some(after)) if fires > 0 => (after - before) as f64 / fires as f64,
+        _ => f64::NAN,
+    }
+}
+
 /// The lateness of fires scheduled in `[from, to)`, against `expected` fires.
 fn summarize(records: &[Record], from: i64, to: i64, expected: usize) -> Summary {
     let in_window: Vec<&Record> = records.iter().filter(|(_, s, _)| (from..to).contains(s)).collect();
@@ -300,6 +321,7 @@ fn summarize(records: &[Record], from: i64, to: i64, expected: usize) -> Summary
     lateness_us.sort_unstable();
     Summary {
         cpu_per_fire_us: f64::NAN,
+        allocations_per_fire: f64::NAN,
         engine_per_fire_us: None,
         lateness_us,
         missed,
@@ -423,6 +445,7 @@ async fn sundial_cron(load: usize, seconds: i64, node: &str, store: Store, confi
         sundial_node(node, load, "cron * * * * * *", options, fires, store, config.shape).await;
     let bytes_before = durable.as_ref().map_or(0, DurableDir::bytes);
     let cpu_before = process_cpu();
+    let allocations_before = allocator::allocations();
     let store_before = kv.stats();
     let serving = Instant::now();
     scheduler.serve();
@@ -446,6 +469,7 @@ async fn sundial_cron(load: usize, seconds: i64, node: &str, store: Store, confi
         );
     }
     let cpu = cpu_per_fire(cpu_before, process_cpu(), records.len());
+    let allocations = allocations_per_fire(allocations_before, records.len());
     let per_fire = |work: EngineWork| {
         let time = engine.time_in.iter().find(|(w, _)| *w == work).map_or(Duration::ZERO, |(_, t)| *t);
         time.as_secs_f64() * 1e6 / records.len().max(1) as f64
@@ -468,6 +492,7 @@ async fn sundial_cron(load: usize, seconds: i64, node: &str, store: Store, confi
     }
     Summary {
         cpu_per_fire_us: cpu,
+        allocations_per_fire: allocations,
         engine_per_fire_us: engine_per_fire,
         ran_per_second: records.len() as f64 / running.as_secs_f64(),
         store: Some((store_since(store_before, kv.stats()), records.len())),
@@ -479,10 +504,12 @@ async fn apalis_cron(load: usize, seconds: i64) -> Summary {
     let from = next_second(Utc::now()) + TimeDelta::seconds(WARM_UP_SECONDS);
     let to = from + TimeDelta::seconds(seconds);
     let cpu_before = process_cpu();
+    let allocations_before = allocator::allocations();
     let running = Instant::now();
     let records = apalis_workers(load, "* * * * * *", to, expected_fires(load, seconds)).await;
     Summary {
         cpu_per_fire_us: cpu_per_fire(cpu_before, process_cpu(), records.len()),
+        allocations_per_fire: allocations_per_fire(allocations_before, records.len()),
         ran_per_second: records.len() as f64 / running.elapsed().as_secs_f64(),
         ..summarize(&records, from.timestamp_micros(), to.timestamp_micros(), load * seconds as usize)
     }
@@ -594,10 +621,10 @@ impl Plan {
         let configs = if has("--packed") {
             vec![Config { shape: Shape::PACKED, tuning: Tuning::Tuned }]
         } else {
-            vec![
-                Config { shape: Shape::USER, tuning: Tuning::Default },
-                Config { shape: Shape::USER, tuning: Tuning::Tuned },
-            ]
+            // `--concurrent`: the user's shape with every job concurrent, to see what the
+            // exclusion of non-concurrent jobs costs.
+            let shape = Shape { concurrent: has("--concurrent"), ..Shape::USER };
+            vec![Config { shape, tuning: Tuning::Default }, Config { shape, tuning: Tuning::Tuned }]
         };
         Plan {
             loads: if sustained_only || burst_only { Vec::new() } else { only.map_or(loads, |n| vec![n]) },
@@ -692,10 +719,10 @@ fn main() {
         let ours: Vec<Summary> = ours.into_iter().map(Summary::merge).collect();
         for (config, s) in plan.configs.iter().zip(&ours) {
             print_row(load, measured, &config.label(), s, Some(peer.pct(0.99) / s.pct(0.99)));
-            cpu.push((load, config.label(), s.cpu_per_fire_us, s.engine_per_fire_us));
+            cpu.push((load, config.label(), s.cpu_per_fire_us, s.engine_per_fire_us, s.allocations_per_fire));
         }
         print_row(load, measured, "apalis + apalis-cron", &peer, None);
-        cpu.push((load, "apalis".to_owned(), peer.cpu_per_fire_us, None));
+        cpu.push((load, "apalis".to_owned(), peer.cpu_per_fire_us, None, peer.allocations_per_fire));
         let durable: Vec<Summary> = durable.into_iter().map(Summary::merge).collect();
         let memory_p99 = ours.last().map_or(f64::NAN, |s| s.pct(0.99));
         durable_rows.push((load, measured, memory_p99, peer.pct(0.99), durable));
@@ -727,10 +754,12 @@ fn main() {
             "\nwhere the time goes, per fire that ran (process CPU on both cores; engine time on sundial's clock)"
         );
     }
-    for (load, label, ours, engine) in cpu {
+    for (load, label, ours, engine, allocations) in cpu {
+        let allocations =
+            if allocations.is_nan() { String::new() } else { format!("; {allocations:.1} allocations per fire") };
         match engine {
-            Some(_) => println!("{load:>8} fires/s, {label}: {}", where_the_time_goes(ours, engine)),
-            None => println!("{load:>8} fires/s, {label}: {}", cpu_text(ours)),
+            Some(_) => println!("{load:>8} fires/s, {label}: {}{allocations}", where_the_time_goes(ours, engine)),
+            None => println!("{load:>8} fires/s, {label}: {}{allocations}", cpu_text(ours)),
         }
     }
     if plan.burst {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use ractor::ActorRef;
 use sundial::kv::{AsKvError, Kv, KvError};
 use sundial::poll::{until_heartbeat, Taken, STEAL_GRACE};
-use sundial::poller::{Acquired, AcquisitionPlan, CycleWait, MAX_LOOKAHEAD};
+use sundial::poller::{Acquired, AcquisitionPlan, CycleWait, Held, MAX_LOOKAHEAD};
 use sundial::store::{AcquireRequest, Acquisition, DueFilter, SyncOutcome};
 use sundial::time::Clock;
 use uuid::Uuid;
@@ -138,7 +138,8 @@ pub(super) async fn cycle<K: Kv>(myself: &ActorRef<PollerMsg>, state: &mut Polle
     let read = match state.poller.outlook_to_read(taken) {
         Some(limit) => {
             let busy_jobs = state.local.held_jobs();
-            let filter = DueFilter { scheduled: takes_scheduled(&shared), busy_jobs: &busy_jobs };
+            let busy_version = Some(state.local.held_version());
+            let filter = DueFilter { scheduled: takes_scheduled(&shared), busy_jobs: &busy_jobs, busy_version };
             Some(shared.store.due_outlook(&shared.node_id, filter, MAX_LOOKAHEAD, limit).await.map_err(|_| ()))
         }
         None => None,
@@ -167,13 +168,12 @@ pub(super) async fn acquire_and_start<K: Kv>(
     slots: usize,
 ) -> Taken {
     let shared = state.shared.clone();
-    let busy_jobs = state.local.held_jobs();
     // Whether the watch on the wake key was armed before this acquisition reads.
     let watched = !shared.shared_store || state.wake_watch.is_some();
     let plan = match state.poller.plan_acquisition(
         now,
         shared.clock.monotonic(),
-        busy_jobs,
+        Held { version: state.local.held_version(), left: state.local.held_left() },
         takes_scheduled(&shared),
         watched,
     ) {
@@ -183,6 +183,7 @@ pub(super) async fn acquire_and_start<K: Kv>(
         }
         AcquisitionPlan::Acquire(plan) => plan,
     };
+    let busy_jobs = state.local.held_jobs();
     let request = AcquireRequest {
         node: &shared.node_id,
         now,
@@ -193,7 +194,8 @@ pub(super) async fn acquire_and_start<K: Kv>(
         known_types: Some(&state.known_types),
         known_runs: &state.running,
         scheduled: plan.scheduled,
-        busy_jobs: &plan.busy_jobs,
+        busy_jobs: &busy_jobs,
+        busy_version: Some(state.local.held_version()),
         steal: plan.steal,
         trust_caught_up: plan.trust_caught_up,
         known_heads: plan.known_heads.as_ref(),

@@ -28,7 +28,7 @@ pub(super) fn run_ended<K: Kv>(myself: &ActorRef<PollerMsg>, state: &mut PollerS
     state.running.remove(&id);
     // The job whose slot this run held here: the last acquisition may have left its fires
     // waiting (`held_jobs`), to take now that its end is recorded.
-    let job_waiting = state.local.holds_back(id).is_some_and(|job| state.poller.left_waiting(job.as_str()));
+    let job_waiting = state.local.holds_back(id).is_some_and(|mark| state.poller.left_waiting(mark));
     // A local job's fire, or a fire in the store of a job this run kept busy here after
     // this node was declared lost, may have waited for this run.
     let given_back = state.local.is_given_back(id);
@@ -57,7 +57,7 @@ pub(super) async fn start_run<K: Kv>(
     if !local {
         // Noted before its actor exists: the local triggers are only consulted between
         // this actor's messages, and a run whose actor never starts is forgotten below.
-        state.local.note_started(id, &acquired.run.job, acquired.exclusive);
+        state.local.note_started(id, &acquired.run.job, acquired.exclusive, state.poller.acquisitions());
     }
     let args = RunArgs { shared, acquired, poller: myself.clone(), reply, local };
     // Unnamed: a name would be registered in ractor's process-wide registry and removed

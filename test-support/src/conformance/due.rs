@@ -150,7 +150,7 @@ pub async fn fires_the_node_leaves_waiting_neither_wake_it_nor_hide_others<K: Kv
     let every = store.due_outlook("a", DueFilter::EVERY, day, 1_000).await.unwrap();
     assert_eq!((every.first, every.count), (Some(secs(10)), 151));
     let busy_jobs = BTreeSet::from(["busy".to_owned()]);
-    let filter = DueFilter { scheduled: true, busy_jobs: &busy_jobs };
+    let filter = DueFilter { scheduled: true, busy_jobs: &busy_jobs, busy_version: None };
     let outlook = store.due_outlook("a", filter, day, 1_000).await.unwrap();
     assert_eq!((outlook.first, outlook.count), (Some(secs(20)), 1), "the busy job's fires left out");
 

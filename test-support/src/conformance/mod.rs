@@ -146,6 +146,7 @@ pub fn request<'a>(node: &'a str, now: DateTime<Utc>, max: usize, known: &'a BTr
         known_runs: known,
         scheduled: true,
         busy_jobs: &NO_JOBS,
+        busy_version: None,
         steal: true,
         trust_caught_up: true,
         known_heads: None,
