@@ -33,9 +33,6 @@ use sundial::name::{JobName, TriggerName};
 use sundial::store::{AcquireRequest, Completion, KvJobStore, RunOutcome, StoreOptions};
 use sundial::time::{from_micros, ManualClock};
 
-/// No busy local jobs.
-static NO_JOBS: BTreeSet<String> = BTreeSet::new();
-
 /// Counts live heap bytes, over the allocator the `sundial` binary uses.
 struct Counting;
 
@@ -92,24 +89,9 @@ async fn register(store: &KvJobStore<MemoryKv>, jobs: usize, per_job: usize, sch
     assert!(store.schedule(&batch, t0()).await.iter().all(Result::is_ok));
 }
 
-/// A request for up to 16 fires due by `now` on `node`.
+/// A request for up to 16 fires due by `now` on `node` (the conformance scenarios' own).
 fn request<'a>(node: &'a str, now: DateTime<Utc>, known: &'a BTreeSet<uuid::Uuid>) -> AcquireRequest<'a> {
-    AcquireRequest {
-        node,
-        now,
-        max: 16,
-        misfire_threshold: Duration::from_secs(60),
-        steal_grace: Duration::from_secs(1),
-        lookahead: Duration::ZERO,
-        known_types: None,
-        known_runs: known,
-        scheduled: true,
-        busy_jobs: &NO_JOBS,
-        busy_version: None,
-        steal: true,
-        trust_caught_up: true,
-        known_heads: None,
-    }
+    sundial_test_support::conformance::request(node, now, 16, known)
 }
 
 fn pollers_benchmark(fires: usize) {
