@@ -26,6 +26,8 @@ use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_sundial");
 const TOKEN: &str = "test-token-0123456789";
+/// A token of the `read` role in [`CONFIG`].
+const READ_TOKEN: &str = "read-token-0123456789";
 
 /// A running node, stopped (SIGTERM) on drop.
 struct NodeProcess {
@@ -256,6 +258,10 @@ poll_interval_seconds = 1
 
 [admin]
 token = "test-token-0123456789"
+[[admin.tokens]]
+name = "dashboards"
+role = "read"
+value = "read-token-0123456789"
 
 [[jobs]]
 name = "nightly"
@@ -321,7 +327,7 @@ data = {{ url = "http://127.0.0.1:{port}/health" }}
 [[jobs]]
 name = "missing"
 type = "http"
-data = {{ url = "http://127.0.0.1:{port}/nowhere", success = [200] }}
+data = {{ url = "http://127.0.0.1:{port}/nowhere", success = [200], headers = {{ authorization = "Bearer {READ_TOKEN}" }} }}
 "#
     );
     let file = write(&dir, "jobs.toml", &jobs);
@@ -392,29 +398,39 @@ data = {{ url = "http://127.0.0.1:{port}/nowhere", success = [200] }}
     assert_eq!(node.cli_json(&["jobs", "show", "nightly"])["paused"], true);
 
     // Tables for people.
-    let table = node.cli(&["runs", "list", "--job", "flaky"]);
+    let table = node.cli(&["runs", "list", "--job", "flaky", "--token", READ_TOKEN]);
     let text = String::from_utf8_lossy(&table.stdout);
     assert!(text.starts_with("RUN ") && text.contains("EXIT_3"), "{text}");
 
     // Not found, invalid, and the exit codes.
-    assert_eq!(node.cli(&["jobs", "show", "nope"]).status.code(), Some(3));
+    assert_eq!(node.cli(&["jobs", "show", "nope", "--token", READ_TOKEN]).status.code(), Some(3));
+    assert_eq!(node.cli(&["jobs", "show", "nightly"]).status.code(), Some(7), "reads need a token too");
+    assert_eq!(node.cli(&["jobs", "pause", "nightly", "--token", READ_TOKEN]).status.code(), Some(7));
     assert_eq!(node.cli(&["jobs", "trigger", "nope", "--token", TOKEN]).status.code(), Some(3));
-    assert_eq!(node.cli(&["runs", "list", "--limit", "0"]).status.code(), Some(4));
+    assert_eq!(node.cli(&["runs", "list", "--limit", "0", "--token", READ_TOKEN]).status.code(), Some(4));
     assert_eq!(node.cli(&["runs", "cancel", "not-a-uuid", "--token", TOKEN]).status.code(), Some(4));
     assert_eq!(node.cli(&["jobs", "trigger", "echo", "--data", "[1]", "--token", TOKEN]).status.code(), Some(2));
     node.cli_json(&["jobs", "delete", "echo"]);
-    assert_eq!(node.cli(&["jobs", "show", "echo"]).status.code(), Some(3));
+    assert_eq!(node.cli(&["jobs", "show", "echo", "--token", TOKEN]).status.code(), Some(3));
     assert_eq!(
         Command::new(BIN).args(["jobs", "list", "--server", "http://127.0.0.1:1"]).output().unwrap().status.code(),
         Some(6)
     );
 
-    // Raw HTTP: reads are open, changes need the token, bad input is a 4xx with a code.
+    // Raw HTTP: every route but the probes needs a token, changes an admin one; bad input
+    // is a 4xx with a code.
     /// Method, path, token, body, expected status and code.
     type Case<'a> = (&'a str, &'a str, Option<&'a str>, Option<&'a str>, u16, &'a str);
-    let cases: [Case; 12] = [
+    let cases: [Case; 19] = [
         ("POST", "/api/jobs/nightly/pause", None, None, 401, "ADMIN_AUTH_001"),
         ("POST", "/api/jobs/nightly/pause", Some("wrong-token-0123456789"), None, 401, "ADMIN_AUTH_001"),
+        ("POST", "/api/jobs/nightly/pause", Some(READ_TOKEN), None, 403, "ADMIN_AUTH_002"),
+        ("DELETE", "/api/jobs/nightly", Some(READ_TOKEN), None, 403, "ADMIN_AUTH_002"),
+        ("GET", "/api/jobs", None, None, 401, "ADMIN_AUTH_001"),
+        ("GET", "/api/openapi.json", None, None, 401, "ADMIN_AUTH_001"),
+        ("GET", "/api/runs", Some("wrong-token-0123456789"), None, 401, "ADMIN_AUTH_001"),
+        ("GET", "/api/jobs", Some(READ_TOKEN), None, 200, ""),
+        ("GET", "/health", None, None, 200, ""),
         ("PUT", "/api/jobs/x", Some(TOKEN), Some("{not json"), 400, "ADMIN_REQUEST_001"),
         ("PUT", "/api/jobs/x", Some(TOKEN), Some(r#"{"name":"y","type":"log"}"#), 400, "ADMIN_REQUEST_001"),
         ("PUT", "/api/jobs/x", Some(TOKEN), Some(r#"{"name":"x","type":"nope"}"#), 404, "SCHEDULING_NOTFOUND_002"),
@@ -426,12 +442,12 @@ data = {{ url = "http://127.0.0.1:{port}/nowhere", success = [200] }}
             400,
             "SCHEDULING_VALIDATION_001",
         ),
-        ("GET", "/api/runs?limit=5000", None, None, 400, "SCHEDULING_VALIDATION_002"),
-        ("GET", "/api/runs?state=sleeping", None, None, 400, "ADMIN_REQUEST_001"),
-        ("GET", "/api/jobs/Bad%20Name", None, None, 400, "ADMIN_REQUEST_001"),
+        ("GET", "/api/runs?limit=5000", Some(READ_TOKEN), None, 400, "SCHEDULING_VALIDATION_002"),
+        ("GET", "/api/runs?state=sleeping", Some(READ_TOKEN), None, 400, "ADMIN_REQUEST_001"),
+        ("GET", "/api/jobs/Bad%20Name", Some(TOKEN), None, 400, "ADMIN_REQUEST_001"),
         ("POST", "/api/runs/cancel", Some(TOKEN), Some(r#"{"ids":["0190d6a8-0000-7000-8000-000000000000"]}"#), 200, ""),
         ("DELETE", "/api/node", Some(TOKEN), None, 405, "ADMIN_METHOD_001"),
-        ("GET", "/api/nothing", None, None, 404, "ADMIN_ROUTE_001"),
+        ("GET", "/api/nothing", Some(READ_TOKEN), None, 404, "ADMIN_ROUTE_001"),
     ];
     for (method, path, token, body, status, code) in cases {
         let (got, text) = http(port, method, path, token, body);
@@ -447,14 +463,21 @@ data = {{ url = "http://127.0.0.1:{port}/nowhere", success = [200] }}
     );
     assert_eq!(status, 200);
     assert!(text.contains("SCHEDULING_NOTFOUND_004"), "{text}");
-    let (status, text) = http_with(port, "GET", "/api/jobs/nope", &[("Accept-Language", "zh-CN,zh;q=0.9")], None);
+    let auth = format!("Bearer {READ_TOKEN}");
+    let (status, text) = http_with(
+        port,
+        "GET",
+        "/api/jobs/nope",
+        &[("Accept-Language", "zh-CN,zh;q=0.9"), ("Authorization", &auth)],
+        None,
+    );
     assert_eq!((status, code_of(&text).as_str()), (404, "SCHEDULING_NOTFOUND_001"));
     assert!(text.contains("作业未登记"), "messages in Chinese on request: {text}");
     let (status, metrics) = http(port, "GET", "/metrics", None, None);
     assert_eq!(status, 200);
     assert!(metrics.contains("sundial_runs_total{job=\"flaky\",outcome=\"failed\"} 3"), "{metrics}");
     assert!(metrics.contains("sundial_leader 1"), "{metrics}");
-    let (status, openapi) = http(port, "GET", "/api/openapi.json", None, None);
+    let (status, openapi) = http(port, "GET", "/api/openapi.json", Some(READ_TOKEN), None);
     assert_eq!(status, 200);
     assert!(serde_json::from_str::<Value>(&openapi).is_ok());
 }

@@ -21,6 +21,7 @@ use sundial::kv::memory::{MemoryKv, MemoryKvOptions};
 use sundial::options::SchedulerOptions;
 use sundial::store::{KvJobStore, StoreOptions};
 use sundial::time::SystemClock;
+use sundial_actors::admin::access::AccessPolicy;
 use sundial_actors::admin::metrics::Metrics;
 use sundial_actors::admin::{self, AdminState};
 use sundial_actors::clock::TokioSleeper;
@@ -355,7 +356,7 @@ fn api() -> &'static (tokio::runtime::Runtime, String) {
             let config = NodeConfig::new(store, registry, options, "fuzzed", clock, Entropy::from_seed(2));
             let scheduler = Node::start(config, None).await.unwrap();
             scheduler.serve();
-            let state = AdminState::new(scheduler, None, Arc::new(Metrics::new(None)), "memory");
+            let state = AdminState::new(scheduler, AccessPolicy::open(), Arc::new(Metrics::new(None)), "memory");
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let base = format!("http://{}", listener.local_addr().unwrap());
             tokio::spawn(admin::serve(listener, admin::router(state), std::future::pending()));

@@ -45,8 +45,10 @@ pub(crate) fn preferred_language(header: Option<&str>) -> Language {
 
 /// A malformed body, path or query parameter (400).
 pub const BAD_REQUEST: &str = "ADMIN_REQUEST_001";
-/// A mutation without the configured bearer token, or with a wrong one (401).
+/// A request without a bearer token on a node that has tokens, or with a wrong one (401).
 pub const UNAUTHORIZED: &str = "ADMIN_AUTH_001";
+/// A change with a token of the `read` role (403).
+pub const FORBIDDEN: &str = "ADMIN_AUTH_002";
 /// No such endpoint (404).
 pub const NO_ROUTE: &str = "ADMIN_ROUTE_001";
 /// The endpoint exists, the method does not (405).
@@ -116,6 +118,7 @@ fn admin_summary_zh(code: &str) -> Option<&'static str> {
     Some(match code {
         BAD_REQUEST => "请求格式错误",
         UNAUTHORIZED => "未授权",
+        FORBIDDEN => "只读令牌不能修改",
         NO_ROUTE => "没有这个接口",
         BAD_METHOD => "接口不支持该方法",
         TOO_LARGE => "请求体过大",

@@ -2,11 +2,12 @@
 //! `/health` and Prometheus `/metrics`. The OpenAPI document is served at
 //! `/api/openapi.json` (source: `actors/src/admin/openapi.json`).
 //!
-//! Reads are open; mutations (every method but GET/HEAD) need `Authorization: Bearer
-//! <token>` when a token is configured. Every error is `{"code", "message"}` with the
+//! With tokens configured, every route needs `Authorization: Bearer <token>`: a `read`
+//! token reads, an `admin` token also changes (see [`access`]). Every error is `{"code", "message"}` with the
 //! HTTP status of its code: scheduling errors keep their SPEC §14 codes, malformed
 //! requests get `ADMIN_REQUEST_001` (400) and never reach the scheduler.
 
+pub mod access;
 pub mod error;
 pub mod metrics;
 pub mod views;
@@ -30,6 +31,7 @@ use sundial::kv::Kv;
 use sundial::name::{JobName, TriggerKey, TriggerName};
 use uuid::Uuid;
 
+use self::access::{AccessPolicy, Denial};
 use self::error::{ApiError, ErrorBody};
 use self::metrics::{Metrics, StoreProbe};
 use self::views::{ItemResult, JobView, OutcomeView, RunView};
@@ -43,7 +45,7 @@ pub const OPENAPI: &str = include_str!("openapi.json");
 /// What the API serves from.
 pub struct AdminState<K: Kv> {
     scheduler: JobScheduler<K>,
-    token: Option<Arc<str>>,
+    access: Arc<AccessPolicy>,
     metrics: Arc<Metrics>,
     store_kind: &'static str,
     store_probe: Option<Arc<dyn StoreProbe>>,
@@ -53,7 +55,7 @@ impl<K: Kv> Clone for AdminState<K> {
     fn clone(&self) -> Self {
         Self {
             scheduler: self.scheduler.clone(),
-            token: self.token.clone(),
+            access: self.access.clone(),
             metrics: self.metrics.clone(),
             store_kind: self.store_kind,
             store_probe: self.store_probe.clone(),
@@ -62,15 +64,15 @@ impl<K: Kv> Clone for AdminState<K> {
 }
 
 impl<K: Kv> AdminState<K> {
-    /// The API of `scheduler`; `token` guards mutations; `store_kind` is shown in node
-    /// info (`memory`, `fdb`).
+    /// The API of `scheduler`, guarded by `access`; `store_kind` is shown in node info
+    /// (`memory`, `embedded`, `postgres`, `fdb`).
     pub fn new(
         scheduler: JobScheduler<K>,
-        token: Option<String>,
+        access: AccessPolicy,
         metrics: Arc<Metrics>,
         store_kind: &'static str,
     ) -> Self {
-        Self { scheduler, token: token.map(Arc::from), metrics, store_kind, store_probe: None }
+        Self { scheduler, access: Arc::new(access), metrics, store_kind, store_probe: None }
     }
 
     /// Checks the store's server at `/health` and each `/metrics` scrape, and reports
@@ -143,33 +145,32 @@ async fn authorize<K: Kv>(state: State<AdminState<K>>, request: Request, next: N
     error::LANGUAGE.scope(language, check_token(state, request, next)).await
 }
 
-async fn check_token<K: Kv>(State(state): State<AdminState<K>>, request: Request, next: Next) -> Response {
-    let read_only = matches!(*request.method(), Method::GET | Method::HEAD);
-    if let (false, Some(token)) = (read_only, &state.token) {
-        let given = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        let ok = given.is_some_and(|given| same_secret(given.as_bytes(), token.as_bytes()));
-        if !ok {
-            let message = if given.is_some() {
-                "the bearer token is wrong"
-            } else {
-                "this node needs `Authorization: Bearer <token>` for changes"
+/// Applies the access policy; an allowed request carries its [`access::Caller`].
+async fn check_token<K: Kv>(State(state): State<AdminState<K>>, mut request: Request, next: Next) -> Response {
+    let changes = !matches!(*request.method(), Method::GET | Method::HEAD);
+    let authorization = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    match state.access.check(request.uri().path(), changes, authorization) {
+        Ok(caller) => {
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
+        Err(denial) => {
+            let (status, code, message) = match denial {
+                Denial::Missing => {
+                    (StatusCode::UNAUTHORIZED, error::UNAUTHORIZED, "this node needs `Authorization: Bearer <token>`")
+                }
+                Denial::Wrong => (StatusCode::UNAUTHORIZED, error::UNAUTHORIZED, "the bearer token is wrong"),
+                Denial::ReadOnly => {
+                    (StatusCode::FORBIDDEN, error::FORBIDDEN, "this token may read, not change; use an admin token")
+                }
             };
-            let mut response = ApiError::new(StatusCode::UNAUTHORIZED, error::UNAUTHORIZED, message).into_response();
-            response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
-            return response;
+            let mut response = ApiError::new(status, code, message).into_response();
+            if status == StatusCode::UNAUTHORIZED {
+                response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+            }
+            response
         }
     }
-    next.run(request).await
-}
-
-/// Compares without an early exit, so timing does not tell how much of a guess was right.
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 async fn no_route() -> ApiError {
@@ -672,13 +673,6 @@ mod tests {
             verdicts,
             [Ok(()), Ok(()), Err("[2] (a): job 'a' is also [0]".into()), Err("[3] (a): job 'a' is also [0]".into())]
         );
-    }
-
-    #[test]
-    fn secrets_compare_whole() {
-        assert!(same_secret(b"abcdef", b"abcdef"));
-        assert!(!same_secret(b"abcdef", b"abcdeg"));
-        assert!(!same_secret(b"abc", b"abcdef"));
     }
 
     #[test]

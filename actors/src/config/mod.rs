@@ -7,7 +7,7 @@
 //!                         # cluster_file and transaction_timeout_seconds
 //! [leader]                # kind = "store" (default) or "kubernetes" (a Lease object)
 //! [scheduler]             # the options of SPEC §13
-//! [admin]                 # listen = "127.0.0.1:7600", token = "…"
+//! [admin]                 # listen = "127.0.0.1:7600"; tokens by role (read, admin)
 //! [log]                   # format = "text" | "json"
 //! [calendars.<name>]      # kind = "holidays" | "weekly" | "daily" | "cron" | "composite"
 //! [[jobs]]                # a job spec (crate::spec::JobSpec) with [[jobs.triggers]]
@@ -17,12 +17,12 @@
 //! calendars, job definitions, built-in kinds' parameters and calendar references. Every
 //! error names the file, the key and the problem.
 
+mod admin;
 mod leader;
 mod store;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -34,6 +34,8 @@ use sundial::options::SchedulerOptions;
 
 use crate::spec::{reason, CalendarSpec, JobSpec};
 
+pub use admin::{AdminConfig, LEGACY_TOKEN_NAME};
+use admin::{admin, AdminSection};
 pub use leader::LeaderConfig;
 use leader::{leader, LeaderSection};
 use store::{postgres_store, transaction_timeout, StoreKind, StoreSection};
@@ -139,17 +141,6 @@ pub enum LogFormat {
     Json,
 }
 
-/// The admin API's settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AdminConfig {
-    /// `false` runs the node without the API.
-    pub enabled: bool,
-    /// Where it listens.
-    pub listen: SocketAddr,
-    /// Mutations need `Authorization: Bearer <token>` when set.
-    pub token: Option<String>,
-}
-
 /// A loaded, checked config.
 #[derive(Clone)]
 pub struct NodeFileConfig {
@@ -206,23 +197,6 @@ struct File {
     calendars: BTreeMap<String, CalendarSpec>,
     #[serde(default)]
     jobs: Vec<JobSpec>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AdminSection {
-    #[serde(default = "yes")]
-    enabled: bool,
-    #[serde(default)]
-    listen: Option<String>,
-    #[serde(default)]
-    token: Option<String>,
-}
-
-impl Default for AdminSection {
-    fn default() -> Self {
-        Self { enabled: true, listen: None, token: None }
-    }
 }
 
 fn yes() -> bool {
@@ -383,22 +357,7 @@ impl NodeFileConfig {
         }
         options.apply_env(env.iter()).map_err(|e| ConfigError::at(e.key, e.problem))?;
 
-        let listen_text =
-            env.get(ADMIN_LISTEN_ENV).cloned().or(file.admin.listen).unwrap_or_else(|| DEFAULT_ADMIN_ADDR.to_owned());
-        let listen: SocketAddr = listen_text.parse().map_err(|_| {
-            ConfigError::at("admin.listen", format!("'{listen_text}' is not an address like 127.0.0.1:7600"))
-        })?;
-        let token = env.get(ADMIN_TOKEN_ENV).cloned().or(file.admin.token).filter(|t| !t.is_empty());
-        if let Some(token) = &token {
-            if token.len() < 16 || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
-                return Err(ConfigError::at(
-                    "admin.token",
-                    "must be at least 16 characters without spaces (use a random secret)",
-                ));
-            }
-        }
-        let admin = AdminConfig { enabled: file.admin.enabled, listen, token };
-        admin_is_safe(&admin)?;
+        let admin = admin(file.admin, env)?;
 
         let calendars = crate::spec::calendars(&file.calendars).map_err(|e| ConfigError::at(e.key, e.problem))?;
         let mut known = Calendars::new();
@@ -424,20 +383,6 @@ impl NodeFileConfig {
         let pin_workers = file.runtime.pin_workers;
         Ok(Self { store, leader, options, admin, log: file.log.format, pin_workers, calendars, jobs })
     }
-}
-
-/// Binding beyond loopback without a token would hand the node to anyone on the network.
-fn admin_is_safe(admin: &AdminConfig) -> Result<(), ConfigError> {
-    if admin.enabled && !admin.listen.ip().is_loopback() && admin.token.is_none() {
-        return Err(ConfigError::at(
-            "admin.listen",
-            format!(
-                "{} is not a loopback address: set admin.token or {ADMIN_TOKEN_ENV} so mutations need it",
-                admin.listen
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// A TOML error as one line with its position.
@@ -550,7 +495,7 @@ mod tests {
         let config = NodeFileConfig::defaults(&BTreeMap::new()).unwrap();
         assert!(matches!(config.store, StoreConfig::Memory { .. }));
         assert_eq!(config.admin.listen.to_string(), DEFAULT_ADMIN_ADDR);
-        assert!(config.admin.token.is_none());
+        assert!(!config.admin.access.is_guarded());
         assert!(config.jobs.is_empty());
     }
 
@@ -618,6 +563,7 @@ mod tests {
             ("[admin]\nlisten = \"nowhere\"", "admin.listen"),
             ("[admin]\nlisten = \"0.0.0.0:7600\"", "admin.listen"),
             ("[admin]\ntoken = \"short\"", "admin.token"),
+            ("[admin]\n[[admin.tokens]]\nname = \"a\"\nrole = \"read\"", "admin.tokens[0]"),
             ("[calendars.x]\nkind = \"weekly\"\ndays = [\"caturday\"]", "calendars.x.days"),
             ("[calendars.x]\nkind = \"composite\"\nmembers = [\"y\"]", "calendars.x.members"),
             ("[[jobs]]\nname = \"a\"\ntype = \"log\"\ntriggers = [{ name = \"t\", schedule = \"cron nope\" }]", "jobs[0] (a).triggers[0].schedule"),

@@ -215,7 +215,7 @@ fn exit_code_of(code: &str) -> u8 {
         exit::CONFLICT
     } else if code.contains("_UNAVAILABLE_") {
         exit::UNAVAILABLE
-    } else if code == "ADMIN_AUTH_001" {
+    } else if code.starts_with("ADMIN_AUTH_") {
         exit::UNAUTHORIZED
     } else {
         exit::FAILED
@@ -644,6 +644,7 @@ mod tests {
         assert_eq!(exit_code_of("SCHEDULING_CONFLICT_001"), exit::CONFLICT);
         assert_eq!(exit_code_of("SCHEDULING_UNAVAILABLE_001"), exit::UNAVAILABLE);
         assert_eq!(exit_code_of("ADMIN_AUTH_001"), exit::UNAUTHORIZED);
+        assert_eq!(exit_code_of("ADMIN_AUTH_002"), exit::UNAUTHORIZED);
         assert_eq!(exit_code_of("SCHEDULING_UNEXPECTED_001"), exit::FAILED);
     }
 

@@ -73,7 +73,7 @@ pub(crate) struct Remote {
     /// The node's admin API.
     #[arg(long, global = true, env = "SUNDIAL_SERVER", default_value = "http://127.0.0.1:7600")]
     pub(crate) server: String,
-    /// The admin token, for changes.
+    /// A token of the node's: a read token to look, an admin token to change.
     #[arg(long, global = true, env = "SUNDIAL_ADMIN_TOKEN", hide_env_values = true)]
     pub(crate) token: Option<String>,
     /// Print JSON instead of tables.

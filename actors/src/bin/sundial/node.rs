@@ -432,14 +432,14 @@ async fn serve<K: Kv>(setup: Setup<K>) -> u8 {
     let (stop_api, api_stopped) = tokio::sync::oneshot::channel::<()>();
     let api = listener.map(|listener| {
         let address = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
-        let mut state = AdminState::new(scheduler.clone(), config.admin.token.clone(), metrics, store_kind);
+        let mut state = AdminState::new(scheduler.clone(), config.admin.access.clone(), metrics, store_kind);
         if let Some(probe) = store_probe {
             state = state.with_store_probe(probe);
         }
         let router = admin::router(state);
         tracing::info!(
             address = %format!("http://{address}"),
-            token = config.admin.token.is_some(),
+            tokens = config.admin.access.is_guarded(),
             "admin API listening"
         );
         tokio::spawn(admin::serve(listener, router, async {
