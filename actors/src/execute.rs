@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::job::{DynJob, JobFailure, JobResult, RunContext};
+use crate::secrets::{self, Secrets};
 use crate::slots::RunSlots;
 
 /// Why a run's token was canceled.
@@ -135,6 +136,7 @@ pub fn prepare(
         attempt = run.attempt,
     );
     async move {
+        let mut ctx = ctx;
         let RunGates { start, slots, end, on_start } = gates;
         start.await;
         let slot = match slots {
@@ -145,6 +147,8 @@ pub fn prepare(
             // Canceled before its start (a cancel request, the node stopping, or fenced):
             // the job never runs; the reason decides the outcome.
             Ok(Err(JobFailure::new("canceled before it started")))
+        } else if let Err(problem) = resolve_secrets(&mut ctx) {
+            Ok(Err(JobFailure::with_code(secrets::UNAVAILABLE, problem)))
         } else {
             let beside = on_start.map(|on_start| on_start());
             let mut next: BoxFuture<'_, JobResult> = job.run_boxed(&ctx);
@@ -176,9 +180,32 @@ pub fn prepare(
         // The job returned: its slot serves the next run before this one's end is recorded.
         drop(slot);
         end.await;
-        decide(result, cancel.reason(), timeout)
+        let outcome = decide(result, cancel.reason(), timeout);
+        if ctx.secrets.is_empty() {
+            outcome
+        } else {
+            scrubbed(outcome, &ctx.secrets)
+        }
     }
     .instrument(span)
+}
+
+/// Replaces the secret references in the run's data with their values, just before its
+/// job starts (see [`crate::secrets`]).
+fn resolve_secrets(ctx: &mut RunContext) -> Result<(), String> {
+    if !ctx.run.data.is_empty() {
+        ctx.secrets = secrets::resolve(&mut ctx.run.data, &secrets::NodeEnvironment)?;
+    }
+    Ok(())
+}
+
+/// The outcome with the run's secret values taken out of its message.
+fn scrubbed(outcome: RunOutcome, secrets: &Secrets) -> RunOutcome {
+    match outcome {
+        RunOutcome::Failed { code, message } => RunOutcome::Failed { code, message: secrets.scrub(&message) },
+        RunOutcome::Canceled { message } => RunOutcome::Canceled { message: secrets.scrub(&message) },
+        RunOutcome::Succeeded => RunOutcome::Succeeded,
+    }
 }
 
 /// A task that is aborted when its handle is dropped: a run whose actor dies (killed with

@@ -13,6 +13,8 @@ use futures_util::future::BoxFuture;
 use sundial::job::JobRun;
 use tokio_util::sync::CancellationToken;
 
+use crate::secrets::Secrets;
+
 /// What a job reports when it fails. The run is recorded `Failed` with this message (and
 /// code, when given) and retries per its job's policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +74,9 @@ pub struct RunContext {
     /// Fires when the run is canceled, times out, or the node stops. A job should return
     /// soon after; one that ignores it keeps running (and keeps its slot) until it returns.
     pub cancel: CancellationToken,
+    /// The values of the secrets in `run.data` (see [`crate::secrets`]), resolved as the
+    /// job starts: [`Secrets::scrub`] keeps them out of what a job logs or reports.
+    pub secrets: Secrets,
 }
 
 /// The code of a job type.

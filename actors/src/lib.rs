@@ -9,6 +9,8 @@
 //!   code jobs and calendars;
 //! - [`execute`]: one run with cancellation, timeout, panic capture, middleware and its
 //!   tracing span;
+//! - [`secrets`]: secret references in job data, resolved as a run starts, and what is
+//!   redacted when data is shown;
 //! - [`events`]: CloudEvents envelopes and publishers; [`stats`]: engine counters;
 //! - [`clock`]: the tokio clock and sleepers a node runs on;
 //! - [`spec`]: job definitions as people write them (with feature `spec-files`, read from
@@ -51,6 +53,7 @@ pub mod node;
 mod poller;
 pub mod registry;
 mod run;
+pub mod secrets;
 #[cfg(feature = "node")]
 pub mod runtime;
 pub mod scheduler;

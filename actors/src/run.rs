@@ -109,7 +109,12 @@ impl<K: Kv> Actor for RunActor<K> {
 async fn run_job<K: Kv>(Run { args, cancel }: &Run<K>) -> (RunOutcome, DateTime<Utc>) {
     let shared = &args.shared;
     let run = &args.acquired.run;
-    let ctx = RunContext { run: run.clone(), node: shared.node_id.clone(), cancel: cancel.token() };
+    let ctx = RunContext {
+        run: run.clone(),
+        node: shared.node_id.clone(),
+        cancel: cancel.token(),
+        secrets: Default::default(),
+    };
     let timeout = args.acquired.timeout;
     let job = shared.registry.make(&args.acquired.job_type);
     // Acquired ahead of time: the run waits for the scheduled instant (and its job never

@@ -26,6 +26,11 @@ use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_sundial");
 const TOKEN: &str = "test-token-0123456789";
+/// Secrets of the `secretive` job: in its data, in the node's environment, stored as
+/// `$secret`.
+const PLAIN_SECRET: &str = "plain-secret-value";
+const ENV_SECRET: &str = "env-secret-value";
+const STORED_SECRET: &str = "stored-secret-value";
 /// A token of the `read` role in [`CONFIG`].
 const READ_TOKEN: &str = "read-token-0123456789";
 
@@ -276,7 +281,7 @@ schedule = "cron 0 0 2 * * * tz=Europe/Berlin"
 fn a_configured_node_is_driven_through_the_api_and_the_cli() {
     let dir = TempDir::new("drive");
     let config = write(&dir, "sundial.toml", CONFIG);
-    let mut node = NodeProcess::start(&["--config", config.to_str().unwrap()], &[]);
+    let mut node = NodeProcess::start(&["--config", config.to_str().unwrap()], &[("SECRETIVE_TOKEN", ENV_SECRET)]);
     let port = node.port();
     // The API listens from the start; code jobs are written on the first poll cycle.
     node.wait_for("code jobs written to the store", Duration::from_secs(20));
@@ -325,10 +330,19 @@ type = "http"
 data = {{ url = "http://127.0.0.1:{port}/health" }}
 
 [[jobs]]
+name = "secretive"
+type = "shell"
+data = {{ program = "sh", args = ["-c", "test ${{#PLAIN}} = {plain} && test ${{#FROM_ENV}} = {env} && test ${{#1}} = {stored} && echo leaked $PLAIN $FROM_ENV $1 >&2 && exit 9; exit 1", "sh", {{ "$secret" = "{STORED_SECRET}" }}], env = {{ PLAIN = "{PLAIN_SECRET}", FROM_ENV = {{ "$env" = "SECRETIVE_TOKEN" }} }} }}
+
+[[jobs]]
 name = "missing"
 type = "http"
 data = {{ url = "http://127.0.0.1:{port}/nowhere", success = [200], headers = {{ authorization = "Bearer {READ_TOKEN}" }} }}
-"#
+"#,
+        // The script checks the lengths of its secrets: their values would show in it.
+        plain = PLAIN_SECRET.len(),
+        env = ENV_SECRET.len(),
+        stored = STORED_SECRET.len(),
     );
     let file = write(&dir, "jobs.toml", &jobs);
     let out = node.cli(&["jobs", "apply", "-f", file.to_str().unwrap()]);
@@ -361,6 +375,20 @@ data = {{ url = "http://127.0.0.1:{port}/nowhere", success = [200], headers = {{
     }
     let count = node.cli_json(&["runs", "count", "--job", "flaky", "--state", "failed", "--has-error", "true"]);
     assert_eq!(count["count"], 3);
+
+    // Secrets: the job gets them (exit 9, not 1, says every `test` passed); no route, log
+    // line or stored message shows them.
+    let (code, secretive) = node.cli_json_status(&["jobs", "trigger", "secretive"]);
+    assert_eq!((code, &secretive["error_code"]), (Some(1), &Value::from("EXIT_9")), "{secretive}");
+    assert!(secretive["error_message"].as_str().unwrap().contains("leaked [redacted] [redacted] [redacted]"));
+    let shown = node.cli_json(&["jobs", "show", "secretive"]);
+    assert_eq!(shown["spec"]["data"]["env"], serde_json::json!({"PLAIN": "[redacted]", "FROM_ENV": {"$env": "SECRETIVE_TOKEN"}}));
+    assert_eq!(shown["spec"]["data"]["args"][3], serde_json::json!({"$secret": "[redacted]"}));
+    // Applied back as shown, the job would lose its secrets: refused.
+    let copy = write(&dir, "copy.json", &shown["spec"].to_string());
+    let (code, refused) = node.cli_json_status(&["jobs", "apply", "-f", copy.to_str().unwrap()]);
+    assert_eq!(code, Some(4), "{refused}");
+    assert!(refused.to_string().contains("copied from a redacted view"), "{refused}");
 
     // A timeout beats the job, and kills its process.
     let (code, slow) = node.cli_json_status(&["jobs", "trigger", "slow"]);
@@ -480,6 +508,19 @@ data = {{ url = "http://127.0.0.1:{port}/nowhere", success = [200], headers = {{
     let (status, openapi) = http(port, "GET", "/api/openapi.json", Some(READ_TOKEN), None);
     assert_eq!(status, 200);
     assert!(serde_json::from_str::<Value>(&openapi).is_ok());
+
+    // No secret anywhere: every read route, every log line.
+    for path in ["/api/jobs", "/api/jobs/secretive", "/api/jobs/missing", "/api/runs?limit=1000", "/metrics"] {
+        let (status, body) = http(port, "GET", path, Some(READ_TOKEN), None);
+        assert_eq!(status, 200, "{path}: {body}");
+        for secret in [PLAIN_SECRET, ENV_SECRET, STORED_SECRET, READ_TOKEN, TOKEN] {
+            assert!(!body.contains(secret), "{path} shows a secret: {body}");
+        }
+    }
+    node.terminate();
+    for secret in [PLAIN_SECRET, ENV_SECRET, STORED_SECRET, READ_TOKEN, TOKEN] {
+        assert!(!node.seen.iter().any(|line| line.contains(secret)), "a log line shows {secret}:\n{}", node.seen.join("\n"));
+    }
 }
 
 #[test]

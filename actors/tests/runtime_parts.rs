@@ -49,6 +49,7 @@ fn ctx(cancel: &RunCancel) -> RunContext {
         },
         node: "n1".into(),
         cancel: cancel.token(),
+        secrets: Default::default(),
     }
 }
 
@@ -131,6 +132,38 @@ async fn outcomes_success_failure_panic() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_sees_its_secrets_resolved_and_its_failure_never_repeats_them() {
+    let dir = std::env::temp_dir().join(format!("sundial-run-secrets-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("api-key");
+    std::fs::write(&file, "key-from-a-file\n").unwrap();
+    let run_with = |data: serde_json::Value, job: FnJob<_>| {
+        let cancel = RunCancel::new();
+        let mut context = ctx(&cancel);
+        context.run.data = data.as_object().unwrap().clone();
+        execute(Box::new(job), context, cancel, None, Vec::new())
+    };
+    let echo = |ctx: RunContext| async move {
+        let seen = format!("{} {}", ctx.run.data["key"], ctx.run.data["stored"]);
+        Err(JobFailure::new(format!("saw {seen}")))
+    };
+    let data = serde_json::json!({"key": {"$file": file.to_str().unwrap()}, "stored": {"$secret": "stored-secret"}});
+    let outcome = run_with(data, FnJob::new(echo)).await;
+    // The job saw both values; what it reported has them replaced.
+    assert_eq!(outcome, RunOutcome::Failed { code: None, message: "saw \"[redacted]\" \"[redacted]\"".into() });
+    let data = serde_json::json!({"key": {"$env": "SUNDIAL_TEST_VARIABLE_NOBODY_SETS"}});
+    let outcome = run_with(data, FnJob::new(echo)).await;
+    assert_eq!(
+        outcome,
+        RunOutcome::Failed {
+            code: Some("SECRET_UNAVAILABLE".into()),
+            message: "the environment has no SUNDIAL_TEST_VARIABLE_NOBODY_SETS".into()
+        }
+    );
+    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[tokio::test(start_paused = true)]

@@ -471,13 +471,20 @@ struct RunRequest {
     data: JsonObject,
 }
 
+/// A `trigger` or `enqueue` body, its secret references checked.
+fn run_request(body: Result<Bytes, BytesRejection>) -> Result<RunRequest, ApiError> {
+    let request: RunRequest = json_body(body)?.unwrap_or_default();
+    crate::secrets::check(None, &request.data).map_err(|e| ApiError::bad_request(format!("body.data.{e}")))?;
+    Ok(request)
+}
+
 async fn trigger<K: Kv>(
     State(state): State<AdminState<K>>,
     path: Result<Path<String>, PathRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<OutcomeView> {
     let name = job_name(path)?;
-    let request: RunRequest = json_body(body)?.unwrap_or_default();
+    let request = run_request(body)?;
     let outcome = state.scheduler.trigger_one(JobTriggerRequest { name, data: request.data }).await?;
     Ok(Json(OutcomeView::from(outcome)))
 }
@@ -493,7 +500,7 @@ async fn enqueue<K: Kv>(
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Enqueued> {
     let name = job_name(path)?;
-    let request: RunRequest = json_body(body)?.unwrap_or_default();
+    let request = run_request(body)?;
     let trigger = state.scheduler.enqueue_one(JobTriggerRequest { name, data: request.data }).await?;
     Ok(Json(Enqueued { trigger: trigger.to_string() }))
 }

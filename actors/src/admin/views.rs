@@ -10,6 +10,7 @@ use sundial::store::{JobStatus, RunOutcome, TriggerStatus};
 use uuid::Uuid;
 
 use super::error::{body_of, ErrorBody};
+use crate::secrets::redact;
 use crate::spec::JobSpec;
 
 /// A job: its definition and where it stands.
@@ -31,9 +32,16 @@ pub struct JobView {
 }
 
 impl From<JobStatus> for JobView {
+    /// The job as shown: its secrets redacted ([`crate::secrets::redact`]).
     fn from(status: JobStatus) -> Self {
+        let mut spec = JobSpec::from_definition(&status.definition);
+        let job_type = Some(status.definition.job_type.as_str());
+        redact(job_type, &mut spec.data);
+        for trigger in &mut spec.triggers {
+            redact(job_type, &mut trigger.data);
+        }
         Self {
-            spec: JobSpec::from_definition(&status.definition),
+            spec,
             origin: status.origin,
             paused: status.paused,
             running: status.running,
@@ -77,7 +85,10 @@ pub struct RunView {
 }
 
 impl From<JobRunInfo> for RunView {
-    fn from(info: JobRunInfo) -> Self {
+    /// The run as shown: its data's secrets redacted, its job's type unknown (so `env` and
+    /// `headers` values are, whatever the type).
+    fn from(mut info: JobRunInfo) -> Self {
+        redact(None, &mut info.run.data);
         Self {
             id: info.run.id,
             job: info.run.job.to_string(),

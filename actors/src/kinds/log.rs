@@ -45,8 +45,8 @@ pub struct LogJob;
 impl Job for LogJob {
     async fn run(&mut self, ctx: &RunContext) -> JobResult {
         let p: LogParams = super::run_params(&ctx.run.data)?;
-        let message = p.message.as_deref().unwrap_or("job ran");
-        let data = serde_json::Value::Object(p.rest).to_string();
+        let message = ctx.secrets.scrub(p.message.as_deref().unwrap_or("job ran"));
+        let data = ctx.secrets.scrub(&serde_json::Value::Object(p.rest).to_string());
         let (job, run, scheduled) = (ctx.run.job.as_str(), ctx.run.id, ctx.run.scheduled_at);
         match p.level {
             LogLevel::Debug => tracing::debug!(job, %run, %scheduled, %data, "{message}"),

@@ -27,22 +27,30 @@ pub fn register(builder: RegistryBuilder) -> RegistryBuilder {
         .add_job_type_as(log::KIND, || log::LogJob)
 }
 
-/// Checks a built-in kind's parameters in a definition: the job's data alone (what a
-/// manual run gets) and merged with each trigger's data. Other job types pass.
+/// Checks a definition's data as the node runs it: secret references in any job's data
+/// (see [`crate::secrets::check`]), and a built-in kind's parameters, in the job's data
+/// alone (what a manual run gets) and merged with each trigger's data.
 ///
 /// # Errors
 /// A message naming the trigger (if any) and the problem.
 pub fn check(def: &JobDefinition) -> Result<(), String> {
+    let job_type = Some(def.job_type.as_str());
+    crate::secrets::check(job_type, &def.data).map_err(|e| format!("data.{e}"))?;
+    for trigger in &def.triggers {
+        crate::secrets::check(job_type, &trigger.data)
+            .map_err(|e| format!("trigger '{}' data.{e}", trigger.name))?;
+    }
     let check_one: fn(&JsonObject) -> Result<(), String> = match def.job_type.as_str() {
         shell::KIND => |d| params::<shell::ShellParams>(d).map(drop),
         http::KIND => |d| params::<http::HttpParams>(d).and_then(|p| p.check()),
         log::KIND => |d| params::<log::LogParams>(d).map(drop),
         _ => return Ok(()),
     };
-    check_one(&def.data).map_err(|e| format!("data: {e}"))?;
+    // References are checked by their stand-ins: their values are read as runs start.
+    check_one(&crate::secrets::stand_ins(&def.data)).map_err(|e| format!("data: {e}"))?;
     for trigger in &def.triggers {
         let merged = sundial::job::merge_data([&def.data, &trigger.data]);
-        check_one(&merged).map_err(|e| format!("trigger '{}' data: {e}", trigger.name))?;
+        check_one(&crate::secrets::stand_ins(&merged)).map_err(|e| format!("trigger '{}' data: {e}", trigger.name))?;
     }
     Ok(())
 }
@@ -108,5 +116,12 @@ mod tests {
         assert!(error.starts_with("data: args[0]: invalid type: integer `1`"), "{error}");
         assert_eq!(checked("shell", serde_json::json!({})), Err("data: missing field `program`".into()));
         assert_eq!(checked("someone.elses", serde_json::json!({"anything": 1})), Ok(()));
+        // Secret references stand in for text; malformed ones are refused for any type.
+        let with_secrets = serde_json::json!({"program": {"$env": "PROGRAM"}, "env": {"TOKEN": {"$file": "/run/t"}}});
+        assert_eq!(checked("shell", with_secrets), Ok(()));
+        let error = checked("someone.elses", serde_json::json!({"key": {"$env": 7}})).unwrap_err();
+        assert!(error.starts_with("data.key: $env takes"), "{error}");
+        let error = checked("http", serde_json::json!({"url": url, "headers": {"a": "[redacted]"}})).unwrap_err();
+        assert!(error.starts_with("data.headers.a: holds '[redacted]'"), "{error}");
     }
 }
