@@ -11,8 +11,8 @@ const LAYERS: [(&str, &[&str]); 5] = [
     (
         "model",
         &[
-            "model", "calendar", "cron", "entropy", "error", "job", "lapse", "name", "options", "rules", "schedule",
-            "time", "timezone",
+            "model", "audit", "calendar", "cron", "entropy", "error", "job", "lapse", "name", "options", "rules",
+            "schedule", "time", "timezone",
         ],
     ),
     ("kv", &["kv"]),

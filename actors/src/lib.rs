@@ -53,10 +53,10 @@ pub mod node;
 mod poller;
 pub mod registry;
 mod run;
-pub mod secrets;
 #[cfg(feature = "node")]
 pub mod runtime;
 pub mod scheduler;
+pub mod secrets;
 pub mod slots;
 pub mod spec;
 mod starts;

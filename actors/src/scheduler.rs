@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use ractor::rpc::CallResult;
 use ractor::{ActorRef, RpcReplyPort};
+use sundial::audit::{AuditAction, AuditEntry, AuditQuery};
 use sundial::error::SchedulingError;
 use sundial::job::{JobDefinition, JobRunInfo, JobRunQuery, JsonObject};
 use sundial::kv::Kv;
@@ -353,6 +354,42 @@ impl<K: Kv> JobScheduler<K> {
     /// `SCHEDULING_VALIDATION_002` for paging out of range; `SCHEDULING_UNAVAILABLE_003`.
     pub async fn runs(&self, query: &JobRunQuery) -> Result<Vec<JobRunInfo>, SchedulingError> {
         self.shared.store.runs(query).await.map_err(SchedulingError::from)
+    }
+
+    /// Records in the store's audit log that `actor` asked for `action` on `target`, and
+    /// the `error` (code, message) it met if it failed; the entry's time and id come from
+    /// this node's clock and entropy.
+    ///
+    /// # Errors
+    /// `SCHEDULING_UNAVAILABLE_003` when the store fails.
+    pub async fn record_audit(
+        &self,
+        actor: &str,
+        action: AuditAction,
+        target: &str,
+        error: Option<(&str, &str)>,
+    ) -> Result<(), SchedulingError> {
+        let error_code = error.map(|(code, _)| code.to_owned());
+        let error_message = error.map(|(_, message)| message.to_owned());
+        let entry = AuditEntry {
+            id: self.shared.event_id(),
+            at: self.shared.clock.now(),
+            actor: actor.to_owned(),
+            action,
+            target: target.to_owned(),
+            node: self.shared.node_id.clone(),
+            error_code,
+            error_message,
+        };
+        self.shared.store.record_audit(&entry).await.map_err(SchedulingError::from)
+    }
+
+    /// The audit log, newest first.
+    ///
+    /// # Errors
+    /// `SCHEDULING_VALIDATION_002` for paging out of range; `SCHEDULING_UNAVAILABLE_003`.
+    pub async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, SchedulingError> {
+        self.shared.store.audit(query).await.map_err(SchedulingError::from)
     }
 
     /// How many runs match (paging ignored).

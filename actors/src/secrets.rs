@@ -130,7 +130,9 @@ pub fn check(job_type: Option<&str>, data: &JsonObject) -> Result<(), String> {
 }
 
 fn redacted_copy(at: &str) -> String {
-    format!("{at}: holds '{REDACTED}', copied from a redacted view; give the secret's value, or a $env or $file reference")
+    format!(
+        "{at}: holds '{REDACTED}', copied from a redacted view; give the secret's value, or a $env or $file reference"
+    )
 }
 
 fn check_value(value: &Value, at: &str) -> Result<(), String> {
@@ -330,7 +332,10 @@ mod tests {
         // A run's data, its job's type unknown: both default fields.
         let mut run = object(json!({"headers": {"a": "1"}, "env": {"b": "2"}, "other": {"$secret": 3}}));
         redact(None, &mut run);
-        assert_eq!(Value::Object(run), json!({"headers": {"a": REDACTED}, "env": {"b": REDACTED}, "other": {"$secret": REDACTED}}));
+        assert_eq!(
+            Value::Object(run),
+            json!({"headers": {"a": REDACTED}, "env": {"b": REDACTED}, "other": {"$secret": REDACTED}})
+        );
         // Someone else's type: only marked secrets.
         let mut mine = object(json!({"env": {"b": "2"}, "nested": {"deep": [{"$secret": "x"}]}}));
         redact(Some("mine"), &mut mine);

@@ -382,7 +382,10 @@ data = {{ url = "http://127.0.0.1:{port}/nowhere", success = [200], headers = {{
     assert_eq!((code, &secretive["error_code"]), (Some(1), &Value::from("EXIT_9")), "{secretive}");
     assert!(secretive["error_message"].as_str().unwrap().contains("leaked [redacted] [redacted] [redacted]"));
     let shown = node.cli_json(&["jobs", "show", "secretive"]);
-    assert_eq!(shown["spec"]["data"]["env"], serde_json::json!({"PLAIN": "[redacted]", "FROM_ENV": {"$env": "SECRETIVE_TOKEN"}}));
+    assert_eq!(
+        shown["spec"]["data"]["env"],
+        serde_json::json!({"PLAIN": "[redacted]", "FROM_ENV": {"$env": "SECRETIVE_TOKEN"}})
+    );
     assert_eq!(shown["spec"]["data"]["args"][3], serde_json::json!({"$secret": "[redacted]"}));
     // Applied back as shown, the job would lose its secrets: refused.
     let copy = write(&dir, "copy.json", &shown["spec"].to_string());
@@ -444,6 +447,38 @@ data = {{ url = "http://127.0.0.1:{port}/nowhere", success = [200], headers = {{
         Command::new(BIN).args(["jobs", "list", "--server", "http://127.0.0.1:1"]).output().unwrap().status.code(),
         Some(6)
     );
+
+    // Every change is in the audit log, with who asked and what came of it; reads and
+    // refused requests are not changes.
+    let audit = node.cli_json(&["audit", "list", "--limit", "1000"]);
+    let entries = audit.as_array().unwrap();
+    let find = |action: &str, target: &str| {
+        entries
+            .iter()
+            .find(|e| e["action"] == action && e["target"] == target)
+            .unwrap_or_else(|| panic!("no {action} {target}: {audit}"))
+    };
+    for (action, target) in [
+        ("restore", "nightly"),
+        ("pause_trigger", "nightly/at-two"),
+        ("pause", "nightly"),
+        ("enqueue", "long"),
+        ("cancel", id.as_str()),
+        ("schedule", "ping"),
+        ("unschedule", "echo"),
+    ] {
+        let entry = find(action, target);
+        assert_eq!((entry["actor"].as_str(), entry["error_code"].as_str()), (Some("admin"), None), "{entry}");
+    }
+    assert_eq!(find("trigger", "nope")["error_code"], "SCHEDULING_NOTFOUND_001");
+    assert_eq!(find("schedule", "secretive")["error_code"], "SCHEDULING_VALIDATION_001", "the refused copy");
+    assert!(!entries.iter().any(|e| e["actor"] == "dashboards"), "the read token changed nothing: {audit}");
+    assert!(entries.windows(2).all(|w| w[0]["at"].as_str() >= w[1]["at"].as_str()), "newest first");
+    let restores = node.cli_json(&["audit", "list", "--action", "restore,resume", "--target", "nightly"]);
+    assert_eq!(restores.as_array().unwrap().len(), 1, "{restores}");
+    let failed = node.cli_json(&["audit", "list", "--failed", "true"]);
+    assert!(failed.as_array().unwrap().iter().all(|e| !e["error_code"].is_null()), "{failed}");
+    assert_eq!(node.cli(&["audit", "list", "--action", "delete", "--token", READ_TOKEN]).status.code(), Some(4));
 
     // Raw HTTP: every route but the probes needs a token, changes an admin one; bad input
     // is a 4xx with a code.
@@ -519,7 +554,11 @@ data = {{ url = "http://127.0.0.1:{port}/nowhere", success = [200], headers = {{
     }
     node.terminate();
     for secret in [PLAIN_SECRET, ENV_SECRET, STORED_SECRET, READ_TOKEN, TOKEN] {
-        assert!(!node.seen.iter().any(|line| line.contains(secret)), "a log line shows {secret}:\n{}", node.seen.join("\n"));
+        assert!(
+            !node.seen.iter().any(|line| line.contains(secret)),
+            "a log line shows {secret}:\n{}",
+            node.seen.join("\n")
+        );
     }
 }
 

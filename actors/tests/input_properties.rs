@@ -21,7 +21,7 @@ use sundial::kv::memory::{MemoryKv, MemoryKvOptions};
 use sundial::options::SchedulerOptions;
 use sundial::store::{KvJobStore, StoreOptions};
 use sundial::time::SystemClock;
-use sundial_actors::admin::access::AccessPolicy;
+use sundial_actors::admin::access::{AccessPolicy, AccessToken, Role};
 use sundial_actors::admin::metrics::Metrics;
 use sundial_actors::admin::{self, AdminState};
 use sundial_actors::clock::TokioSleeper;
@@ -134,6 +134,11 @@ fn data() -> impl Strategy<Value = Value> {
         1 => Just(json!(["-h", 1])),
         1 => Just(json!({"accept": "application/json", "bad header": "x", "x": "a\nb"})),
         1 => Just(json!(["2xx", 304, 700, "abc"])),
+        // Secret references, sound and not.
+        1 => one_of(&[
+            r#"{"$env": "HOME"}"#, r#"{"$env": ""}"#, r#"{"$file": "/nonexistent"}"#, r#"{"$secret": "[redacted]"}"#,
+            r#"{"$secret": 7}"#, r#"{"$vault": "x"}"#, r#"{"$env": "A", "$file": "/b"}"#, r#"{"A": "[redacted]"}"#,
+        ]).prop_map(|text| serde_json::from_str(&text).unwrap()),
         1 => any_json(),
     ];
     prop::collection::btree_map(key, value, 0..4).prop_map(|m| Value::Object(m.into_iter().collect()))
@@ -283,11 +288,65 @@ fn env() -> impl Strategy<Value = BTreeMap<String, String>> {
         "PATH",
     ]);
     let value = text_or(&["0", "1", "-1", "0.5", "1e309", "NaN", "", "127.0.0.1:0", "0123456789abcdef0123", "x y"]);
+    let key = prop_oneof![9 => key, 1 => Just("SUNDIAL_TEST_TOKEN".to_owned())];
     prop_oneof![Just(BTreeMap::new()), prop::collection::btree_map(key, value, 1..3)]
+}
+
+/// An `[admin]` section with token entries, mostly sound, now and then broken: a secret
+/// too short, from a missing file or variable, from two sources or none, a role or name
+/// that does not exist, a name used twice.
+fn admin_section() -> impl Strategy<Value = String> {
+    let source = prop_oneof![
+        4 => text_or(&["token-secret-0123456789", "token-secret-9876543210", "short", "with space 0123456789", ""])
+            .prop_map(|v| format!("value = {}", toml_string(&v))),
+        1 => one_of(&["/nonexistent/token", "/", ""]).prop_map(|p| format!("file = {}", toml_string(&p))),
+        1 => one_of(&["SUNDIAL_TEST_TOKEN", "NOT_SET", ""]).prop_map(|e| format!("env = {}", toml_string(&e))),
+        1 => Just("value = \"token-secret-0123456789\"\nenv = \"X\"".to_owned()),
+        1 => Just(String::new()),
+    ];
+    let token = (text_or(&["ops", "grafana", "ops", "a b", ""]), text_or(&["read", "admin", "owner"]), source);
+    let entries = prop::collection::vec(token, 0..4);
+    let listen = one_of(&["127.0.0.1:7600", "0.0.0.0:7600", "[::1]:0"]);
+    (listen, any::<bool>(), entries).prop_map(|(listen, probes, entries)| {
+        let mut text = format!("[admin]\nlisten = \"{listen}\"\nprobes_need_token = {probes}\n");
+        for (name, role, source) in entries {
+            text.push_str(&format!(
+                "[[admin.tokens]]\nname = {}\nrole = {}\n{source}\n",
+                toml_string(&name),
+                toml_string(&role)
+            ));
+        }
+        text
+    })
+}
+
+/// `text` as a TOML basic string.
+fn toml_string(text: &str) -> String {
+    toml::Value::String(text.to_owned()).to_string()
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn admin_tokens_are_read_or_refused_naming_the_setting(text in admin_section(), env in env()) {
+        match NodeFileConfig::parse(&text, &env) {
+            Ok(config) => {
+                // Never a secret in what the config prints.
+                let printed = format!("{config:?}");
+                for secret in ["token-secret-0123456789", "token-secret-9876543210"] {
+                    prop_assert!(!printed.contains(secret), "{}", printed);
+                }
+            }
+            Err(error) => {
+                let key = error.key.clone().unwrap_or_default();
+                prop_assert!(key.starts_with("admin") || key.starts_with("SUNDIAL_") || key.is_empty(), "{}", error);
+                if key.starts_with("admin") || key == "SUNDIAL_ADMIN_TOKEN" {
+                    prop_assert!(!error.problem.contains("token-secret-"), "{}", error);
+                }
+            }
+        }
+    }
 
     #[test]
     fn config_files_and_variables_never_panic(text in config_text(), env in env()) {
@@ -340,11 +399,31 @@ proptest! {
     }
 }
 
-/// A node on the in-memory store, with the built-in kinds, serving its admin API; its
-/// base URL. Started once, on a runtime of its own, for every request case.
+/// A node on the in-memory store, with the built-in kinds, serving its admin API without
+/// tokens; its base URL. Started once, on a runtime of its own, for every request case.
 fn api() -> &'static (tokio::runtime::Runtime, String) {
     static API: OnceLock<(tokio::runtime::Runtime, String)> = OnceLock::new();
+    API.get_or_init(|| start_api(AccessPolicy::open()))
+}
+
+/// The admin token of [`guarded_api`]'s node, and its read token.
+const ADMIN_SECRET: &str = "admin-secret-0123456789";
+const READ_SECRET: &str = "read-secret-0123456789";
+
+/// Like [`api`], with an admin and a read token.
+fn guarded_api() -> &'static (tokio::runtime::Runtime, String) {
+    static API: OnceLock<(tokio::runtime::Runtime, String)> = OnceLock::new();
     API.get_or_init(|| {
+        let tokens = vec![
+            AccessToken::new("ops", Role::Admin, ADMIN_SECRET).unwrap(),
+            AccessToken::new("grafana", Role::Read, READ_SECRET).unwrap(),
+        ];
+        start_api(AccessPolicy::new(tokens).unwrap())
+    })
+}
+
+fn start_api(access: AccessPolicy) -> (tokio::runtime::Runtime, String) {
+    {
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let base = runtime.block_on(async {
             let clock = Arc::new(SystemClock::new());
@@ -356,14 +435,14 @@ fn api() -> &'static (tokio::runtime::Runtime, String) {
             let config = NodeConfig::new(store, registry, options, "fuzzed", clock, Entropy::from_seed(2));
             let scheduler = Node::start(config, None).await.unwrap();
             scheduler.serve();
-            let state = AdminState::new(scheduler, AccessPolicy::open(), Arc::new(Metrics::new(None)), "memory");
+            let state = AdminState::new(scheduler, access, Arc::new(Metrics::new(None)), "memory");
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let base = format!("http://{}", listener.local_addr().unwrap());
             tokio::spawn(admin::serve(listener, admin::router(state), std::future::pending()));
             base
         });
         (runtime, base)
-    })
+    }
 }
 
 /// What a route's body holds.
@@ -398,6 +477,7 @@ const ROUTES: &[(&str, &str, Body)] = &[
     ("GET", "/api/runs/count", Body::None),
     ("POST", "/api/runs/cancel", Body::Ids),
     ("POST", "/api/runs/{}/cancel", Body::None),
+    ("GET", "/api/audit", Body::None),
     ("GET", "/api/nowhere", Body::None),
     ("POST", "/api/jobs/{}/{}", Body::None),
 ];
@@ -414,10 +494,27 @@ fn segments() -> impl Strategy<Value = String> {
 /// A query string of run filters (escaped), valid or not, or none.
 fn queries() -> impl Strategy<Value = String> {
     let pair = (
-        one_of(&["job", "state", "from", "to", "trigger", "node", "has_error", "skip", "limit", "colour"]),
+        one_of(&[
+            "job",
+            "state",
+            "from",
+            "to",
+            "trigger",
+            "node",
+            "has_error",
+            "skip",
+            "limit",
+            "colour",
+            "actor",
+            "action",
+            "target",
+            "failed",
+        ]),
         text_or(&[
             "a",
             "failed,running",
+            "pause,resume_trigger",
+            "pause,nope",
             "2026-01-01T00:00:00Z",
             "yesterday",
             "true",
@@ -512,6 +609,74 @@ proptest! {
                 serde_json::from_str(&text).map_err(|e| TestCaseError::fail(format!("{path}: {e}: {text}")))?;
             prop_assert!(error["code"].as_str().is_some_and(|c| !c.is_empty()), "{}: {}", path, text);
             prop_assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()), "{}: {}", path, text);
+        }
+    }
+}
+
+/// An `Authorization` header: none, the right tokens (some with stray spaces or the wrong
+/// scheme), near misses, or anything.
+fn authorizations() -> impl Strategy<Value = Option<Vec<u8>>> {
+    let near = |secret: &'static str| {
+        prop_oneof![
+            Just(format!("Bearer {secret}")),
+            Just(format!("Bearer  {secret} ")),
+            Just(format!("bearer {secret}")),
+            Just(format!("Basic {secret}")),
+            Just(format!("Bearer {}", &secret[..secret.len() - 1])),
+            Just(format!("Bearer {secret}x")),
+            Just(secret.to_owned()),
+        ]
+    };
+    prop_oneof![
+        1 => Just(None),
+        3 => prop_oneof![near(ADMIN_SECRET), near(READ_SECRET)].prop_map(|h| Some(h.into_bytes())),
+        1 => "Bearer [\\PC]{0,40}".prop_map(|h| Some(h.into_bytes())),
+        1 => prop::collection::vec(any::<u8>(), 0..48).prop_map(Some),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    #[test]
+    fn tokens_are_checked_on_every_route_with_stable_codes(
+        (method, path, body) in requests(),
+        authorization in authorizations(),
+    ) {
+        let (runtime, base) = guarded_api();
+        let header = match &authorization {
+            None => None,
+            // Bytes no HTTP header may carry never leave the client.
+            Some(bytes) => match reqwest::header::HeaderValue::from_bytes(bytes) {
+                Ok(value) => Some(value),
+                Err(_) => return Ok(()),
+            },
+        };
+        let admin = authorization.as_deref() == Some(format!("Bearer {ADMIN_SECRET}").as_bytes())
+            || authorization.as_deref() == Some(format!("Bearer  {ADMIN_SECRET} ").as_bytes());
+        let read = authorization.as_deref() == Some(format!("Bearer {READ_SECRET}").as_bytes())
+            || authorization.as_deref() == Some(format!("Bearer  {READ_SECRET} ").as_bytes());
+        let probe = method == "GET" && (path.starts_with("/health") || path.starts_with("/metrics"));
+        let (status, text) = runtime.block_on(async {
+            let client = kinds::http::client();
+            let verb = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+            let mut request = client.request(verb, format!("{base}{path}")).body(body);
+            if let Some(header) = header {
+                request = request.header("authorization", header);
+            }
+            let response = request.send().await.map_err(|e| e.to_string())?;
+            let status = response.status().as_u16();
+            Ok::<_, String>((status, response.text().await.map_err(|e| e.to_string())?))
+        }).map_err(|e| TestCaseError::fail(format!("{path}: {e}")))?;
+        prop_assert!(status < 500, "{} {}: {}", status, path, text);
+        let code = serde_json::from_str::<Value>(&text).ok().and_then(|v| v["code"].as_str().map(str::to_owned));
+        let changes = !matches!(method.as_str(), "GET" | "HEAD");
+        if admin || (read && !changes) || (probe && authorization.is_none()) {
+            prop_assert!(status != 401 && status != 403, "{} {} {}: {}", status, method, path, text);
+        } else if read {
+            prop_assert_eq!((status, code.as_deref()), (403, Some("ADMIN_AUTH_002")), "{} {}", method, path);
+        } else {
+            prop_assert_eq!((status, code.as_deref()), (401, Some("ADMIN_AUTH_001")), "{} {}", method, path);
         }
     }
 }

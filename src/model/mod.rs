@@ -2,6 +2,7 @@
 //! trigger definitions, the scheduling rules, errors and options. Plain values and pure
 //! functions; nothing here reads a store.
 
+pub mod audit;
 pub mod calendar;
 pub mod cron;
 pub mod entropy;

@@ -254,8 +254,8 @@ impl<K: Kv> KvJobStore<K> {
         }
     }
 
-    /// Deletes history older than `retention` before `now` (none when `retention` is
-    /// `None`, i.e. kept forever).
+    /// Deletes history and audit entries older than `retention` before `now` (none when
+    /// `retention` is `None`, i.e. kept forever); returns how many.
     ///
     /// # Errors
     /// Store errors.
@@ -274,7 +274,7 @@ impl<K: Kv> KvJobStore<K> {
             retention.and_then(|r| chrono::TimeDelta::from_std(r).ok()).and_then(|r| now.checked_sub_signed(r));
         match cutoff {
             None => Ok(0),
-            Some(cutoff) => self.purge_history(cutoff, fence).await,
+            Some(cutoff) => Ok(self.purge_history(cutoff, fence).await? + self.purge_audit(cutoff, fence).await?),
         }
     }
 }

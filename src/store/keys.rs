@@ -101,6 +101,7 @@ const LOCAL_STAMP: i64 = 15;
 const WAKE: i64 = 16;
 const EXECUTION: i64 = 17;
 const EXECUTION_SLOT: i64 = 18;
+const AUDIT: i64 = 19;
 
 const BY_JOB: i64 = 0;
 const BY_TIME: i64 = 1;
@@ -398,6 +399,22 @@ impl Keyspace {
     /// `(18, service, group, job)`: which execution of a `PerJob` job runs.
     pub fn execution_slot(&self, service: &str, group: &str, job: &str) -> Vec<u8> {
         self.pack(&(EXECUTION_SLOT, service, group, job))
+    }
+
+    /// `(19, at_us, entry_id)`: one audit entry, in time order.
+    pub fn audit(&self, at_us: i64, id: Uuid) -> Vec<u8> {
+        self.pack(&(AUDIT, at_us, id))
+    }
+
+    /// The time and id of an audit entry's key.
+    pub fn audit_entry_of(&self, key: &[u8]) -> Result<(i64, Uuid), StoreError> {
+        let (_, at_us, id): (i64, i64, Uuid) = self.unpack(key)?;
+        Ok((at_us, id))
+    }
+
+    /// The audit entries made in `[from_us, to_us)`.
+    pub fn audit_between(&self, from_us: i64, to_us: i64) -> KeyRange {
+        (self.pack(&(AUDIT, from_us)), self.pack(&(AUDIT, to_us)))
     }
 
     /// Every key of this store.

@@ -27,6 +27,7 @@ pub mod keys;
 pub mod records;
 
 mod acquire;
+mod audit;
 mod complete;
 mod due;
 mod fence;

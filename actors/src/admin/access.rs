@@ -148,8 +148,9 @@ impl AccessPolicy {
         !self.tokens.is_empty()
     }
 
-    /// Who sends `authorization` (the header's value), if they may make a request that
-    /// `changes` something (any method but GET and HEAD) on `path`.
+    /// Who sends `authorization` (the header's value, `Some("")` for one that is not
+    /// text), if they may make a request that `changes` something (any method but GET and
+    /// HEAD) on `path`.
     ///
     /// # Errors
     /// Why not.
@@ -157,7 +158,9 @@ impl AccessPolicy {
         if self.tokens.is_empty() {
             return Ok(Caller { name: Arc::from(ANONYMOUS), role: Role::Admin });
         }
-        let given = authorization.and_then(|v| v.strip_prefix("Bearer ")).map(str::trim);
+        // Any `Authorization` header is a credential to check: one that is not a bearer
+        // token is a wrong one, and a probe is open only to requests without one.
+        let given = authorization.map(|v| v.strip_prefix("Bearer ").map_or("", str::trim));
         let probe = !changes && matches!(path, "/health" | "/metrics");
         if probe && !self.probes_need_token && given.is_none() {
             return Ok(Caller { name: Arc::from(ANONYMOUS), role: Role::Read });
@@ -217,7 +220,8 @@ mod tests {
         let p = policy();
         assert!(p.is_guarded());
         assert_eq!(p.check("/api/jobs", false, None), Err(Denial::Missing));
-        assert_eq!(p.check("/api/jobs", false, Some("Basic abc")), Err(Denial::Missing));
+        assert_eq!(p.check("/api/jobs", false, Some("Basic abc")), Err(Denial::Wrong));
+        assert_eq!(p.check("/api/jobs", false, Some("Bearer")), Err(Denial::Wrong));
         assert_eq!(p.check("/api/jobs", false, Some(&bearer("guess-0123456789abcdef"))), Err(Denial::Wrong));
         assert_eq!(p.check("/api/jobs", false, Some(&bearer("admin-secret-012345678"))), Err(Denial::Wrong));
         let read = p.check("/api/jobs", false, Some(&bearer("read-secret-0123456789"))).unwrap();
@@ -237,6 +241,7 @@ mod tests {
         assert_eq!(p.check("/metrics", false, None).unwrap().role, Role::Read);
         // A token given to a probe is still checked.
         assert_eq!(p.check("/metrics", false, Some(&bearer("guess-0123456789abcdef"))), Err(Denial::Wrong));
+        assert_eq!(p.check("/metrics", false, Some("Basic x")), Err(Denial::Wrong));
         assert_eq!(p.check("/health", true, None), Err(Denial::Missing));
         let strict = policy().probes_need_token(true);
         assert_eq!(strict.check("/health", false, None), Err(Denial::Missing));

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Extension, Path, Query, Request, State};
 use axum::http::{header, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -25,13 +25,14 @@ use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use sundial::audit::{AuditAction, AuditEntry, AuditQuery};
 use sundial::error::SchedulingError;
 use sundial::job::{JobRunQuery, JsonObject, RunState};
 use sundial::kv::Kv;
 use sundial::name::{JobName, TriggerKey, TriggerName};
 use uuid::Uuid;
 
-use self::access::{AccessPolicy, Denial};
+use self::access::{AccessPolicy, Caller, Denial};
 use self::error::{ApiError, ErrorBody};
 use self::metrics::{Metrics, StoreProbe};
 use self::views::{ItemResult, JobView, OutcomeView, RunView};
@@ -95,6 +96,55 @@ impl<K: Kv> AdminState<K> {
     }
 }
 
+impl<K: Kv> AdminState<K> {
+    /// Records a change asked for by `caller` in the audit log, with its result. Failing
+    /// to record it is logged; the request's own result stands.
+    async fn audit(&self, caller: &Caller, action: AuditAction, target: &str, error: Option<&ErrorBody>) {
+        let error = error.map(|e| (e.code.as_str(), e.message.as_str()));
+        if let Err(e) = self.scheduler.record_audit(&caller.name, action, target, error).await {
+            tracing::warn!(error = %e, actor = %caller.name, action = action.as_str(), target, "audit entry not recorded");
+        }
+    }
+
+    /// `result`, recorded in the audit log.
+    async fn audited<T>(
+        &self,
+        caller: &Caller,
+        action: AuditAction,
+        target: &str,
+        result: Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
+        self.audit(caller, action, target, result.as_ref().err().map(ApiError::body)).await;
+        result
+    }
+
+    /// `result`, recorded in the audit log if it failed (a step before the change itself).
+    async fn audited_failure<T>(
+        &self,
+        caller: &Caller,
+        action: AuditAction,
+        target: &str,
+        result: Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
+        if let Err(error) = &result {
+            self.audit(caller, action, target, Some(error.body())).await;
+        }
+        result
+    }
+
+    /// One entry per item of a batch, with the item's own result.
+    async fn audit_items(&self, caller: &Caller, action: AuditAction, items: &[ItemResult]) {
+        for item in items {
+            self.audit(caller, action, &item.item, item.error.as_ref()).await;
+        }
+    }
+}
+
+/// A request's target as its path gives it (empty when the path did not parse).
+fn path_target(path: &Result<Path<String>, PathRejection>) -> String {
+    path.as_ref().map(|Path(target)| target.clone()).unwrap_or_default()
+}
+
 /// How long `/health` and `/metrics` wait for the store's server.
 const STORE_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -119,6 +169,7 @@ pub fn router<K: Kv>(state: AdminState<K>) -> Router {
         .route("/api/runs/count", get(count_runs::<K>))
         .route("/api/runs/cancel", post(cancel_runs::<K>))
         .route("/api/runs/{id}/cancel", post(cancel_run::<K>))
+        .route("/api/audit", get(list_audit::<K>))
         .fallback(no_route)
         .method_not_allowed_fallback(bad_method);
     api.layer(middleware::from_fn_with_state(state.clone(), authorize::<K>)).with_state(state)
@@ -148,7 +199,8 @@ async fn authorize<K: Kv>(state: State<AdminState<K>>, request: Request, next: N
 /// Applies the access policy; an allowed request carries its [`access::Caller`].
 async fn check_token<K: Kv>(State(state): State<AdminState<K>>, mut request: Request, next: Next) -> Response {
     let changes = !matches!(*request.method(), Method::GET | Method::HEAD);
-    let authorization = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    // A header that is not text is still a credential, and a wrong one.
+    let authorization = request.headers().get(header::AUTHORIZATION).map(|v| v.to_str().unwrap_or(""));
     match state.access.check(request.uri().path(), changes, authorization) {
         Ok(caller) => {
             request.extensions_mut().insert(caller);
@@ -325,16 +377,23 @@ fn definition(spec: &JobSpec, path: &str) -> Result<sundial::job::JobDefinition,
 
 async fn schedule_one<K: Kv>(
     State(state): State<AdminState<K>>,
+    Extension(caller): Extension<Caller>,
     path: Result<Path<String>, PathRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<JobView> {
-    let name = job_name(path)?;
-    let spec: JobSpec = required(json_body(body)?, "a job spec")?;
-    if spec.name != name.as_str() {
-        return Err(ApiError::bad_request(format!("the body names job '{}', the path '{name}'", spec.name)));
+    let target = path_target(&path);
+    let scheduled = async {
+        let name = job_name(path)?;
+        let spec: JobSpec = required(json_body(body)?, "a job spec")?;
+        if spec.name != name.as_str() {
+            return Err(ApiError::bad_request(format!("the body names job '{}', the path '{name}'", spec.name)));
+        }
+        let def = definition(&spec, "job")?;
+        state.scheduler.schedule_one(def).await?;
+        Ok(name)
     }
-    let def = definition(&spec, "job")?;
-    state.scheduler.schedule_one(def).await?;
+    .await;
+    let name = state.audited(&caller, AuditAction::Schedule, &target, scheduled).await?;
     show_job(State(state), Ok(Path(name.to_string()))).await
 }
 
@@ -348,9 +407,11 @@ enum OneOrMany {
 
 async fn schedule_batch<K: Kv>(
     State(state): State<AdminState<K>>,
+    Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Vec<ItemResult>> {
-    let items = match required(json_body::<OneOrMany>(body)?, "a job spec or a list of them")? {
+    let read = json_body::<OneOrMany>(body).and_then(|body| required(body, "a job spec or a list of them"));
+    let items = match state.audited_failure(&caller, AuditAction::Schedule, "", read).await? {
         OneOrMany::Many(items) => items,
         OneOrMany::One(item) => vec![*item],
     };
@@ -372,7 +433,9 @@ async fn schedule_batch<K: Kv>(
     for ((slot, label), outcome) in slots.into_iter().zip(outcomes) {
         results[slot] = Some(ItemResult::of(label, outcome));
     }
-    Ok(Json(results.into_iter().flatten().collect()))
+    let results: Vec<ItemResult> = results.into_iter().flatten().collect();
+    state.audit_items(&caller, AuditAction::Schedule, &results).await;
+    Ok(Json(results))
 }
 
 /// A batch's items as [`batch_item`] reads them, a job named a second time refused (it
@@ -417,49 +480,67 @@ struct Done {
 
 async fn unschedule<K: Kv>(
     State(state): State<AdminState<K>>,
+    Extension(caller): Extension<Caller>,
     path: Result<Path<String>, PathRejection>,
 ) -> ApiResult<Done> {
-    state.scheduler.unschedule_one(&job_name(path)?).await?;
+    let target = path_target(&path);
+    let done = async { Ok(state.scheduler.unschedule_one(&job_name(path)?).await?) }.await;
+    state.audited(&caller, AuditAction::Unschedule, &target, done).await?;
     Ok(Json(Done { ok: true }))
 }
 
 async fn pause<K: Kv>(
     State(state): State<AdminState<K>>,
+    Extension(caller): Extension<Caller>,
     path: Result<Path<String>, PathRejection>,
 ) -> ApiResult<Done> {
-    state.scheduler.pause_one(&job_name(path)?).await?;
+    let target = path_target(&path);
+    let done = async { Ok(state.scheduler.pause_one(&job_name(path)?).await?) }.await;
+    state.audited(&caller, AuditAction::Pause, &target, done).await?;
     Ok(Json(Done { ok: true }))
 }
 
 async fn resume<K: Kv>(
     State(state): State<AdminState<K>>,
+    Extension(caller): Extension<Caller>,
     path: Result<Path<String>, PathRejection>,
 ) -> ApiResult<Done> {
-    state.scheduler.resume_one(&job_name(path)?).await?;
+    let target = path_target(&path);
+    let done = async { Ok(state.scheduler.resume_one(&job_name(path)?).await?) }.await;
+    state.audited(&caller, AuditAction::Resume, &target, done).await?;
     Ok(Json(Done { ok: true }))
 }
 
 async fn restore<K: Kv>(
     State(state): State<AdminState<K>>,
+    Extension(caller): Extension<Caller>,
     path: Result<Path<String>, PathRejection>,
 ) -> ApiResult<Done> {
-    state.scheduler.restore_one(&job_name(path)?).await?;
+    let target = path_target(&path);
+    let done = async { Ok(state.scheduler.restore_one(&job_name(path)?).await?) }.await;
+    state.audited(&caller, AuditAction::Restore, &target, done).await?;
     Ok(Json(Done { ok: true }))
 }
 
 async fn pause_trigger<K: Kv>(
     State(state): State<AdminState<K>>,
+    Extension(caller): Extension<Caller>,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> ApiResult<Done> {
-    state.scheduler.pause_trigger(&trigger_key(path)?).await?;
+    let target = path.as_ref().map(|Path((job, trigger))| format!("{job}/{trigger}")).unwrap_or_default();
+    let done = async { Ok(state.scheduler.pause_trigger(&trigger_key(path)?).await?) }.await;
+    state.audited(&caller, AuditAction::PauseTrigger, &target, done).await?;
     Ok(Json(Done { ok: true }))
 }
 
 async fn resume_trigger<K: Kv>(
     State(state): State<AdminState<K>>,
+    Extension(caller): Extension<Caller>,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> ApiResult<Done> {
-    state.scheduler.resume_trigger(&trigger_key(path)?).await?;
+    let target = path.as_ref().map(|Path((job, trigger))| format!("{job}/{trigger}")).unwrap_or_default();
+    let done = async { Ok(state.scheduler.resume_trigger(&trigger_key(path)?).await?) }.await;
+    state.audited(&caller, AuditAction::ResumeTrigger, &target, done).await?;
     Ok(Json(Done { ok: true }))
 }
 
@@ -480,12 +561,22 @@ fn run_request(body: Result<Bytes, BytesRejection>) -> Result<RunRequest, ApiErr
 
 async fn trigger<K: Kv>(
     State(state): State<AdminState<K>>,
+    Extension(caller): Extension<Caller>,
     path: Result<Path<String>, PathRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<OutcomeView> {
-    let name = job_name(path)?;
-    let request = run_request(body)?;
-    let outcome = state.scheduler.trigger_one(JobTriggerRequest { name, data: request.data }).await?;
+    let target = path_target(&path);
+    // Recorded once the run is started: a run that fails is a change that was made.
+    let started = async {
+        let name = job_name(path)?;
+        let request = run_request(body)?;
+        Ok((name, request))
+    }
+    .await;
+    let (name, request) = state.audited_failure(&caller, AuditAction::Trigger, &target, started).await?;
+    let outcome =
+        state.scheduler.trigger_one(JobTriggerRequest { name, data: request.data }).await.map_err(ApiError::from);
+    let outcome = state.audited(&caller, AuditAction::Trigger, &target, outcome).await?;
     Ok(Json(OutcomeView::from(outcome)))
 }
 
@@ -496,12 +587,18 @@ struct Enqueued {
 
 async fn enqueue<K: Kv>(
     State(state): State<AdminState<K>>,
+    Extension(caller): Extension<Caller>,
     path: Result<Path<String>, PathRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Enqueued> {
-    let name = job_name(path)?;
-    let request = run_request(body)?;
-    let trigger = state.scheduler.enqueue_one(JobTriggerRequest { name, data: request.data }).await?;
+    let target = path_target(&path);
+    let enqueued = async {
+        let name = job_name(path)?;
+        let request = run_request(body)?;
+        Ok(state.scheduler.enqueue_one(JobTriggerRequest { name, data: request.data }).await?)
+    }
+    .await;
+    let trigger = state.audited(&caller, AuditAction::Enqueue, &target, enqueued).await?;
     Ok(Json(Enqueued { trigger: trigger.to_string() }))
 }
 
@@ -511,10 +608,16 @@ fn run_id(text: &str) -> Result<Uuid, ApiError> {
 
 async fn cancel_run<K: Kv>(
     State(state): State<AdminState<K>>,
+    Extension(caller): Extension<Caller>,
     path: Result<Path<String>, PathRejection>,
 ) -> ApiResult<Done> {
-    let Path(id) = path.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    state.scheduler.cancel_run(run_id(&id)?).await?;
+    let target = path_target(&path);
+    let done = async {
+        let Path(id) = path.map_err(|e| ApiError::bad_request(e.body_text()))?;
+        Ok(state.scheduler.cancel_run(run_id(&id)?).await?)
+    }
+    .await;
+    state.audited(&caller, AuditAction::Cancel, &target, done).await?;
     Ok(Json(Done { ok: true }))
 }
 
@@ -526,12 +629,20 @@ struct CancelRequest {
 
 async fn cancel_runs<K: Kv>(
     State(state): State<AdminState<K>>,
+    Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Vec<ItemResult>> {
-    let request: CancelRequest = required(json_body(body)?, "{\"ids\": [run ids]}")?;
-    let ids = request.ids.iter().map(|id| run_id(id)).collect::<Result<Vec<_>, _>>()?;
+    let read = async {
+        let request: CancelRequest = required(json_body(body)?, "{\"ids\": [run ids]}")?;
+        let ids = request.ids.iter().map(|id| run_id(id)).collect::<Result<Vec<_>, _>>()?;
+        Ok((request, ids))
+    }
+    .await;
+    let (request, ids) = state.audited_failure(&caller, AuditAction::Cancel, "", read).await?;
     let results = state.scheduler.cancel_runs(&ids).await;
-    Ok(Json(request.ids.into_iter().zip(results).map(|(id, r)| ItemResult::of(id, r)).collect()))
+    let results: Vec<ItemResult> = request.ids.into_iter().zip(results).map(|(id, r)| ItemResult::of(id, r)).collect();
+    state.audit_items(&caller, AuditAction::Cancel, &results).await;
+    Ok(Json(results))
 }
 
 /// The filters of `GET /api/runs` and `/api/runs/count`.
@@ -622,6 +733,67 @@ async fn count_runs<K: Kv>(
     Ok(Json(Count { count: state.scheduler.count_runs(&query).await? }))
 }
 
+/// The filters of `GET /api/audit`.
+fn audit_query(params: Result<Query<Vec<(String, String)>>, QueryRejection>) -> Result<AuditQuery, ApiError> {
+    let Query(params) = params.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let mut query = AuditQuery::default();
+    let mut given = std::collections::BTreeSet::new();
+    let time = |key: &str, value: &str| {
+        DateTime::parse_from_rfc3339(value)
+            .map(|t| t.with_timezone(&Utc))
+            .map_err(|e| ApiError::bad_request(format!("{key}: '{value}' is not an RFC 3339 instant ({e})")))
+    };
+    let count = |key: &str, value: &str| {
+        value.parse::<u32>().map_err(|_| ApiError::bad_request(format!("{key}: '{value}' is not a whole number")))
+    };
+    for (key, value) in &params {
+        if key != "action" && !given.insert(key.as_str()) {
+            return Err(ApiError::bad_request(format!("{key}: given more than once; it takes one value")));
+        }
+        match key.as_str() {
+            "actor" => query.actor = Some(value.clone()),
+            "action" => {
+                for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                    let action = AuditAction::parse(part).ok_or_else(|| {
+                        let names: Vec<&str> = AuditAction::ALL.iter().map(|a| a.as_str()).collect();
+                        ApiError::bad_request(format!("action: '{part}' is not one of {}", names.join(", ")))
+                    })?;
+                    if !query.actions.contains(&action) {
+                        query.actions.push(action);
+                    }
+                }
+            }
+            "target" => query.target = Some(value.clone()),
+            "failed" => {
+                query.failed = Some(match value.as_str() {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(ApiError::bad_request(format!("failed: '{value}' is not true or false"))),
+                })
+            }
+            "from" => query.from = Some(time(key, value)?),
+            "to" => query.to = Some(time(key, value)?),
+            "skip" => query.skip = count(key, value)?,
+            "limit" => query.limit = count(key, value)?,
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "unknown parameter '{other}' (actor, action, target, failed, from, to, skip, limit)"
+                )))
+            }
+        }
+    }
+    Ok(query)
+}
+
+/// `GET /api/audit`: who changed what, newest first.
+async fn list_audit<K: Kv>(
+    State(state): State<AdminState<K>>,
+    params: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> ApiResult<Vec<AuditEntry>> {
+    let query = audit_query(params)?;
+    Ok(Json(state.scheduler.audit(&query).await?))
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -704,11 +876,45 @@ mod tests {
             "/api/runs/count",
             "/api/runs/cancel",
             "/api/runs/{id}/cancel",
+            "/api/audit",
         ]
         .into_iter()
         .collect();
         let listed: BTreeSet<&str> = paths.keys().map(String::as_str).collect();
         assert_eq!(listed, expected);
+    }
+
+    #[test]
+    fn audit_queries_parse_every_filter_and_refuse_bad_ones() {
+        let params =
+            |pairs: &[(&str, &str)]| Ok(Query(pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()));
+        let q = audit_query(params(&[
+            ("actor", "ops"),
+            ("action", "pause,resume"),
+            ("action", "pause_trigger"),
+            ("target", "nightly"),
+            ("failed", "false"),
+            ("from", "2026-01-01T00:00:00Z"),
+            ("skip", "5"),
+            ("limit", "7"),
+        ]))
+        .unwrap();
+        assert_eq!(q.actions, [AuditAction::Pause, AuditAction::Resume, AuditAction::PauseTrigger]);
+        assert_eq!((q.actor.as_deref(), q.failed, q.skip, q.limit), (Some("ops"), Some(false), 5, 7));
+        for bad in [
+            ("action", "delete"),
+            ("failed", "yes"),
+            ("from", "yesterday"),
+            ("limit", "-1"),
+            ("skip", "many"),
+            ("who", "x"),
+            ("limit", "99999999999"),
+        ] {
+            let e = audit_query(params(&[bad])).unwrap_err();
+            assert_eq!(e.body().code, error::BAD_REQUEST, "{bad:?}");
+        }
+        let e = audit_query(params(&[("actor", "a"), ("actor", "b")])).unwrap_err();
+        assert_eq!(e.body().message, "actor: given more than once; it takes one value");
     }
 
     #[test]

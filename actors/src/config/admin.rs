@@ -74,9 +74,9 @@ struct TokenSection {
 pub(super) fn admin(section: AdminSection, env: &BTreeMap<String, String>) -> Result<AdminConfig, ConfigError> {
     let listen_text =
         env.get(ADMIN_LISTEN_ENV).cloned().or(section.listen).unwrap_or_else(|| DEFAULT_ADMIN_ADDR.to_owned());
-    let listen: SocketAddr = listen_text
-        .parse()
-        .map_err(|_| ConfigError::at("admin.listen", format!("'{listen_text}' is not an address like 127.0.0.1:7600")))?;
+    let listen: SocketAddr = listen_text.parse().map_err(|_| {
+        ConfigError::at("admin.listen", format!("'{listen_text}' is not an address like 127.0.0.1:7600"))
+    })?;
     let mut tokens = Vec::new();
     let legacy = env.get(ADMIN_TOKEN_ENV).cloned().or(section.token).filter(|t| !t.is_empty());
     if let Some(secret) = legacy {

@@ -34,8 +34,8 @@ use sundial::options::SchedulerOptions;
 
 use crate::spec::{reason, CalendarSpec, JobSpec};
 
-pub use admin::{AdminConfig, LEGACY_TOKEN_NAME};
 use admin::{admin, AdminSection};
+pub use admin::{AdminConfig, LEGACY_TOKEN_NAME};
 pub use leader::LeaderConfig;
 use leader::{leader, LeaderSection};
 use store::{postgres_store, transaction_timeout, StoreKind, StoreSection};

@@ -37,8 +37,7 @@ pub fn check(def: &JobDefinition) -> Result<(), String> {
     let job_type = Some(def.job_type.as_str());
     crate::secrets::check(job_type, &def.data).map_err(|e| format!("data.{e}"))?;
     for trigger in &def.triggers {
-        crate::secrets::check(job_type, &trigger.data)
-            .map_err(|e| format!("trigger '{}' data.{e}", trigger.name))?;
+        crate::secrets::check(job_type, &trigger.data).map_err(|e| format!("trigger '{}' data.{e}", trigger.name))?;
     }
     let check_one: fn(&JsonObject) -> Result<(), String> = match def.job_type.as_str() {
         shell::KIND => |d| params::<shell::ShellParams>(d).map(drop),

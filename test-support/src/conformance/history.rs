@@ -206,3 +206,50 @@ pub async fn status_shows_triggers_running_and_last_result<K: Kv>(store: &KvJobS
     assert!(store.status(&name("nope")).await.unwrap().is_none());
     assert_eq!(store.statuses().await.unwrap().len(), 1);
 }
+
+/// The audit log: entries list newest first with every filter and paging, and expire with
+/// history.
+pub async fn the_audit_log_lists_newest_first_filters_pages_and_expires<K: Kv>(store: &KvJobStore<K>) {
+    use sundial::audit::{AuditAction, AuditEntry, AuditQuery};
+    let actions = [AuditAction::Schedule, AuditAction::Pause, AuditAction::Trigger];
+    for i in 0..12u32 {
+        let entry = AuditEntry {
+            id: Uuid::from_u128(u128::from(i) + 1),
+            at: secs(i64::from(i)),
+            actor: if i % 2 == 0 { "ops" } else { "ci" }.into(),
+            action: actions[i as usize % 3],
+            target: format!("job-{}", i % 4),
+            node: "n1".into(),
+            error_code: (i % 5 == 0).then(|| "SCHEDULING_NOTFOUND_001".into()),
+            error_message: (i % 5 == 0).then(|| "job not registered".into()),
+        };
+        store.record_audit(&entry).await.unwrap();
+        // A replay of the same entry changes nothing.
+        store.record_audit(&entry).await.unwrap();
+    }
+    let all = store.audit(&AuditQuery::default()).await.unwrap();
+    assert_eq!(all.len(), 12);
+    assert!(all.windows(2).all(|w| w[0].at > w[1].at), "newest first");
+    assert_eq!((all[0].actor.as_str(), all[0].action, all[0].target.as_str()), ("ci", AuditAction::Trigger, "job-3"));
+    let q = |query: AuditQuery| async move {
+        store.audit(&query).await.unwrap().into_iter().map(|e| e.at).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        q(AuditQuery { actor: Some("ops".into()), limit: 2, ..AuditQuery::default() }).await,
+        [secs(10), secs(8)]
+    );
+    assert_eq!(q(AuditQuery { skip: 10, ..AuditQuery::default() }).await, [secs(1), secs(0)]);
+    let pauses =
+        AuditQuery { actions: vec![AuditAction::Pause], target: Some("job-1".into()), ..AuditQuery::default() };
+    assert_eq!(q(pauses).await, [secs(1)]);
+    assert_eq!(q(AuditQuery { failed: Some(true), ..AuditQuery::default() }).await, [secs(10), secs(5), secs(0)]);
+    let window = AuditQuery { from: Some(secs(3)), to: Some(secs(6)), ..AuditQuery::default() };
+    assert_eq!(q(window).await, [secs(5), secs(4), secs(3)]);
+    let bad = AuditQuery { limit: 0, ..AuditQuery::default() };
+    let err = SchedulingError::from(store.audit(&bad).await.unwrap_err());
+    assert_eq!(err.code(), "SCHEDULING_VALIDATION_002");
+    // Expiry: entries made more than 5 s before second 12 go with history.
+    let deleted = store.apply_retention(secs(12), Some(Duration::from_secs(5)), None).await.unwrap();
+    assert_eq!(deleted, 7, "seconds 0–6");
+    assert_eq!(q(AuditQuery::default()).await.last(), Some(&secs(7)));
+}

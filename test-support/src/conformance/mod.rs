@@ -81,6 +81,7 @@ macro_rules! for_each_retry_safe_scenario {
             history_queries_merge_running_runs_by_scheduled_time,
             a_history_scan_over_several_transactions_merges_running_runs_on_every_page,
             retention_deletes_by_end_time_past_runs_that_ended_later,
+            the_audit_log_lists_newest_first_filters_pages_and_expires,
             status_shows_triggers_running_and_last_result,
             code_jobs_sync_with_the_fingerprint_rules_and_restore,
             code_jobs_sync_in_batches_each_job_with_its_own_outcome,

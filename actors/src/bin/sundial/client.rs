@@ -12,6 +12,7 @@ use serde_json::Value;
 use sundial_actors::admin::error::ErrorBody;
 use sundial_actors::admin::views::{ItemResult, JobView, OutcomeView, RunView};
 use sundial_actors::admin::NodeInfo;
+use sundial_actors::sundial::audit::AuditEntry;
 
 use crate::{exit, Remote};
 
@@ -108,6 +109,38 @@ pub(crate) enum RunsAction {
     Cancel {
         #[arg(required = true)]
         ids: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum AuditAction {
+    /// Changes made through the API, newest first.
+    List {
+        /// Only this token's changes (its name).
+        #[arg(long)]
+        actor: Option<String>,
+        /// Only these actions (comma list: schedule, unschedule, pause, resume,
+        /// pause_trigger, resume_trigger, trigger, enqueue, cancel, restore).
+        #[arg(long)]
+        action: Option<String>,
+        /// Only changes to this job, `job/trigger` or run id.
+        #[arg(long)]
+        target: Option<String>,
+        /// Only failed (true) or succeeded (false) changes.
+        #[arg(long)]
+        failed: Option<bool>,
+        /// Made at or after (RFC 3339).
+        #[arg(long)]
+        from: Option<String>,
+        /// Made before (RFC 3339).
+        #[arg(long)]
+        to: Option<String>,
+        /// Entries to skip.
+        #[arg(long)]
+        skip: Option<u32>,
+        /// Entries to show, 1–1000 (default 100).
+        #[arg(long)]
+        limit: Option<u32>,
     },
 }
 
@@ -517,6 +550,45 @@ pub(crate) fn runs(action: RunsAction, remote: &Remote) -> u8 {
                 Ok(print_items(&results, remote.json, "cancel requested"))
             }
         }
+    })())
+}
+
+pub(crate) fn audit(action: AuditAction, remote: &Remote) -> u8 {
+    finish((|| {
+        let client = Client::new(remote)?;
+        let AuditAction::List { actor, action, target, failed, from, to, skip, limit } = action;
+        let mut query = Vec::new();
+        for (key, value) in [("actor", actor), ("action", action), ("target", target), ("from", from), ("to", to)] {
+            if let Some(value) = value {
+                query.push((key, value));
+            }
+        }
+        query.extend(failed.map(|f| ("failed", f.to_string())));
+        query.extend(skip.map(|n| ("skip", n.to_string())));
+        query.extend(limit.map(|n| ("limit", n.to_string())));
+        let entries: Vec<AuditEntry> = client.call(Method::GET, "/api/audit", &query, None)?;
+        if remote.json {
+            print_json(&entries);
+        } else {
+            let rows: Vec<Vec<String>> = entries
+                .iter()
+                .map(|e| {
+                    vec![
+                        time(Some(e.at)),
+                        e.actor.clone(),
+                        e.action.as_str().to_owned(),
+                        e.target.clone(),
+                        match (&e.error_code, &e.error_message) {
+                            (Some(code), Some(message)) => format!("{code}: {message}"),
+                            (Some(code), None) => code.clone(),
+                            _ => "ok".to_owned(),
+                        },
+                    ]
+                })
+                .collect();
+            table(&["AT", "ACTOR", "ACTION", "TARGET", "RESULT"], &rows);
+        }
+        Ok(0)
     })())
 }
 

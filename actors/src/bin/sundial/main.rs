@@ -106,6 +106,13 @@ enum Command {
         #[command(flatten)]
         remote: Remote,
     },
+    /// The audit log: who changed what through the API.
+    Audit {
+        #[command(subcommand)]
+        action: client::AuditAction,
+        #[command(flatten)]
+        remote: Remote,
+    },
     /// Cron expressions, offline.
     Cron {
         #[command(subcommand)]
@@ -175,6 +182,7 @@ fn main() -> ExitCode {
         Command::Jobs { action, remote } => client::jobs(action, &remote),
         Command::Triggers { action, remote } => client::triggers(action, &remote),
         Command::Runs { action, remote } => client::runs(action, &remote),
+        Command::Audit { action, remote } => client::audit(action, &remote),
         Command::Cron { action } => offline::cron(action),
         Command::Schedule { action } => offline::schedule(action),
     };
