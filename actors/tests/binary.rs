@@ -14,6 +14,7 @@
 #![allow(clippy::disallowed_methods)]
 
 use sundial_test_support::fake_kubernetes;
+use sundial_test_support::tls::TestCa;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -586,6 +587,70 @@ fn a_node_leads_through_a_kubernetes_lease_and_releases_it_when_it_stops() {
     let status = node.terminate();
     assert!(status.success(), "{status:?}\n{}", node.seen.join("\n"));
     assert_eq!(fake.holder("jobs", "sundial-scheduler"), None, "released at stop");
+}
+
+#[test]
+fn the_admin_api_serves_https_and_reloads_its_certificate() {
+    let dir = TempDir::new("tls");
+    let (first_ca, second_ca) = (TestCa::new(&dir.0, "first"), TestCa::new(&dir.0, "second"));
+    let (first, second) = (first_ca.issue("first"), second_ca.issue("second"));
+    let (cert, key) = (dir.0.join("cert.pem"), dir.0.join("key.pem"));
+    let install = |from: &sundial_test_support::tls::ServerCert| {
+        std::fs::copy(&from.cert, &cert).unwrap();
+        std::fs::copy(&from.key, &key).unwrap();
+    };
+    install(&first);
+    // Relative paths are the config file's.
+    let config = write(&dir, "tls.toml", &format!("{CONFIG}\n[admin.tls]\ncert = \"cert.pem\"\nkey = \"key.pem\"\n"));
+    let mut node = NodeProcess::start(&["--config", config.to_str().unwrap()], &[]);
+    assert!(node.base.starts_with("https://127.0.0.1:"), "{}", node.base);
+    let base = node.base.clone();
+    let info = |ca: &Path| {
+        node_cli(&base, &["node", "info", "--json", "--token", READ_TOKEN, "--ca-cert", ca.to_str().unwrap()])
+    };
+    let out = info(&first_ca.cert());
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    // A client that does not trust the authority is refused; plain HTTP gets no answer.
+    assert_eq!(info(&second_ca.cert()).status.code(), Some(6));
+    let plain =
+        Command::new(BIN).args(["node", "info", "--server", &node.base.replace("https", "http")]).output().unwrap();
+    assert_ne!(plain.status.code(), Some(0));
+
+    // SIGHUP reads the files again.
+    install(&second);
+    Command::new("kill").args(["-HUP", &node.child.id().to_string()]).status().unwrap();
+    node.wait_for("admin API certificate reloaded", Duration::from_secs(10));
+    assert_eq!(info(&second_ca.cert()).status.code(), Some(0));
+    assert_eq!(info(&first_ca.cert()).status.code(), Some(6));
+    // So does a change of the files alone; a file that does not load keeps the certificate.
+    std::fs::write(&cert, "not a certificate").unwrap();
+    node.wait_for("the previous one stays", Duration::from_secs(10));
+    assert_eq!(info(&second_ca.cert()).status.code(), Some(0));
+    install(&first);
+    node.wait_for("admin API certificate reloaded", Duration::from_secs(10));
+    assert_eq!(info(&first_ca.cert()).status.code(), Some(0));
+    assert!(node.terminate().success());
+
+    // A certificate that does not load stops the node before it starts, naming the setting.
+    let broken = write(&dir, "broken.toml", "[admin.tls]\ncert = \"missing.pem\"\nkey = \"key.pem\"\n");
+    let out = Command::new(BIN).args(["node", "--config", broken.to_str().unwrap()]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("admin.tls.cert: cannot read") && stderr.contains("missing.pem"), "{stderr}");
+    let mismatched = write(
+        &dir,
+        "mismatched.toml",
+        &format!("[admin.tls]\ncert = \"{}\"\nkey = \"{}\"\n", first.cert.display(), second.key.display()),
+    );
+    let out = Command::new(BIN).args(["node", "--config", mismatched.to_str().unwrap()]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("admin.tls.key"), "{stderr}");
+}
+
+/// The CLI against the node at `base`.
+fn node_cli(base: &str, args: &[&str]) -> Output {
+    Command::new(BIN).args(args).env("SUNDIAL_SERVER", base).env_remove("SUNDIAL_ADMIN_TOKEN").output().unwrap()
 }
 
 #[test]

@@ -1,8 +1,9 @@
 //! Goal: nothing a person writes makes the node panic or answer with an internal error:
 //! node config files and `SUNDIAL_*` variables, job specs (the admin API's bodies and
 //! `sundial jobs apply` files), durations, the built-in kinds' data, and any request to the
-//! admin API. Each gets its result or a clear error; a spec that is accepted describes
-//! the same definition when written back.
+//! admin API (with and without tokens), tokens and certificate files. Each gets its result
+//! or a clear error; a spec that is accepted describes the same definition when written
+//! back.
 //!
 //! Method: proptest. Config text is the documented example file with lines dropped and
 //! values swapped for hostile ones (plus arbitrary text); specs are JSON objects built
@@ -23,6 +24,7 @@ use sundial::store::{KvJobStore, StoreOptions};
 use sundial::time::SystemClock;
 use sundial_actors::admin::access::{AccessPolicy, AccessToken, Role};
 use sundial_actors::admin::metrics::Metrics;
+use sundial_actors::admin::tls::TlsFiles;
 use sundial_actors::admin::{self, AdminState};
 use sundial_actors::clock::TokioSleeper;
 use sundial_actors::config::NodeFileConfig;
@@ -307,7 +309,14 @@ fn admin_section() -> impl Strategy<Value = String> {
     let token = (text_or(&["ops", "grafana", "ops", "a b", ""]), text_or(&["read", "admin", "owner"]), source);
     let entries = prop::collection::vec(token, 0..4);
     let listen = one_of(&["127.0.0.1:7600", "0.0.0.0:7600", "[::1]:0"]);
-    (listen, any::<bool>(), entries).prop_map(|(listen, probes, entries)| {
+    let tls = prop_oneof![
+        3 => Just(String::new()),
+        1 => (text_or(&["cert.pem", "", "/nonexistent"]), text_or(&["key.pem", ""]))
+            .prop_map(|(cert, key)| format!("[admin.tls]\ncert = {}\nkey = {}\n", toml_string(&cert), toml_string(&key))),
+        1 => Just("[admin.tls]\ncert = \"cert.pem\"\n".to_owned()),
+        1 => Just("[admin.tls]\ncert = 7\nkey = \"k\"\nextra = 1\n".to_owned()),
+    ];
+    (listen, any::<bool>(), entries, tls).prop_map(|(listen, probes, entries, tls)| {
         let mut text = format!("[admin]\nlisten = \"{listen}\"\nprobes_need_token = {probes}\n");
         for (name, role, source) in entries {
             text.push_str(&format!(
@@ -316,6 +325,7 @@ fn admin_section() -> impl Strategy<Value = String> {
                 toml_string(&role)
             ));
         }
+        text.push_str(&tls);
         text
     })
 }
@@ -323,6 +333,37 @@ fn admin_section() -> impl Strategy<Value = String> {
 /// `text` as a TOML basic string.
 fn toml_string(text: &str) -> String {
     toml::Value::String(text.to_owned()).to_string()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn certificate_files_load_or_name_the_setting(cert in any_pem(), key in any_pem()) {
+        let dir = sundial_test_support::dir::TempDir::new("fuzzed-tls");
+        let files = TlsFiles { cert: dir.path().join("cert.pem"), key: dir.path().join("key.pem") };
+        std::fs::write(&files.cert, cert).unwrap();
+        std::fs::write(&files.key, key).unwrap();
+        let error = files.load().err().ok_or_else(|| TestCaseError::fail("junk made a certificate"))?;
+        prop_assert!(error.key == "admin.tls.cert" || error.key == "admin.tls.key", "{}", error);
+        prop_assert!(!error.problem.is_empty());
+    }
+}
+
+/// Bytes of a PEM file: armour around junk, mismatched labels, or anything.
+fn any_pem() -> impl Strategy<Value = Vec<u8>> {
+    let label = one_of(&["CERTIFICATE", "PRIVATE KEY", "EC PRIVATE KEY", "RSA PRIVATE KEY", "X"]);
+    let body = prop_oneof![
+        "[A-Za-z0-9+/=]{0,120}",
+        Just("MIIBszCCAVmgAwIBAgIU".to_owned()),
+        Just("!!notbase64!!".to_owned()),
+    ];
+    prop_oneof![
+        3 => (label, body).prop_map(|(label, body)| {
+            format!("-----BEGIN {label}-----\n{body}\n-----END {label}-----\n").into_bytes()
+        }),
+        1 => prop::collection::vec(any::<u8>(), 0..256),
+    ]
 }
 
 proptest! {
@@ -403,7 +444,7 @@ proptest! {
 /// tokens; its base URL. Started once, on a runtime of its own, for every request case.
 fn api() -> &'static (tokio::runtime::Runtime, String) {
     static API: OnceLock<(tokio::runtime::Runtime, String)> = OnceLock::new();
-    API.get_or_init(|| start_api(AccessPolicy::open()))
+    API.get_or_init(|| start_api(AccessPolicy::open(), "fuzzed"))
 }
 
 /// The admin token of [`guarded_api`]'s node, and its read token.
@@ -418,31 +459,30 @@ fn guarded_api() -> &'static (tokio::runtime::Runtime, String) {
             AccessToken::new("ops", Role::Admin, ADMIN_SECRET).unwrap(),
             AccessToken::new("grafana", Role::Read, READ_SECRET).unwrap(),
         ];
-        start_api(AccessPolicy::new(tokens).unwrap())
+        start_api(AccessPolicy::new(tokens).unwrap(), "fuzzed-guarded")
     })
 }
 
-fn start_api(access: AccessPolicy) -> (tokio::runtime::Runtime, String) {
-    {
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        let base = runtime.block_on(async {
-            let clock = Arc::new(SystemClock::new());
-            let registry = kinds::register(JobRegistry::builder()).build().unwrap();
-            let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
-            let store =
-                KvJobStore::new(kv, registry.calendars().clone(), Entropy::from_seed(1), StoreOptions::default());
-            let options = SchedulerOptions::default();
-            let config = NodeConfig::new(store, registry, options, "fuzzed", clock, Entropy::from_seed(2));
-            let scheduler = Node::start(config, None).await.unwrap();
-            scheduler.serve();
-            let state = AdminState::new(scheduler, access, Arc::new(Metrics::new(None)), "memory");
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let base = format!("http://{}", listener.local_addr().unwrap());
-            tokio::spawn(admin::serve(listener, admin::router(state), std::future::pending()));
-            base
-        });
-        (runtime, base)
-    }
+/// A node named `node_id` (unique in the process: it names the node's actors) serving
+/// its API guarded by `access`.
+fn start_api(access: AccessPolicy, node_id: &'static str) -> (tokio::runtime::Runtime, String) {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let base = runtime.block_on(async {
+        let clock = Arc::new(SystemClock::new());
+        let registry = kinds::register(JobRegistry::builder()).build().unwrap();
+        let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
+        let store = KvJobStore::new(kv, registry.calendars().clone(), Entropy::from_seed(1), StoreOptions::default());
+        let options = SchedulerOptions::default();
+        let config = NodeConfig::new(store, registry, options, node_id, clock, Entropy::from_seed(2));
+        let scheduler = Node::start(config, None).await.unwrap();
+        scheduler.serve();
+        let state = AdminState::new(scheduler, access, Arc::new(Metrics::new(None)), "memory");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(admin::serve(listener, admin::router(state), std::future::pending()));
+        base
+    });
+    (runtime, base)
 }
 
 /// What a route's body holds.

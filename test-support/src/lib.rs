@@ -6,3 +6,4 @@ pub mod contenders;
 pub mod dir;
 pub mod fake_kubernetes;
 pub mod postgres;
+pub mod tls;

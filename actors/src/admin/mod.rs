@@ -10,6 +10,7 @@
 pub mod access;
 pub mod error;
 pub mod metrics;
+pub mod tls;
 pub mod views;
 
 use std::sync::Arc;
@@ -175,15 +176,20 @@ pub fn router<K: Kv>(state: AdminState<K>) -> Router {
     api.layer(middleware::from_fn_with_state(state.clone(), authorize::<K>)).with_state(state)
 }
 
-/// Serves `router` on `listener` until `shutdown` completes.
+/// Serves `router` on `listener` (a `TcpListener`, or a [`tls::TlsListener`]) until
+/// `shutdown` completes.
 ///
 /// # Errors
 /// An I/O error of the listener.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
+pub async fn serve<L>(
+    listener: L,
     router: Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
+) -> std::io::Result<()>
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
     axum::serve(listener, router).with_graceful_shutdown(shutdown).await
 }
 

@@ -6,6 +6,10 @@
 //! token = "…"                 # an admin token named "admin" (or SUNDIAL_ADMIN_TOKEN)
 //! probes_need_token = false   # /health and /metrics open for probes and scrapers
 //!
+//! [admin.tls]               # HTTPS; reloaded when the files change or on SIGHUP
+//! cert = "/etc/sundial/tls/cert.pem"   # relative paths: to the config file
+//! key = "/etc/sundial/tls/key.pem"
+//!
 //! [[admin.tokens]]
 //! name = "grafana"            # who: shown in the audit log
 //! role = "read"               # "read" or "admin"
@@ -20,6 +24,7 @@ use serde::Deserialize;
 
 use super::{ConfigError, ADMIN_LISTEN_ENV, ADMIN_TOKEN_ENV, DEFAULT_ADMIN_ADDR};
 use crate::admin::access::{AccessPolicy, AccessToken, Role};
+use crate::admin::tls::TlsFiles;
 
 /// The name of the token given as `admin.token` or `SUNDIAL_ADMIN_TOKEN`.
 pub const LEGACY_TOKEN_NAME: &str = "admin";
@@ -33,6 +38,8 @@ pub struct AdminConfig {
     pub listen: SocketAddr,
     /// Who may use it (open when no token is configured).
     pub access: AccessPolicy,
+    /// HTTPS with these files (plain HTTP without).
+    pub tls: Option<TlsFiles>,
 }
 
 #[derive(Deserialize)]
@@ -48,12 +55,22 @@ pub(super) struct AdminSection {
     tokens: Vec<TokenSection>,
     #[serde(default)]
     probes_need_token: bool,
+    #[serde(default)]
+    tls: Option<TlsSection>,
 }
 
 impl Default for AdminSection {
     fn default() -> Self {
-        Self { enabled: true, listen: None, token: None, tokens: Vec::new(), probes_need_token: false }
+        Self { enabled: true, listen: None, token: None, tokens: Vec::new(), probes_need_token: false, tls: None }
     }
+}
+
+/// `[admin.tls]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TlsSection {
+    cert: PathBuf,
+    key: PathBuf,
 }
 
 /// One `[[admin.tokens]]` entry: its secret from exactly one of `value`, `file`, `env`.
@@ -99,7 +116,18 @@ pub(super) fn admin(section: AdminSection, env: &BTreeMap<String, String>) -> Re
             format!("{listen} is not a loopback address: configure [[admin.tokens]] or {ADMIN_TOKEN_ENV}"),
         ));
     }
-    Ok(AdminConfig { enabled: section.enabled, listen, access })
+    let tls = match section.tls {
+        None => None,
+        Some(tls) => {
+            for (key, path) in [("admin.tls.cert", &tls.cert), ("admin.tls.key", &tls.key)] {
+                if path.as_os_str().is_empty() {
+                    return Err(ConfigError::at(key, "give the path of a PEM file"));
+                }
+            }
+            Some(TlsFiles { cert: tls.cert, key: tls.key })
+        }
+    };
+    Ok(AdminConfig { enabled: section.enabled, listen, access, tls })
 }
 
 /// A token's secret from its one source; a file's trailing newline is not part of it.

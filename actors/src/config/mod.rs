@@ -241,18 +241,26 @@ impl NodeFileConfig {
             problem: format!("cannot read: {e}"),
         })?;
         let mut config = Self::parse(&text, env).map_err(|e| e.in_file(path))?;
-        if let StoreConfig::Embedded { path: data, .. } = &mut config.store {
-            // Relative to the file, wherever the node is started from.
-            if data.is_relative() {
-                let base = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-                *data = base.join(&*data);
+        // Paths relative to the file, wherever the node is started from.
+        let base = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let resolve = |file: &mut PathBuf| {
+            if file.is_relative() {
+                *file = base.join(&*file);
             }
+        };
+        if let StoreConfig::Embedded { path: data, .. } = &mut config.store {
+            resolve(data);
+        }
+        if let Some(tls) = &mut config.admin.tls {
+            resolve(&mut tls.cert);
+            resolve(&mut tls.key);
         }
         Ok(config)
     }
 
-    /// Parses and checks config text (a relative embedded store `path` stays relative:
-    /// [`Self::load`] resolves it against the file's directory).
+    /// Parses and checks config text (relative paths, of the embedded store and the admin
+    /// API's certificate, stay relative: [`Self::load`] resolves them against the file's
+    /// directory).
     ///
     /// # Errors
     /// The first problem, naming the key.

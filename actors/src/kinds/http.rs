@@ -139,15 +139,21 @@ impl HttpParams {
     }
 }
 
-/// The process's HTTP client (connection pools are shared by every run), on rustls with
-/// the ring provider and the platform's roots.
-pub fn client() -> Arc<reqwest::Client> {
+/// A builder of this crate's HTTP client (rustls on ring, sundial's user agent), for
+/// callers that add to it (the CLI's trusted CA).
+pub fn client_builder() -> reqwest::ClientBuilder {
     static PROVIDER: Once = Once::new();
     PROVIDER.call_once(|| {
         // Fails only when the host installed a provider already, which is then used.
         let _ = rustls::crypto::ring::default_provider().install_default();
     });
-    let client = reqwest::Client::builder().user_agent(concat!("sundial/", env!("CARGO_PKG_VERSION"))).build();
+    reqwest::Client::builder().user_agent(concat!("sundial/", env!("CARGO_PKG_VERSION")))
+}
+
+/// The process's HTTP client (connection pools are shared by every run), on rustls with
+/// the ring provider and the platform's roots.
+pub fn client() -> Arc<reqwest::Client> {
+    let client = client_builder().build();
     Arc::new(client.unwrap_or_else(|error| {
         tracing::error!(%error, "cannot build the HTTP client with TLS; http jobs fall back to the default client");
         reqwest::Client::new()

@@ -238,6 +238,18 @@ fn server_base(server: &str) -> CliResult<String> {
     Ok(server.trim_end_matches('/').to_owned())
 }
 
+/// An HTTP client that also trusts the CA certificates in the PEM file at `path`.
+fn http_trusting(path: &std::path::Path) -> CliResult<reqwest::Client> {
+    let bad = |problem: String| usage(format!("--ca-cert {}: {problem}", path.display()));
+    let pem = std::fs::read(path).map_err(|e| bad(format!("cannot read it: {e}")))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| bad(format!("not PEM certificates: {e}")))?;
+    if certs.is_empty() {
+        return Err(bad("holds no PEM certificate".into()));
+    }
+    let builder = sundial_actors::kinds::http::client_builder().tls_certs_merge(certs);
+    builder.build().map_err(|e| bad(format!("cannot be used: {e}")))
+}
+
 /// The exit code of an API error code.
 fn exit_code_of(code: &str) -> u8 {
     if code.contains("_NOTFOUND_") || code == "ADMIN_ROUTE_001" {
@@ -272,7 +284,10 @@ impl Client {
             code: exit::FAILED,
             api: None,
         })?;
-        let http = sundial_actors::kinds::http::client().as_ref().clone();
+        let http = match &remote.ca_cert {
+            None => sundial_actors::kinds::http::client().as_ref().clone(),
+            Some(path) => http_trusting(path)?,
+        };
         let base = server_base(&remote.server)?;
         let language = accept_language(|name| std::env::var(name).ok());
         Ok(Self { base, token: remote.token.clone(), language, http, runtime })

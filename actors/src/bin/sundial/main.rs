@@ -76,6 +76,10 @@ pub(crate) struct Remote {
     /// A token of the node's: a read token to look, an admin token to change.
     #[arg(long, global = true, env = "SUNDIAL_ADMIN_TOKEN", hide_env_values = true)]
     pub(crate) token: Option<String>,
+    /// A PEM file of CA certificates to trust (besides the platform's) for an https
+    /// `--server`.
+    #[arg(long, global = true, env = "SUNDIAL_CA_CERT", value_name = "FILE")]
+    pub(crate) ca_cert: Option<std::path::PathBuf>,
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
     pub(crate) json: bool,

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rustls::ServerConfig;
 use sundial::entropy::Entropy;
 use sundial::job::{JobDefinition, JobTypeKey, RetryPolicy};
 use sundial::kv::embedded::{EmbeddedKv, EmbeddedOptions};
@@ -15,6 +16,7 @@ use sundial::name::JobName;
 use sundial::store::{KvJobStore, StoreOptions};
 use sundial::time::{Clock, SystemClock};
 use sundial_actors::admin::metrics::{Metrics, MetricsPublisher, StoreProbe};
+use sundial_actors::admin::tls::{self, CurrentCertificate, TlsFiles, TlsListener};
 use sundial_actors::admin::{self, AdminState};
 use sundial_actors::clock::{PreciseSleeper, TokioSleeper};
 use sundial_actors::config::{LeaderConfig, LogFormat, NodeFileConfig, PostgresStore, StoreConfig, STORE_PASSWORD_ENV};
@@ -72,7 +74,15 @@ pub(crate) fn run(args: RunNode) -> u8 {
         }
     };
     let origin = args.config.as_ref().map_or_else(String::new, |p| format!("{}: ", p.display()));
-    runtime.block_on(start(config, args.demo, origin))
+    // The certificate is read before anything starts: a bad file stops the node at once.
+    let tls = match config.admin.tls.as_ref().filter(|_| config.admin.enabled).map(TlsFiles::load).transpose() {
+        Ok(tls) => tls,
+        Err(error) => {
+            eprintln!("sundial: {origin}{error}");
+            return exit::USAGE;
+        }
+    };
+    runtime.block_on(start(config, tls, args.demo, origin))
 }
 
 fn init_logs(format: LogFormat) {
@@ -168,7 +178,7 @@ impl EventPublisher for RunLog {
 }
 
 /// `origin` prefixes registration errors (`"path: "`, or empty without a config file).
-async fn start(config: NodeFileConfig, demo: bool, origin: String) -> u8 {
+async fn start(config: NodeFileConfig, tls: Option<Arc<ServerConfig>>, demo: bool, origin: String) -> u8 {
     // The production clock and OS-seeded entropy: the one place a node reads them.
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let mut entropy = Entropy::from_os();
@@ -191,26 +201,16 @@ async fn start(config: NodeFileConfig, demo: bool, origin: String) -> u8 {
     };
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into());
     let node_id = config.options.node_id_or_default(&host, std::process::id(), &mut entropy);
-    match config.store.clone() {
+    let store = config.store.clone();
+    let parts = NodeParts { config, tls, registry, node_id, clock: clock.clone(), entropy };
+    match store {
         StoreConfig::Memory { max_runs } => {
             tracing::info!(
                 "in-memory store: jobs added at run time and all history are forgotten when this node stops"
             );
             let kv = MemoryKv::with_options(clock.clone(), Arc::new(TokioSleeper), MemoryKvOptions::default());
             let store_options = StoreOptions { max_runs: Some(max_runs), ..StoreOptions::default() };
-            serve(Setup {
-                config,
-                registry,
-                node_id,
-                clock,
-                entropy,
-                kv,
-                store_options,
-                shared: false,
-                store_kind: "memory",
-                store_probe: None,
-            })
-            .await
+            serve(Setup { parts, kv, store_options, shared: false, store_kind: "memory", store_probe: None }).await
         }
         StoreConfig::Embedded { path, max_runs, fold_kib } => {
             let mut options = EmbeddedOptions::default();
@@ -228,11 +228,7 @@ async fn start(config: NodeFileConfig, demo: bool, origin: String) -> u8 {
             let shown = std::fs::canonicalize(&path).unwrap_or(path);
             tracing::info!(path = %shown.display(), "embedded store open: data kept across restarts");
             let setup = Setup {
-                config,
-                registry,
-                node_id,
-                clock,
-                entropy,
+                parts,
                 kv: store.kv().clone(),
                 store_options: StoreOptions { max_runs, ..StoreOptions::default() },
                 shared: false,
@@ -244,10 +240,10 @@ async fn start(config: NodeFileConfig, demo: bool, origin: String) -> u8 {
             store.close();
             code
         }
-        StoreConfig::Postgres(postgres) => start_postgres(config, registry, node_id, clock, entropy, postgres).await,
+        StoreConfig::Postgres(postgres) => start_postgres(parts, postgres).await,
         StoreConfig::Fdb { cluster_file, transaction_timeout } => {
             #[cfg(feature = "fdb")]
-            return start_fdb(config, registry, node_id, clock, entropy, cluster_file, transaction_timeout).await;
+            return start_fdb(parts, cluster_file, transaction_timeout).await;
             #[cfg(not(feature = "fdb"))]
             {
                 // Config loading refuses `fdb` in such a build; this is the backstop.
@@ -261,11 +257,7 @@ async fn start(config: NodeFileConfig, demo: bool, origin: String) -> u8 {
 
 #[cfg(feature = "fdb")]
 async fn start_fdb(
-    config: NodeFileConfig,
-    registry: JobRegistry,
-    node_id: String,
-    clock: Arc<dyn Clock>,
-    entropy: Entropy,
+    parts: NodeParts,
     cluster_file: Option<std::path::PathBuf>,
     transaction_timeout: Option<std::time::Duration>,
 ) -> u8 {
@@ -276,40 +268,23 @@ async fn start_fdb(
     let _network = unsafe { sundial_actors::fdb::foundationdb::boot() };
     let path = cluster_file.as_ref().map(|p| p.to_string_lossy().into_owned());
     let timeout = transaction_timeout.unwrap_or(sundial_actors::fdb::TRANSACTION_TIMEOUT);
-    let kv = match sundial_actors::fdb::FdbKv::open_with_timeout(path.as_deref(), timeout, clock.clone()) {
+    let kv = match sundial_actors::fdb::FdbKv::open_with_timeout(path.as_deref(), timeout, parts.clock.clone()) {
         Ok(kv) => kv,
         Err(error) => {
             eprintln!("sundial: cannot open the FoundationDB cluster: {error}");
             return exit::UNAVAILABLE;
         }
     };
-    let setup = Setup {
-        config,
-        registry,
-        node_id,
-        clock,
-        entropy,
-        kv,
-        store_options: StoreOptions::default(),
-        shared: true,
-        store_kind: "fdb",
-        store_probe: None,
-    };
+    let setup =
+        Setup { parts, kv, store_options: StoreOptions::default(), shared: true, store_kind: "fdb", store_probe: None };
     serve(setup).await
 }
 
 /// Opens the PostgreSQL store (creating or checking its schema) and serves on it; a store
 /// that cannot be opened is one line naming the setting to fix, before anything starts.
-async fn start_postgres(
-    config: NodeFileConfig,
-    registry: JobRegistry,
-    node_id: String,
-    clock: Arc<dyn Clock>,
-    entropy: Entropy,
-    postgres: PostgresStore,
-) -> u8 {
+async fn start_postgres(parts: NodeParts, postgres: PostgresStore) -> u8 {
     let opened = match postgres.options() {
-        Ok(options) => PgKv::open(options, clock.clone()).await,
+        Ok(options) => PgKv::open(options, parts.clock.clone()).await,
         Err(error) => Err(error),
     };
     let kv = match opened {
@@ -321,11 +296,7 @@ async fn start_postgres(
     };
     tracing::info!(schema = kv.schema(), pool = postgres.pool_size, "PostgreSQL store open");
     let setup = Setup {
-        config,
-        registry,
-        node_id,
-        clock,
-        entropy,
+        parts,
         kv: kv.clone(),
         store_options: StoreOptions::default(),
         shared: true,
@@ -350,12 +321,20 @@ fn open_error_message(error: &PgOpenError) -> String {
     }
 }
 
-struct Setup<K: Kv> {
+/// What a node is made of, whatever its store.
+struct NodeParts {
     config: NodeFileConfig,
+    /// The admin API's certificate, for HTTPS.
+    tls: Option<Arc<ServerConfig>>,
     registry: JobRegistry,
     node_id: String,
     clock: Arc<dyn Clock>,
     entropy: Entropy,
+}
+
+/// A node on its opened store.
+struct Setup<K: Kv> {
+    parts: NodeParts,
     kv: K,
     store_options: StoreOptions,
     shared: bool,
@@ -365,8 +344,8 @@ struct Setup<K: Kv> {
 }
 
 async fn serve<K: Kv>(setup: Setup<K>) -> u8 {
-    let Setup { config, registry, node_id, clock, mut entropy, kv, store_options, shared, store_kind, store_probe } =
-        setup;
+    let Setup { parts, kv, store_options, shared, store_kind, store_probe } = setup;
+    let NodeParts { config, tls, registry, node_id, clock, mut entropy } = parts;
     let kv = RetryCountingKv::new(kv);
     let metrics = Arc::new(Metrics::new(Some(kv.retry_counter())));
     let store = KvJobStore::new(kv.clone(), registry.calendars().clone(), entropy.fork(), store_options);
@@ -437,14 +416,26 @@ async fn serve<K: Kv>(setup: Setup<K>) -> u8 {
             state = state.with_store_probe(probe);
         }
         let router = admin::router(state);
+        let stopped = async {
+            let _ = api_stopped.await;
+        };
+        let scheme = if tls.is_some() { "https" } else { "http" };
         tracing::info!(
-            address = %format!("http://{address}"),
+            address = %format!("{scheme}://{address}"),
             tokens = config.admin.access.is_guarded(),
             "admin API listening"
         );
-        tokio::spawn(admin::serve(listener, router, async {
-            let _ = api_stopped.await;
-        }))
+        match (tls, &config.admin.tls) {
+            (Some(tls), Some(files)) => {
+                let current = CurrentCertificate::new(tls);
+                tokio::spawn(tls::watch(files.clone(), current.clone(), reload_requests()));
+                match TlsListener::new(listener, current) {
+                    Ok(listener) => tokio::spawn(admin::serve(listener, router, stopped)),
+                    Err(error) => tokio::spawn(async move { Err(error) }),
+                }
+            }
+            _ => tokio::spawn(admin::serve(listener, router, stopped)),
+        }
     });
     scheduler.serve();
     tracing::info!(
@@ -469,6 +460,26 @@ async fn serve<K: Kv>(setup: Setup<K>) -> u8 {
 }
 
 /// Waits for Ctrl-C, or SIGTERM (what service managers send) on Unix.
+/// A message per SIGHUP: the admin API's certificate is read again.
+fn reload_requests() -> tokio::sync::mpsc::Receiver<()> {
+    let (ask, asked) = tokio::sync::mpsc::channel(1);
+    #[cfg(unix)]
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(mut hangups) => {
+            tokio::spawn(async move {
+                while hangups.recv().await.is_some() {
+                    // One pending request is enough: it reads the files as they are then.
+                    let _ = ask.try_send(());
+                }
+            });
+        }
+        Err(error) => tracing::warn!(%error, "cannot wait for SIGHUP; the certificate reloads when its files change"),
+    }
+    #[cfg(not(unix))]
+    drop(ask);
+    asked
+}
+
 async fn shutdown_signal() {
     #[cfg(unix)]
     {
