@@ -1,7 +1,7 @@
 //! A node's context: what its actors and its handle share (see DESIGN.md, "What a
 //! node's actors share"), its lifecycle, and its leadership.
 
-use crate::events::{publish_logged, CloudEvent, EventPublisher};
+use crate::events::{publish_logged, CloudEvent, EventPublisher, RunFacts, Topic};
 use crate::execute::{CancelReason, RunCancel, RunMiddleware};
 use crate::lease::DynLeaderElection;
 use crate::messages::{CompletionRequest, PollerMsg};
@@ -141,6 +141,26 @@ impl<K: Kv> NodeShared<K> {
             let event = make(self.event_id());
             publish_logged(self.publisher.as_ref(), &event).await;
         }
+    }
+
+    /// Publishes `scheduling.run.lost` for a run the store just marked lost (reaped with
+    /// its node, or left by an earlier process of this one); reads the run only when a
+    /// publisher takes events.
+    pub(crate) async fn publish_lost(&self, id: Uuid) {
+        if !self.publisher.is_enabled() {
+            return;
+        }
+        let Ok(Some(record)) = self.store.run_record(id).await else { return };
+        let Ok(run) = record.job_run() else { return };
+        let facts = RunFacts {
+            state: Some(record.state),
+            started_at: sundial::time::from_micros(record.started_us),
+            finished_at: record.finished_us.and_then(sundial::time::from_micros),
+            error_code: record.error_code.clone(),
+            error_message: record.error_message.clone(),
+        };
+        let now = self.clock.now();
+        self.publish(|event_id| CloudEvent::for_run(Topic::RunLost, event_id, now, &run, facts, &self.node_id)).await;
     }
 
     /// A fresh event id from the seeded entropy.

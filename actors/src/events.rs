@@ -278,6 +278,42 @@ impl EventPublisher for BroadcastPublisher {
     }
 }
 
+/// Publishes to several publishers, in order; the first failure is returned after all
+/// were tried. Enabled when any of them is.
+#[derive(Clone, Default)]
+pub struct FanOut(Vec<Arc<dyn EventPublisher>>);
+
+impl FanOut {
+    /// Publishes to each of `publishers`.
+    pub fn new(publishers: Vec<Arc<dyn EventPublisher>>) -> Self {
+        Self(publishers)
+    }
+}
+
+impl fmt::Debug for FanOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FanOut").field("publishers", &self.0.len()).finish()
+    }
+}
+
+impl EventPublisher for FanOut {
+    fn publish<'a>(&'a self, event: &'a CloudEvent) -> BoxFuture<'a, Result<(), PublishError>> {
+        Box::pin(async move {
+            let mut first = Ok(());
+            for publisher in self.0.iter().filter(|p| p.is_enabled()) {
+                if let (Err(error), Ok(())) = (publisher.publish(event).await, &first) {
+                    first = Err(error);
+                }
+            }
+            first
+        })
+    }
+
+    fn is_enabled(&self) -> bool {
+        self.0.iter().any(|p| p.is_enabled())
+    }
+}
+
 /// Writes each event as a `tracing` info record with its JSON.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TracingPublisher;

@@ -18,7 +18,6 @@ use sundial::kv::Kv;
 use sundial::time::Clock;
 
 use crate::context::NodeShared;
-use crate::events::{CloudEvent, RunFacts, Topic};
 
 /// Runs reaped per transaction.
 const REAP_CHUNK: usize = 100;
@@ -115,7 +114,7 @@ async fn reap<K: Kv>(shared: &NodeShared<K>, node: &str, seq: u64, fence: Option
             Ok(step) => {
                 for run in &step.lost_runs {
                     tracing::warn!(%node, run_id = %run, "run lost with its node");
-                    publish_lost(shared, *run).await;
+                    shared.publish_lost(*run).await;
                 }
                 if !step.recovery_triggers.is_empty() {
                     // Recoveries are due now. Other nodes hear of those in their shards
@@ -132,18 +131,4 @@ async fn reap<K: Kv>(shared: &NodeShared<K>, node: &str, seq: u64, fence: Option
             }
         }
     }
-}
-
-async fn publish_lost<K: Kv>(shared: &NodeShared<K>, id: uuid::Uuid) {
-    let Ok(Some(record)) = shared.store.run_record(id).await else { return };
-    let Ok(run) = record.job_run() else { return };
-    let facts = RunFacts {
-        state: Some(record.state),
-        started_at: sundial::time::from_micros(record.started_us),
-        finished_at: record.finished_us.and_then(sundial::time::from_micros),
-        error_code: record.error_code.clone(),
-        error_message: record.error_message.clone(),
-    };
-    let now = shared.clock.now();
-    shared.publish(|id| CloudEvent::for_run(Topic::RunLost, id, now, &run, facts, &shared.node_id)).await;
 }

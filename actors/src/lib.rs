@@ -17,6 +17,7 @@
 //!   TOML or JSON files);
 //! - behind the default feature `node`: [`config`] (the TOML file), [`kinds`] (the
 //!   `shell`, `http` and `log` job kinds), [`admin`] (the REST API with metrics),
+//!   [`sinks`] (events delivered over HTTP and NATS),
 //!   [`kubernetes`] (leader election on a Kubernetes Lease), and the `sundial` binary;
 //! - `fdb::FdbKv` (feature `fdb`): the core's [`sundial::kv::Kv`] on FoundationDB, so
 //!   several nodes can share one cluster.
@@ -57,6 +58,8 @@ mod run;
 pub mod runtime;
 pub mod scheduler;
 pub mod secrets;
+#[cfg(feature = "node")]
+pub mod sinks;
 pub mod slots;
 pub mod spec;
 mod starts;

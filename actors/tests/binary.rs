@@ -14,13 +14,12 @@
 #![allow(clippy::disallowed_methods)]
 
 use sundial_test_support::fake_kubernetes;
+use sundial_test_support::node_process::{code_of, http, http_with, NodeProcess};
 use sundial_test_support::tls::TestCa;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -35,141 +34,9 @@ const STORED_SECRET: &str = "stored-secret-value";
 /// A token of the `read` role in [`CONFIG`].
 const READ_TOKEN: &str = "read-token-0123456789";
 
-/// A running node, stopped (SIGTERM) on drop.
-struct NodeProcess {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    seen: Vec<String>,
-    base: String,
-}
-
-impl NodeProcess {
-    fn start(args: &[&str], envs: &[(&str, &str)]) -> Self {
-        let mut command = Command::new(BIN);
-        command
-            .arg("node")
-            .args(args)
-            // The default log filter, as a user gets it.
-            .env_remove("RUST_LOG")
-            .env("NO_COLOR", "1")
-            .env("SUNDIAL_ADMIN_LISTEN", "127.0.0.1:0")
-            .env_remove("SUNDIAL_ADMIN_TOKEN")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for (k, v) in envs {
-            command.env(k, v);
-        }
-        let mut child = command.spawn().expect("the binary starts");
-        let (send, lines) = mpsc::channel();
-        for pipe in
-            [Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>, Box::new(child.stderr.take().unwrap())]
-        {
-            let send = send.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                    let _ = send.send(line);
-                }
-            });
-        }
-        let mut node = Self { child, lines, seen: Vec::new(), base: String::new() };
-        let line = node.wait_for("admin API listening", Duration::from_secs(20));
-        let address = line.split("address=").nth(1).and_then(|rest| rest.split_whitespace().next()).unwrap();
-        node.base = address.trim_matches('"').to_owned();
-        node
-    }
-
-    /// Waits for a log line containing `needle`.
-    fn wait_for(&mut self, needle: &str, timeout: Duration) -> String {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    self.seen.push(line.clone());
-                    if line.contains(needle) {
-                        return line;
-                    }
-                }
-                Err(_) => panic!("no line with '{needle}' within {timeout:?}:\n{}", self.seen.join("\n")),
-            }
-        }
-    }
-
-    fn port(&self) -> u16 {
-        self.base.rsplit(':').next().unwrap().parse().unwrap()
-    }
-
-    fn terminate(&mut self) -> std::process::ExitStatus {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
-        let status = self.child.wait().expect("the binary exits");
-        while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(500)) {
-            self.seen.push(line);
-        }
-        status
-    }
-
-    /// The CLI against this node.
-    fn cli(&self, args: &[&str]) -> Output {
-        Command::new(BIN)
-            .args(args)
-            .env("SUNDIAL_SERVER", &self.base)
-            .env_remove("SUNDIAL_ADMIN_TOKEN")
-            .output()
-            .unwrap()
-    }
-
-    /// The CLI with the token, expecting success; its stdout as JSON.
-    fn cli_json(&self, args: &[&str]) -> Value {
-        let (code, json) = self.cli_json_status(args);
-        assert_eq!(code, Some(0), "{args:?}: {json}");
-        json
-    }
-
-    /// The CLI with the token: its exit code and its stdout as JSON.
-    fn cli_json_status(&self, args: &[&str]) -> (Option<i32>, Value) {
-        let mut all = args.to_vec();
-        all.extend(["--json", "--token", TOKEN]);
-        let out = self.cli(&all);
-        let json = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&out.stderr)));
-        (out.status.code(), json)
-    }
-}
-
-impl Drop for NodeProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// One HTTP/1.1 request; (status, body).
-fn http(port: u16, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> (u16, String) {
-    let auth = token.map(|t| format!("Bearer {t}"));
-    let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", a.as_str())).collect();
-    http_with(port, method, path, &headers, body)
-}
-
-/// One HTTP/1.1 request with extra headers; (status, body).
-fn http_with(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&str>) -> (u16, String) {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
-    for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    let body = body.unwrap_or("");
-    request.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()));
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-    (status, body)
-}
-
-fn code_of(body: &str) -> String {
-    serde_json::from_str::<Value>(body).map(|v| v["code"].as_str().unwrap_or("").to_owned()).unwrap_or_default()
+/// A node of this binary, its CLI sending the admin token.
+fn start_node(args: &[&str], envs: &[(&str, &str)]) -> NodeProcess {
+    NodeProcess::start(Path::new(BIN), args, envs).with_token(TOKEN)
 }
 
 /// A scratch directory for one test, removed when dropped (also when the test fails).
@@ -217,7 +84,7 @@ fn runs_until(node: &NodeProcess, job: &str, done: impl Fn(&[Value]) -> bool) ->
 
 #[test]
 fn the_demo_node_runs_its_jobs_and_stops_on_sigterm() {
-    let mut node = NodeProcess::start(&["--demo"], &[]);
+    let mut node = start_node(&["--demo"], &[]);
     node.wait_for("demo job ran", Duration::from_secs(15));
     let (status, body) = http(node.port(), "GET", "/health", None, None);
     assert_eq!((status, body.as_str()), (200, "{\"status\":\"serving\"}"));
@@ -242,7 +109,7 @@ fn the_demo_node_runs_its_jobs_and_stops_on_sigterm() {
 #[test]
 fn warnings_at_start_name_a_lease_too_short_to_renew_and_a_misspelt_setting() {
     let envs = [("SUNDIAL_LEASE_TTL_SECONDS", "0.005"), ("SUNDIAL_POLL_INTERVAL", "5")];
-    let mut node = NodeProcess::start(&["--demo"], &envs);
+    let mut node = start_node(&["--demo"], &envs);
     // Said as the node starts, before its admin API listens.
     let mut said = |needle: &str| {
         let line = node.seen.iter().find(|l| l.contains(needle)).cloned();
@@ -282,7 +149,7 @@ schedule = "cron 0 0 2 * * * tz=Europe/Berlin"
 fn a_configured_node_is_driven_through_the_api_and_the_cli() {
     let dir = TempDir::new("drive");
     let config = write(&dir, "sundial.toml", CONFIG);
-    let mut node = NodeProcess::start(&["--config", config.to_str().unwrap()], &[("SECRETIVE_TOKEN", ENV_SECRET)]);
+    let mut node = start_node(&["--config", config.to_str().unwrap()], &[("SECRETIVE_TOKEN", ENV_SECRET)]);
     let port = node.port();
     // The API listens from the start; code jobs are written on the first poll cycle.
     node.wait_for("code jobs written to the store", Duration::from_secs(20));
@@ -575,10 +442,8 @@ fn a_node_leads_through_a_kubernetes_lease_and_releases_it_when_it_stops() {
             "[leader]\nkind = \"kubernetes\"\napi_url = \"{api}\"\nnamespace = \"jobs\"\nidentity = \"pod-e2e\"\n"
         ),
     );
-    let mut node = NodeProcess::start(
-        &["--config", config.to_str().unwrap()],
-        &[("SUNDIAL_KUBERNETES_TOKEN", fake_kubernetes::TOKEN)],
-    );
+    let mut node =
+        start_node(&["--config", config.to_str().unwrap()], &[("SUNDIAL_KUBERNETES_TOKEN", fake_kubernetes::TOKEN)]);
     let deadline = Instant::now() + Duration::from_secs(15);
     while fake.holder("jobs", "sundial-scheduler").as_deref() != Some("pod-e2e") {
         assert!(Instant::now() < deadline, "the node never took the lease:\n{}", node.seen.join("\n"));
@@ -602,7 +467,7 @@ fn the_admin_api_serves_https_and_reloads_its_certificate() {
     install(&first);
     // Relative paths are the config file's.
     let config = write(&dir, "tls.toml", &format!("{CONFIG}\n[admin.tls]\ncert = \"cert.pem\"\nkey = \"key.pem\"\n"));
-    let mut node = NodeProcess::start(&["--config", config.to_str().unwrap()], &[]);
+    let mut node = start_node(&["--config", config.to_str().unwrap()], &[]);
     assert!(node.base.starts_with("https://127.0.0.1:"), "{}", node.base);
     let base = node.base.clone();
     let info = |ca: &Path| {
@@ -618,7 +483,7 @@ fn the_admin_api_serves_https_and_reloads_its_certificate() {
 
     // SIGHUP reads the files again.
     install(&second);
-    Command::new("kill").args(["-HUP", &node.child.id().to_string()]).status().unwrap();
+    node.signal("-HUP");
     node.wait_for("admin API certificate reloaded", Duration::from_secs(10));
     assert_eq!(info(&second_ca.cert()).status.code(), Some(0));
     assert_eq!(info(&first_ca.cert()).status.code(), Some(6));

@@ -5,5 +5,7 @@ pub mod conformance;
 pub mod contenders;
 pub mod dir;
 pub mod fake_kubernetes;
+pub mod nats;
+pub mod node_process;
 pub mod postgres;
 pub mod tls;

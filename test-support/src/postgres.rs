@@ -48,7 +48,8 @@ pub struct PgServer {
     options: ServerOptions,
 }
 
-fn in_ci() -> bool {
+/// Whether the tests run in CI (`CI=true`), where a missing real component fails them.
+pub(crate) fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
 }
 

@@ -40,6 +40,17 @@ struct WorkLabels {
     work: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SinkName {
+    sink: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SinkLabels {
+    sink: String,
+    result: String,
+}
+
 /// A node's metrics.
 pub struct Metrics {
     registry: Registry,
@@ -62,6 +73,10 @@ pub struct Metrics {
     retry_source: Option<Arc<AtomicU64>>,
     running: Gauge,
     leader: Gauge,
+    sink_events: Family<SinkLabels, Counter>,
+    sink_retries: Family<SinkName, Counter>,
+    sink_pending: Family<SinkName, Gauge>,
+    sinks: parking_lot::Mutex<Vec<(String, Arc<crate::sinks::SinkStats>)>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -131,6 +146,16 @@ impl Metrics {
         let engine_time = Family::<WorkLabels, Counter<f64, AtomicU64>>::default();
         let running = Gauge::default();
         let leader = Gauge::default();
+        let sink_events = Family::<SinkLabels, Counter>::default();
+        let sink_retries = Family::<SinkName, Counter>::default();
+        let sink_pending = Family::<SinkName, Gauge>::default();
+        registry.register(
+            "event_sink_events",
+            "Events of each sink by result: delivered, or dropped (queue_full, gave_up, refused)",
+            sink_events.clone(),
+        );
+        registry.register("event_sink_retries", "Deliveries each sink tried again", sink_retries.clone());
+        registry.register("event_sink_pending", "Events each sink has queued or is delivering", sink_pending.clone());
         registry.register("runs_started", "Runs started on this node, by job", started.clone());
         registry.register("runs", "Runs ended on this node, by job and outcome", ended.clone());
         registry.register(
@@ -214,7 +239,16 @@ impl Metrics {
             retry_source: retries,
             running,
             leader,
+            sink_events,
+            sink_retries,
+            sink_pending,
+            sinks: parking_lot::Mutex::new(Vec::new()),
         }
+    }
+
+    /// Reports an event sink's counters (`sundial_event_sink_*`) at each scrape.
+    pub fn add_sink(&self, name: &str, stats: Arc<crate::sinks::SinkStats>) {
+        self.sinks.lock().push((name.to_owned(), stats));
     }
 
     fn observe(&self, event: &CloudEvent) {
@@ -273,6 +307,23 @@ impl Metrics {
         }
         self.running.set(i64::try_from(engine.running).unwrap_or(i64::MAX));
         self.leader.set(i64::from(engine.leader));
+        for (sink, stats) in self.sinks.lock().iter() {
+            use crate::sinks::SinkStats;
+            let results = [
+                ("delivered", &stats.delivered),
+                ("queue_full", &stats.dropped_queue_full),
+                ("gave_up", &stats.dropped_gave_up),
+                ("refused", &stats.dropped_refused),
+            ];
+            for (result, count) in results {
+                let labels = SinkLabels { sink: sink.clone(), result: result.to_owned() };
+                mirror(&self.sink_events.get_or_create(&labels), SinkStats::get(count));
+            }
+            let name = SinkName { sink: sink.clone() };
+            mirror(&self.sink_retries.get_or_create(&name), SinkStats::get(&stats.retries));
+            let pending = i64::try_from(SinkStats::get(&stats.pending)).unwrap_or(i64::MAX);
+            self.sink_pending.get_or_create(&name).set(pending);
+        }
         let mut text = String::new();
         if let Err(error) = prometheus_client::encoding::text::encode(&mut text, &self.registry) {
             tracing::error!(%error, "encoding metrics failed");

@@ -8,6 +8,7 @@
 //! [leader]                # kind = "store" (default) or "kubernetes" (a Lease object)
 //! [scheduler]             # the options of SPEC §13
 //! [admin]                 # listen = "127.0.0.1:7600"; tokens by role (read, admin)
+//! [events]                # [[events.http]] and [[events.nats]] sinks
 //! [log]                   # format = "text" | "json"
 //! [calendars.<name>]      # kind = "holidays" | "weekly" | "daily" | "cron" | "composite"
 //! [[jobs]]                # a job spec (crate::spec::JobSpec) with [[jobs.triggers]]
@@ -18,6 +19,7 @@
 //! error names the file, the key and the problem.
 
 mod admin;
+mod events;
 mod leader;
 mod store;
 
@@ -36,6 +38,8 @@ use crate::spec::{reason, CalendarSpec, JobSpec};
 
 use admin::{admin, AdminSection};
 pub use admin::{AdminConfig, LEGACY_TOKEN_NAME};
+use events::{events, EventsSection};
+pub use events::{EventsConfig, HttpSinkConfig, NatsSinkConfig};
 pub use leader::LeaderConfig;
 use leader::{leader, LeaderSection};
 use store::{postgres_store, transaction_timeout, StoreKind, StoreSection};
@@ -152,6 +156,8 @@ pub struct NodeFileConfig {
     pub options: SchedulerOptions,
     /// The admin API.
     pub admin: AdminConfig,
+    /// Where events are delivered out of the process.
+    pub events: EventsConfig,
     /// Log format.
     pub log: LogFormat,
     /// Whether each worker of the node's runtime is pinned to a CPU of its own
@@ -170,6 +176,7 @@ impl fmt::Debug for NodeFileConfig {
             .field("leader", &self.leader)
             .field("options", &self.options)
             .field("admin", &self.admin)
+            .field("events", &self.events)
             .field("log", &self.log)
             .field("pin_workers", &self.pin_workers)
             .field("calendars", &self.calendars.keys().collect::<Vec<_>>())
@@ -189,6 +196,8 @@ struct File {
     scheduler: Option<toml::Table>,
     #[serde(default)]
     admin: AdminSection,
+    #[serde(default)]
+    events: EventsSection,
     #[serde(default)]
     log: LogSection,
     #[serde(default)]
@@ -366,6 +375,7 @@ impl NodeFileConfig {
         options.apply_env(env.iter()).map_err(|e| ConfigError::at(e.key, e.problem))?;
 
         let admin = admin(file.admin, env)?;
+        let events = events(file.events, env)?;
 
         let calendars = crate::spec::calendars(&file.calendars).map_err(|e| ConfigError::at(e.key, e.problem))?;
         let mut known = Calendars::new();
@@ -389,7 +399,7 @@ impl NodeFileConfig {
             jobs.push(def);
         }
         let pin_workers = file.runtime.pin_workers;
-        Ok(Self { store, leader, options, admin, log: file.log.format, pin_workers, calendars, jobs })
+        Ok(Self { store, leader, options, admin, events, log: file.log.format, pin_workers, calendars, jobs })
     }
 }
 

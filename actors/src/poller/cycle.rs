@@ -279,6 +279,9 @@ pub(super) async fn reclaim_previous_runs<K: Kv>(state: &PollerState<K>, now: ch
                         "an earlier process of this node left runs behind; marked them lost"
                     );
                 }
+                for run in &result.lost_runs {
+                    shared.publish_lost(*run).await;
+                }
                 if !result.more {
                     return true;
                 }

@@ -19,14 +19,19 @@ use sundial_actors::admin::metrics::{Metrics, MetricsPublisher, StoreProbe};
 use sundial_actors::admin::tls::{self, CurrentCertificate, TlsFiles, TlsListener};
 use sundial_actors::admin::{self, AdminState};
 use sundial_actors::clock::{PreciseSleeper, TokioSleeper};
-use sundial_actors::config::{LeaderConfig, LogFormat, NodeFileConfig, PostgresStore, StoreConfig, STORE_PASSWORD_ENV};
-use sundial_actors::events::{CloudEvent, EventPublisher, PublishError, Topic};
+use sundial_actors::config::{
+    EventsConfig, LeaderConfig, LogFormat, NodeFileConfig, PostgresStore, StoreConfig, STORE_PASSWORD_ENV,
+};
+use sundial_actors::events::{CloudEvent, EventPublisher, FanOut, PublishError, Topic};
 use sundial_actors::job::{Job, JobFailure, JobResult, RunContext};
 use sundial_actors::kinds;
 use sundial_actors::kubernetes::{KubernetesApi, KubernetesLeaderElection};
 use sundial_actors::lease::DynLeaderElection;
 use sundial_actors::node::{Node, NodeConfig};
 use sundial_actors::registry::JobRegistry;
+use sundial_actors::sinks::http::HttpSink;
+use sundial_actors::sinks::nats::NatsSink;
+use sundial_actors::sinks::{self as sink, SinkPublisher};
 use sundial_actors::stats::RetryCountingKv;
 
 use crate::{exit, RunNode};
@@ -352,7 +357,19 @@ async fn serve<K: Kv>(setup: Setup<K>) -> u8 {
     let mut node =
         NodeConfig::new(store, registry, config.options.clone(), node_id.clone(), clock.clone(), entropy.fork());
     node.start_timer = Arc::new(PreciseSleeper::new());
-    node.publisher = Arc::new(MetricsPublisher::new(metrics.clone(), Arc::new(RunLog)));
+    let sinks = match start_sinks(&config.events, &node_id).await {
+        Ok(sinks) => sinks,
+        Err(error) => {
+            eprintln!("sundial: {error}");
+            return exit::USAGE;
+        }
+    };
+    let mut publishers: Vec<Arc<dyn EventPublisher>> = vec![Arc::new(RunLog)];
+    for sink in &sinks {
+        metrics.add_sink(sink.name(), sink.stats());
+        publishers.push(Arc::new(sink.clone()));
+    }
+    node.publisher = Arc::new(MetricsPublisher::new(metrics.clone(), Arc::new(FanOut::new(publishers))));
     node.shared_store = shared;
     if shared && config.leader == LeaderConfig::Store {
         let election = sundial::leader::KvLeaderElection::new(
@@ -447,6 +464,12 @@ async fn serve<K: Kv>(setup: Setup<K>) -> u8 {
     shutdown_signal().await;
     tracing::info!("stopping: no new runs; running ones get {STOP_DEADLINE:?}");
     let report = scheduler.stop(STOP_DEADLINE).await;
+    // The last events (runs canceled by the stop) get a moment to reach the sinks.
+    for sink in &sinks {
+        if !sink.flush(SINK_FLUSH).await {
+            tracing::warn!(sink = sink.name(), "event sink still had events to deliver at exit; they are lost");
+        }
+    }
     let _ = stop_api.send(());
     if let Some(api) = api {
         match tokio::time::timeout(Duration::from_secs(5), api).await {
@@ -460,6 +483,37 @@ async fn serve<K: Kv>(setup: Setup<K>) -> u8 {
 }
 
 /// Waits for Ctrl-C, or SIGTERM (what service managers send) on Unix.
+/// How long a stopping node waits for each event sink to deliver what it queued.
+const SINK_FLUSH: Duration = Duration::from_secs(5);
+
+/// Starts the configured event sinks.
+async fn start_sinks(events: &EventsConfig, node_id: &str) -> Result<Vec<SinkPublisher>, String> {
+    let mut sinks = Vec::new();
+    for http in &events.http {
+        let url = reqwest::Url::parse(&http.url).map_err(|e| format!("events.http ({}).url: {e}", http.name))?;
+        let mut headers = reqwest::header::HeaderMap::new();
+        for (name, value) in &http.headers {
+            let name = reqwest::header::HeaderName::from_bytes(name.as_bytes()).map_err(|e| e.to_string())?;
+            let value = reqwest::header::HeaderValue::from_str(value).map_err(|e| e.to_string())?;
+            headers.insert(name, value);
+        }
+        let client = kinds::http::client_builder()
+            .build()
+            .map_err(|e| format!("events.http ({}): cannot build the HTTP client: {e}", http.name))?;
+        let delivery = HttpSink::new(client, url, http.mode, headers, http.batch_size, http.timeout);
+        sinks.push(sink::spawn(&http.name, delivery, http.options.clone()));
+        tracing::info!(sink = %http.name, url = %http.url, mode = ?http.mode, "event sink: HTTP");
+    }
+    for nats in &events.nats {
+        let delivery = NatsSink::connect(&nats.url, &nats.prefix, node_id)
+            .await
+            .map_err(|e| format!("events.nats ({}).url: {e}", nats.name))?;
+        sinks.push(sink::spawn(&nats.name, delivery, nats.options.clone()));
+        tracing::info!(sink = %nats.name, url = %nats.url, prefix = %nats.prefix, "event sink: NATS");
+    }
+    Ok(sinks)
+}
+
 /// A message per SIGHUP: the admin API's certificate is read again.
 fn reload_requests() -> tokio::sync::mpsc::Receiver<()> {
     let (ask, asked) = tokio::sync::mpsc::channel(1);
