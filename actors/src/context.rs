@@ -1,7 +1,7 @@
 //! A node's context: what its actors and its handle share (see DESIGN.md, "What a
 //! node's actors share"), its lifecycle, and its leadership.
 
-use crate::events::{publish_logged, CloudEvent, EventPublisher, RunFacts, Topic};
+use crate::events::{publish_shared_logged, CloudEvent, EventPublisher, RunFacts, Topic};
 use crate::execute::{CancelReason, RunCancel, RunMiddleware};
 use crate::lease::DynLeaderElection;
 use crate::messages::{CompletionRequest, PollerMsg};
@@ -138,8 +138,8 @@ impl<K: Kv> NodeShared<K> {
     /// Builds (with a fresh id) and publishes an event, when the publisher takes events.
     pub(crate) async fn publish(&self, make: impl FnOnce(Uuid) -> CloudEvent) {
         if self.publisher.is_enabled() {
-            let event = make(self.event_id());
-            publish_logged(self.publisher.as_ref(), &event).await;
+            let event = Arc::new(make(self.event_id()));
+            publish_shared_logged(self.publisher.as_ref(), &event).await;
         }
     }
 

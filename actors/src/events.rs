@@ -224,6 +224,15 @@ pub trait EventPublisher: Send + Sync + 'static {
     /// [`PublishError`]; the engine logs it and carries on.
     fn publish<'a>(&'a self, event: &'a CloudEvent) -> BoxFuture<'a, Result<(), PublishError>>;
 
+    /// Publishes one event the caller already shares: a publisher that keeps events (a
+    /// queue) takes the `Arc` instead of copying the event. Defaults to [`Self::publish`].
+    ///
+    /// # Errors
+    /// As [`Self::publish`].
+    fn publish_shared<'a>(&'a self, event: &'a Arc<CloudEvent>) -> BoxFuture<'a, Result<(), PublishError>> {
+        self.publish(event)
+    }
+
     /// Whether this publisher takes events at all. `false` lets the engine skip building
     /// them (no id drawn, nothing allocated). Default `true`.
     fn is_enabled(&self) -> bool {
@@ -234,8 +243,19 @@ pub trait EventPublisher: Send + Sync + 'static {
 /// Publishes, logging (never propagating) a failure: events never affect runs.
 pub async fn publish_logged(publisher: &dyn EventPublisher, event: &CloudEvent) {
     if let Err(error) = publisher.publish(event).await {
-        tracing::warn!(topic = event.event_type, subject = %event.subject, %error, "event publish failed");
+        log_failure(event, &error);
     }
+}
+
+/// [`publish_logged`] for an event the caller shares (the engine's own).
+pub(crate) async fn publish_shared_logged(publisher: &dyn EventPublisher, event: &Arc<CloudEvent>) {
+    if let Err(error) = publisher.publish_shared(event).await {
+        log_failure(event, &error);
+    }
+}
+
+fn log_failure(event: &CloudEvent, error: &PublishError) {
+    tracing::warn!(topic = event.event_type, subject = %event.subject, %error, "event publish failed");
 }
 
 /// Publishes nothing.
@@ -276,6 +296,11 @@ impl EventPublisher for BroadcastPublisher {
         let _ = self.sender.send(Arc::new(event.clone()));
         Box::pin(std::future::ready(Ok(())))
     }
+
+    fn publish_shared<'a>(&'a self, event: &'a Arc<CloudEvent>) -> BoxFuture<'a, Result<(), PublishError>> {
+        let _ = self.sender.send(event.clone());
+        Box::pin(std::future::ready(Ok(())))
+    }
 }
 
 /// Publishes to several publishers, in order; the first failure is returned after all
@@ -302,6 +327,18 @@ impl EventPublisher for FanOut {
             let mut first = Ok(());
             for publisher in self.0.iter().filter(|p| p.is_enabled()) {
                 if let (Err(error), Ok(())) = (publisher.publish(event).await, &first) {
+                    first = Err(error);
+                }
+            }
+            first
+        })
+    }
+
+    fn publish_shared<'a>(&'a self, event: &'a Arc<CloudEvent>) -> BoxFuture<'a, Result<(), PublishError>> {
+        Box::pin(async move {
+            let mut first = Ok(());
+            for publisher in self.0.iter().filter(|p| p.is_enabled()) {
+                if let (Err(error), Ok(())) = (publisher.publish_shared(event).await, &first) {
                     first = Err(error);
                 }
             }

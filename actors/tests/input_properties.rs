@@ -1,9 +1,9 @@
 //! Goal: nothing a person writes makes the node panic or answer with an internal error:
 //! node config files and `SUNDIAL_*` variables, job specs (the admin API's bodies and
 //! `sundial jobs apply` files), durations, the built-in kinds' data, and any request to the
-//! admin API (with and without tokens), tokens and certificate files. Each gets its result
-//! or a clear error; a spec that is accepted describes the same definition when written
-//! back.
+//! admin API (with and without tokens), tokens, certificate files and event sinks. Each
+//! gets its result or a clear error; a spec that is accepted describes the same definition
+//! when written back.
 //!
 //! Method: proptest. Config text is the documented example file with lines dropped and
 //! values swapped for hostile ones (plus arbitrary text); specs are JSON objects built
@@ -330,6 +330,65 @@ fn admin_section() -> impl Strategy<Value = String> {
     })
 }
 
+/// An `[events]` section: HTTP and NATS sinks, mostly sound, now and then with a bad URL,
+/// mode, batch size, header, queue, retry count, topic or name.
+fn events_section() -> impl Strategy<Value = String> {
+    let http = (
+        text_or(&["http://127.0.0.1:9/hook", "https://hooks.example.com/x", "ftp://x", "not a url", ""]),
+        text_or(&["structured", "binary", "batch", "carrier-pigeon"]),
+        prop::option::of(prop_oneof![0u64..2000, Just(u64::MAX)]),
+        prop::option::of(one_of(&[
+            r#"{ authorization = "Bearer x" }"#,
+            r#"{ authorization = { "$env" = "SUNDIAL_TEST_TOKEN" } }"#,
+            r#"{ authorization = { "$file" = "/nonexistent" } }"#,
+            r#"{ "bad name" = "x" }"#,
+            r#"{ a = 7 }"#,
+            r#"{ a = { "$secret" = "x" } }"#,
+        ])),
+        prop::option::of(one_of(&["0", "-1", "0.5", "301", "\"x\"", "10"])),
+    )
+        .prop_map(|(url, mode, batch, headers, timeout)| {
+            let mut text = format!("[[events.http]]\nurl = {}\nmode = {}\n", toml_string(&url), toml_string(&mode));
+            if let Some(batch) = batch {
+                text.push_str(&format!("batch_size = {batch}\n"));
+            }
+            if let Some(headers) = headers {
+                text.push_str(&format!("headers = {headers}\n"));
+            }
+            if let Some(timeout) = timeout {
+                text.push_str(&format!("timeout_seconds = {timeout}\n"));
+            }
+            text
+        });
+    let nats = (
+        text_or(&["nats://127.0.0.1:4222", "127.0.0.1:4222", "nats://", "", "http://x"]),
+        text_or(&["sundial", "a.b", "a..b", "a.*", ""]),
+    )
+        .prop_map(|(url, prefix)| {
+            format!("[[events.nats]]\nurl = {}\nsubject_prefix = {}\n", toml_string(&url), toml_string(&prefix))
+        });
+    let common = prop::option::of(one_of(&[
+        "queue_size = 0",
+        "queue_size = 10",
+        "max_attempts = 0",
+        "max_attempts = 101",
+        "topics = [\"scheduling.run.failed\"]",
+        "topics = [\"run.failed\"]",
+        "name = \"same\"",
+        "name = \"a b\"",
+    ]));
+    let sink = prop_oneof![http, nats];
+    prop::collection::vec((sink, common), 0..3).prop_map(|sinks| {
+        sinks
+            .into_iter()
+            .map(|(sink, extra)| match extra {
+                Some(extra) => format!("{sink}{extra}\n"),
+                None => sink,
+            })
+            .collect()
+    })
+}
+
 /// `text` as a TOML basic string.
 fn toml_string(text: &str) -> String {
     toml::Value::String(text.to_owned()).to_string()
@@ -368,6 +427,21 @@ fn any_pem() -> impl Strategy<Value = Vec<u8>> {
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn event_sinks_are_read_or_refused_naming_the_setting(text in events_section(), env in env()) {
+        match NodeFileConfig::parse(&text, &env) {
+            Ok(config) => {
+                let printed = format!("{config:?}");
+                prop_assert!(!printed.contains("Bearer x"), "header values stay out of Debug: {}", printed);
+            }
+            Err(error) => {
+                let key = error.key.clone().unwrap_or_default();
+                prop_assert!(key.starts_with("events") || key.starts_with("SUNDIAL_") || key.is_empty(), "{}", error);
+                prop_assert!(!error.problem.is_empty());
+            }
+        }
+    }
 
     #[test]
     fn admin_tokens_are_read_or_refused_naming_the_setting(text in admin_section(), env in env()) {

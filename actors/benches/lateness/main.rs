@@ -34,7 +34,9 @@
 //! Run: `cargo bench -p sundial-actors --bench lateness` (`-- --quick`: smaller, shorter;
 //! `-- --load N`: that cron load and the burst only; `-- --burst`: only the burst;
 //! `-- --burst-size N`: N one-shots in the burst instead of 10,000;
-//! `-- --sustained`: only the sustained run; `-- --floor`: only the bare actor's
+//! `-- --sustained`: only the sustained run; `-- --http-sink`: the tuned row without events,
+//! with events counted in the process (as the node binary's metrics do), and with them
+//! sent to an HTTP sink whose receiver answers in 100 ms (`sink`); `-- --floor`: only the bare actor's
 //! and task's costs, with `--current-thread` on a current-thread runtime as a simulation
 //! uses; `-- --start-floor`: only how fast bare tokio tasks and bare ractor
 //! actors waiting on one gate start once it opens, `--burst-size` of each; `-- --pinned`:
@@ -70,6 +72,7 @@ use sundial_actors::registry::JobRegistry;
 use sundial_actors::stats::EngineWork;
 
 mod floors;
+mod sink;
 mod sustained;
 
 use floors::{floors, start_floors};
@@ -180,6 +183,19 @@ impl Tuning {
 struct Config {
     shape: Shape,
     tuning: Tuning,
+    /// Where the node's events go (`--http-sink`).
+    events: Events,
+}
+
+/// Where a bench node's events go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Events {
+    /// Nowhere: the engine builds none.
+    Off,
+    /// Counted in the process, as the node binary's metrics do.
+    Counted,
+    /// To an HTTP sink whose receiver answers in 100 ms.
+    HttpSink,
 }
 
 impl Config {
@@ -188,7 +204,12 @@ impl Config {
             Tuning::Default => "default options",
             Tuning::Tuned => "tuned options",
         };
-        format!("sundial, {options}")
+        let events = match self.events {
+            Events::Off => "",
+            Events::Counted => " + events",
+            Events::HttpSink => " + events to http",
+        };
+        format!("sundial, {options}{events}")
     }
 }
 
@@ -387,8 +408,9 @@ async fn sundial_node(
     options: SchedulerOptions,
     fires: usize,
     store: Store,
-    shape: Shape,
+    config: Config,
 ) -> (sundial_actors::scheduler::JobScheduler<MemoryKv>, Records, Arc<dyn Clock>, MemoryKv, Option<DurableDir>) {
+    let shape = config.shape;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let records = records_for(fires);
     let (c, r) = (clock.clone(), records.clone());
@@ -417,9 +439,14 @@ async fn sundial_node(
     };
     let store =
         KvJobStore::new(kv.clone(), registry.calendars().clone(), Entropy::from_seed(1), StoreOptions::default());
-    let mut config = NodeConfig::new(store, registry, options, node, clock.clone(), Entropy::from_seed(2));
-    config.start_timer = Arc::new(PreciseSleeper::new());
-    let scheduler = Node::start(config, None).await.unwrap();
+    let mut node_config = NodeConfig::new(store, registry, options, node, clock.clone(), Entropy::from_seed(2));
+    node_config.start_timer = Arc::new(PreciseSleeper::new());
+    match config.events {
+        Events::Off => {}
+        Events::Counted => node_config.publisher = sink::counted(),
+        Events::HttpSink => node_config.publisher = sink::publisher(),
+    }
+    let scheduler = Node::start(node_config, None).await.unwrap();
     let schedule: sundial::JobSchedule = schedule.parse().unwrap();
     let per_job = shape.per_job.clamp(1, TRIGGERS_PER_JOB).min(triggers.max(1));
     let mut defs = Vec::new();
@@ -442,7 +469,7 @@ async fn sundial_cron(load: usize, seconds: i64, node: &str, store: Store, confi
     let options = config.tuning.options(load);
     let fires = expected_fires(load, seconds);
     let (scheduler, records, clock, kv, durable) =
-        sundial_node(node, load, "cron * * * * * *", options, fires, store, config.shape).await;
+        sundial_node(node, load, "cron * * * * * *", options, fires, store, config).await;
     let bytes_before = durable.as_ref().map_or(0, DurableDir::bytes);
     let cpu_before = process_cpu();
     let allocations_before = allocator::allocations();
@@ -569,7 +596,7 @@ async fn sundial_burst(count: usize, store: Store, config: Config) -> (Duration,
     let schedule = format!("once {}", sundial::schedule::format_instant(due));
     let options = config.tuning.options(count);
     let (scheduler, records, clock, _, _durable) =
-        sundial_node("burst-node", count, &schedule, options, count, store, config.shape).await;
+        sundial_node("burst-node", count, &schedule, options, count, store, config).await;
     scheduler.serve();
     tokio::time::sleep((due - clock.now()).to_std().unwrap_or_default() + Duration::from_secs(3)).await;
     scheduler.stop(Duration::from_secs(5)).await;
@@ -619,12 +646,20 @@ impl Plan {
         let sustained_only = has("--sustained");
         let burst_only = has("--burst");
         let configs = if has("--packed") {
-            vec![Config { shape: Shape::PACKED, tuning: Tuning::Tuned }]
+            vec![Config { shape: Shape::PACKED, tuning: Tuning::Tuned, events: Events::Off }]
+        } else if has("--http-sink") {
+            // The same node without events, with events counted in the process, and with
+            // them sent to a slow webhook.
+            let tuned = Config { shape: Shape::USER, tuning: Tuning::Tuned, events: Events::Off };
+            vec![tuned, Config { events: Events::HttpSink, ..tuned }, Config { events: Events::Counted, ..tuned }]
         } else {
             // `--concurrent`: the user's shape with every job concurrent, to see what the
             // exclusion of non-concurrent jobs costs.
             let shape = Shape { concurrent: has("--concurrent"), ..Shape::USER };
-            vec![Config { shape, tuning: Tuning::Default }, Config { shape, tuning: Tuning::Tuned }]
+            vec![
+                Config { shape, tuning: Tuning::Default, events: Events::Off },
+                Config { shape, tuning: Tuning::Tuned, events: Events::Off },
+            ]
         };
         Plan {
             loads: if sustained_only || burst_only { Vec::new() } else { only.map_or(loads, |n| vec![n]) },
@@ -689,7 +724,8 @@ fn main() {
     );
     let mut cpu = Vec::new();
     let mut durable_rows = Vec::new();
-    let main_config = *plan.configs.last().unwrap_or(&Config { shape: Shape::USER, tuning: Tuning::Tuned });
+    let main_config =
+        *plan.configs.last().unwrap_or(&Config { shape: Shape::USER, tuning: Tuning::Tuned, events: Events::Off });
     for (i, &load) in plan.loads.iter().enumerate() {
         let measured = measured_seconds(load, plan.seconds, plan.fires);
         // A long measurement alternates the schedulers in rounds, so that all meet the
@@ -843,7 +879,8 @@ fn burst(runtime: &tokio::runtime::Runtime, size: usize, configs: &[Config]) {
     let started = Instant::now();
     let ours: Vec<_> =
         configs.iter().map(|c| (c.label(), runtime.block_on(sundial_burst(size, Store::Memory, *c)))).collect();
-    let main_config = *configs.last().unwrap_or(&Config { shape: Shape::USER, tuning: Tuning::Tuned });
+    let main_config =
+        *configs.last().unwrap_or(&Config { shape: Shape::USER, tuning: Tuning::Tuned, events: Events::Off });
     let durable: Vec<_> = engines()
         .into_iter()
         .map(|e| (e, runtime.block_on(sundial_burst(size, Store::Durable(e), main_config))))

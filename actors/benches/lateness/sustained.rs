@@ -3,8 +3,8 @@
 //! the same run on mimalloc in a child process against the system allocator.
 
 use super::{
-    allocator, apalis_cron, cpu_text, engines, sundial_cron, sustained_load, where_the_time_goes, Config, Plan, Shape,
-    Store, Summary, Tuning,
+    allocator, apalis_cron, cpu_text, engines, sundial_cron, sustained_load, where_the_time_goes, Config, Events, Plan,
+    Shape, Store, Summary, Tuning,
 };
 
 /// The sustained run: the load for 20 s on one node of each configuration, the peer at
@@ -28,7 +28,8 @@ pub(crate) fn sustained(runtime: &tokio::runtime::Runtime, plan: &Plan) {
         return;
     }
     let peer = runtime.block_on(apalis_cron(load, seconds));
-    let main_config = *plan.configs.last().unwrap_or(&Config { shape: Shape::USER, tuning: Tuning::Tuned });
+    let main_config =
+        *plan.configs.last().unwrap_or(&Config { shape: Shape::USER, tuning: Tuning::Tuned, events: Events::Off });
     let durable: Vec<(String, Summary)> = engines()
         .into_iter()
         .map(|e| {

@@ -355,6 +355,11 @@ impl EventPublisher for MetricsPublisher {
         self.metrics.observe(event);
         self.inner.publish(event)
     }
+
+    fn publish_shared<'a>(&'a self, event: &'a Arc<CloudEvent>) -> BoxFuture<'a, Result<(), PublishError>> {
+        self.metrics.observe(event);
+        self.inner.publish_shared(event)
+    }
 }
 
 #[cfg(test)]

@@ -144,37 +144,44 @@ impl SinkPublisher {
 /// Dropped events are logged on the first and then every this many.
 const LOG_EVERY: u64 = 1000;
 
+impl SinkPublisher {
+    /// Queues the event `make` gives, if the queue has room and the topic is this sink's;
+    /// `make` is called only then (a full queue costs no copy).
+    fn enqueue(&self, event_type: &str, make: impl FnOnce() -> Arc<CloudEvent>) -> Result<(), PublishError> {
+        if self.topics.as_ref().is_some_and(|topics| !topics.contains(event_type)) {
+            return Ok(());
+        }
+        match self.queue.try_reserve() {
+            Ok(permit) => {
+                self.stats.pending.fetch_add(1, Ordering::Relaxed);
+                permit.send(make());
+                Ok(())
+            }
+            Err(mpsc::error::TrySendError::Full(())) => {
+                let dropped = self.stats.dropped_queue_full.fetch_add(1, Ordering::Relaxed);
+                if dropped.is_multiple_of(LOG_EVERY) {
+                    tracing::warn!(
+                        sink = %self.name,
+                        dropped = dropped + 1,
+                        "event sink queue full: events dropped (counted in /metrics)"
+                    );
+                }
+                Ok(())
+            }
+            Err(mpsc::error::TrySendError::Closed(())) => {
+                Err(PublishError(format!("event sink '{}' has stopped", self.name)))
+            }
+        }
+    }
+}
+
 impl EventPublisher for SinkPublisher {
     fn publish<'a>(&'a self, event: &'a CloudEvent) -> BoxFuture<'a, Result<(), PublishError>> {
-        let wanted = self.topics.as_ref().is_none_or(|topics| topics.contains(event.event_type));
-        let result = if !wanted {
-            Ok(())
-        } else {
-            self.stats.pending.fetch_add(1, Ordering::Relaxed);
-            match self.queue.try_send(Arc::new(event.clone())) {
-                Ok(()) => Ok(()),
-                Err(error) => {
-                    self.stats.pending.fetch_sub(1, Ordering::Relaxed);
-                    match error {
-                        mpsc::error::TrySendError::Full(_) => {
-                            let dropped = self.stats.dropped_queue_full.fetch_add(1, Ordering::Relaxed);
-                            if dropped.is_multiple_of(LOG_EVERY) {
-                                tracing::warn!(
-                                    sink = %self.name,
-                                    dropped = dropped + 1,
-                                    "event sink queue full: events dropped (counted in /metrics)"
-                                );
-                            }
-                            Ok(())
-                        }
-                        mpsc::error::TrySendError::Closed(_) => {
-                            Err(PublishError(format!("event sink '{}' has stopped", self.name)))
-                        }
-                    }
-                }
-            }
-        };
-        Box::pin(std::future::ready(result))
+        Box::pin(std::future::ready(self.enqueue(event.event_type, || Arc::new(event.clone()))))
+    }
+
+    fn publish_shared<'a>(&'a self, event: &'a Arc<CloudEvent>) -> BoxFuture<'a, Result<(), PublishError>> {
+        Box::pin(std::future::ready(self.enqueue(event.event_type, || event.clone())))
     }
 }
 
