@@ -10,6 +10,7 @@
 pub mod access;
 pub mod error;
 pub mod metrics;
+mod queries;
 pub mod tls;
 pub mod views;
 
@@ -23,12 +24,11 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use sundial::audit::{AuditAction, AuditEntry, AuditQuery};
+use sundial::audit::{AuditAction, AuditEntry};
 use sundial::error::SchedulingError;
-use sundial::job::{JobRunQuery, JsonObject, RunState};
+use sundial::job::JsonObject;
 use sundial::kv::Kv;
 use sundial::name::{JobName, TriggerKey, TriggerName};
 use uuid::Uuid;
@@ -36,6 +36,7 @@ use uuid::Uuid;
 use self::access::{AccessPolicy, Caller, Denial};
 use self::error::{ApiError, ErrorBody};
 use self::metrics::{Metrics, StoreProbe};
+use self::queries::{audit_query, run_query};
 use self::views::{ItemResult, JobView, OutcomeView, RunView};
 use crate::context::Lifecycle;
 use crate::scheduler::{JobScheduler, JobTriggerRequest};
@@ -651,72 +652,6 @@ async fn cancel_runs<K: Kv>(
     Ok(Json(results))
 }
 
-/// The filters of `GET /api/runs` and `/api/runs/count`.
-fn run_query(params: Result<Query<Vec<(String, String)>>, QueryRejection>) -> Result<JobRunQuery, ApiError> {
-    let Query(params) = params.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let mut query = JobRunQuery::default();
-    let time = |key: &str, value: &str| {
-        DateTime::parse_from_rfc3339(value)
-            .map(|t| t.with_timezone(&Utc))
-            .map_err(|e| ApiError::bad_request(format!("{key}: '{value}' is not an RFC 3339 instant ({e})")))
-    };
-    let integer = |key: &str, value: &str| {
-        value.parse::<i64>().map_err(|_| ApiError::bad_request(format!("{key}: '{value}' is not an integer")))
-    };
-    let mut given = std::collections::BTreeSet::new();
-    for (key, value) in &params {
-        // Every filter but `state` takes one value: a second one would silently replace
-        // the first, so it is refused instead.
-        if key != "state" && !given.insert(key.as_str()) {
-            return Err(ApiError::bad_request(format!("{key}: given more than once; it takes one value")));
-        }
-        match key.as_str() {
-            "job" => {
-                query.job = Some(
-                    JobName::new(value.clone()).map_err(|e| ApiError::bad_request(format!("job: '{value}': {e}")))?,
-                )
-            }
-            "state" => {
-                for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-                    query.states.insert(run_state(part)?);
-                }
-            }
-            "from" => query.from = Some(time(key, value)?),
-            "to" => query.to = Some(time(key, value)?),
-            "trigger" => {
-                query.trigger = Some(
-                    TriggerName::new(value.clone())
-                        .map_err(|e| ApiError::bad_request(format!("trigger: '{value}': {e}")))?,
-                )
-            }
-            "node" => query.node = Some(value.clone()),
-            "has_error" => {
-                query.has_error = Some(match value.as_str() {
-                    "true" => true,
-                    "false" => false,
-                    _ => return Err(ApiError::bad_request(format!("has_error: '{value}' is not true or false"))),
-                })
-            }
-            "skip" => query.skip = integer(key, value)?,
-            "limit" => query.limit = integer(key, value)?,
-            other => {
-                return Err(ApiError::bad_request(format!(
-                    "unknown parameter '{other}' (job, state, from, to, trigger, node, has_error, skip, limit)"
-                )))
-            }
-        }
-    }
-    Ok(query)
-}
-
-fn run_state(text: &str) -> Result<RunState, ApiError> {
-    const STATES: [RunState; 5] =
-        [RunState::Running, RunState::Succeeded, RunState::Failed, RunState::Canceled, RunState::Lost];
-    STATES.into_iter().find(|s| format!("{s:?}").eq_ignore_ascii_case(text)).ok_or_else(|| {
-        ApiError::bad_request(format!("state: '{text}' is not one of running, succeeded, failed, canceled, lost"))
-    })
-}
-
 async fn list_runs<K: Kv>(
     State(state): State<AdminState<K>>,
     params: Result<Query<Vec<(String, String)>>, QueryRejection>,
@@ -737,58 +672,6 @@ async fn count_runs<K: Kv>(
 ) -> ApiResult<Count> {
     let query = run_query(params)?;
     Ok(Json(Count { count: state.scheduler.count_runs(&query).await? }))
-}
-
-/// The filters of `GET /api/audit`.
-fn audit_query(params: Result<Query<Vec<(String, String)>>, QueryRejection>) -> Result<AuditQuery, ApiError> {
-    let Query(params) = params.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let mut query = AuditQuery::default();
-    let mut given = std::collections::BTreeSet::new();
-    let time = |key: &str, value: &str| {
-        DateTime::parse_from_rfc3339(value)
-            .map(|t| t.with_timezone(&Utc))
-            .map_err(|e| ApiError::bad_request(format!("{key}: '{value}' is not an RFC 3339 instant ({e})")))
-    };
-    let count = |key: &str, value: &str| {
-        value.parse::<u32>().map_err(|_| ApiError::bad_request(format!("{key}: '{value}' is not a whole number")))
-    };
-    for (key, value) in &params {
-        if key != "action" && !given.insert(key.as_str()) {
-            return Err(ApiError::bad_request(format!("{key}: given more than once; it takes one value")));
-        }
-        match key.as_str() {
-            "actor" => query.actor = Some(value.clone()),
-            "action" => {
-                for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-                    let action = AuditAction::parse(part).ok_or_else(|| {
-                        let names: Vec<&str> = AuditAction::ALL.iter().map(|a| a.as_str()).collect();
-                        ApiError::bad_request(format!("action: '{part}' is not one of {}", names.join(", ")))
-                    })?;
-                    if !query.actions.contains(&action) {
-                        query.actions.push(action);
-                    }
-                }
-            }
-            "target" => query.target = Some(value.clone()),
-            "failed" => {
-                query.failed = Some(match value.as_str() {
-                    "true" => true,
-                    "false" => false,
-                    _ => return Err(ApiError::bad_request(format!("failed: '{value}' is not true or false"))),
-                })
-            }
-            "from" => query.from = Some(time(key, value)?),
-            "to" => query.to = Some(time(key, value)?),
-            "skip" => query.skip = count(key, value)?,
-            "limit" => query.limit = count(key, value)?,
-            other => {
-                return Err(ApiError::bad_request(format!(
-                    "unknown parameter '{other}' (actor, action, target, failed, from, to, skip, limit)"
-                )))
-            }
-        }
-    }
-    Ok(query)
 }
 
 /// `GET /api/audit`: who changed what, newest first.
@@ -888,64 +771,5 @@ mod tests {
         .collect();
         let listed: BTreeSet<&str> = paths.keys().map(String::as_str).collect();
         assert_eq!(listed, expected);
-    }
-
-    #[test]
-    fn audit_queries_parse_every_filter_and_refuse_bad_ones() {
-        let params =
-            |pairs: &[(&str, &str)]| Ok(Query(pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()));
-        let q = audit_query(params(&[
-            ("actor", "ops"),
-            ("action", "pause,resume"),
-            ("action", "pause_trigger"),
-            ("target", "nightly"),
-            ("failed", "false"),
-            ("from", "2026-01-01T00:00:00Z"),
-            ("skip", "5"),
-            ("limit", "7"),
-        ]))
-        .unwrap();
-        assert_eq!(q.actions, [AuditAction::Pause, AuditAction::Resume, AuditAction::PauseTrigger]);
-        assert_eq!((q.actor.as_deref(), q.failed, q.skip, q.limit), (Some("ops"), Some(false), 5, 7));
-        for bad in [
-            ("action", "delete"),
-            ("failed", "yes"),
-            ("from", "yesterday"),
-            ("limit", "-1"),
-            ("skip", "many"),
-            ("who", "x"),
-            ("limit", "99999999999"),
-        ] {
-            let e = audit_query(params(&[bad])).unwrap_err();
-            assert_eq!(e.body().code, error::BAD_REQUEST, "{bad:?}");
-        }
-        let e = audit_query(params(&[("actor", "a"), ("actor", "b")])).unwrap_err();
-        assert_eq!(e.body().message, "actor: given more than once; it takes one value");
-    }
-
-    #[test]
-    fn run_queries_parse_every_filter_and_refuse_bad_ones() {
-        let params =
-            |pairs: &[(&str, &str)]| Ok(Query(pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()));
-        let q = run_query(params(&[
-            ("job", "a"),
-            ("state", "failed,Running"),
-            ("from", "2026-01-01T00:00:00Z"),
-            ("has_error", "true"),
-            ("skip", "5"),
-            ("limit", "7"),
-        ]))
-        .unwrap();
-        assert_eq!(q.states.len(), 2);
-        assert_eq!((q.skip, q.limit, q.has_error), (5, 7, Some(true)));
-        for bad in [("state", "done"), ("from", "yesterday"), ("limit", "many"), ("colour", "red"), ("job", "A B")] {
-            let e = run_query(params(&[bad])).unwrap_err();
-            assert_eq!(e.body().code, error::BAD_REQUEST, "{bad:?}");
-        }
-        // `state` may repeat (its values add up); the others take one value.
-        let q = run_query(params(&[("state", "failed"), ("state", "lost")])).unwrap();
-        assert_eq!(q.states.len(), 2);
-        let e = run_query(params(&[("job", "a"), ("state", "lost"), ("job", "b")])).unwrap_err();
-        assert_eq!(e.body().message, "job: given more than once; it takes one value");
     }
 }
