@@ -44,14 +44,14 @@ pub struct EventsConfig {
 pub struct HttpSinkConfig {
     /// Its label.
     pub name: String,
-    /// Where events are POSTed.
-    pub url: String,
+    /// Where events are POSTed (`http` or `https`).
+    pub url: reqwest::Url,
     /// Structured, binary or batch.
     pub mode: HttpMode,
     /// Events per request in batch mode.
     pub batch_size: usize,
-    /// Headers of every request, secrets resolved.
-    pub headers: Vec<(String, String)>,
+    /// Headers of every request, secrets resolved (marked sensitive).
+    pub headers: reqwest::header::HeaderMap,
     /// Each request's time limit.
     pub timeout: Duration,
     /// Queue and retries.
@@ -60,10 +60,10 @@ pub struct HttpSinkConfig {
 
 impl fmt::Debug for HttpSinkConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let headers: Vec<&str> = self.headers.iter().map(|(name, _)| name.as_str()).collect();
+        let headers: Vec<&str> = self.headers.keys().map(|name| name.as_str()).collect();
         f.debug_struct("HttpSinkConfig")
             .field("name", &self.name)
-            .field("url", &self.url)
+            .field("url", &self.url.as_str())
             .field("mode", &self.mode)
             .field("headers", &headers)
             .field("options", &self.options)
@@ -199,15 +199,7 @@ pub(super) fn events(section: EventsSection, env: &BTreeMap<String, String>) -> 
             QueueSection { queue_size: http.queue_size, max_attempts: http.max_attempts, topics: http.topics },
             &at,
         )?;
-        config.http.push(HttpSinkConfig {
-            name,
-            url: url.to_string(),
-            mode: http.mode,
-            batch_size,
-            headers,
-            timeout,
-            options,
-        });
+        config.http.push(HttpSinkConfig { name, url, mode: http.mode, batch_size, headers, timeout, options });
     }
     for (i, nats) in section.nats.into_iter().enumerate() {
         let at = format!("events.nats[{i}]");
@@ -260,13 +252,13 @@ fn headers(
     given: serde_json::Map<String, serde_json::Value>,
     at: &str,
     env: &BTreeMap<String, String>,
-) -> Result<Vec<(String, String)>, ConfigError> {
-    let mut out = Vec::with_capacity(given.len());
+) -> Result<reqwest::header::HeaderMap, ConfigError> {
+    let mut out = reqwest::header::HeaderMap::with_capacity(given.len());
     for (name, value) in given {
         let key = format!("{at}.{name}");
-        if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+        let Ok(header) = reqwest::header::HeaderName::from_bytes(name.as_bytes()) else {
             return Err(ConfigError::at(key, "is not a header name"));
-        }
+        };
         let mut data = serde_json::Map::new();
         data.insert(name.clone(), value);
         secrets::check(None, &data).map_err(|e| ConfigError::at(&key, e))?;
@@ -274,11 +266,12 @@ fn headers(
         let Some(serde_json::Value::String(text)) = data.remove(&name) else {
             return Err(ConfigError::at(key, "give text, or a $env or $file reference"));
         };
-        if reqwest::header::HeaderValue::from_str(&text).is_err() {
+        let Ok(mut text) = reqwest::header::HeaderValue::from_str(&text) else {
             // The value is never quoted: it may be a secret.
             return Err(ConfigError::at(key, "is not a valid header value"));
-        }
-        out.push((name, text));
+        };
+        text.set_sensitive(true);
+        out.insert(header, text);
     }
     Ok(out)
 }
@@ -303,9 +296,10 @@ mod tests {
         .unwrap();
         let http = &config.http[0];
         assert_eq!((http.name.as_str(), http.mode, http.batch_size), ("http-0", HttpMode::Batch, 100));
+        let header = |name: &str| http.headers.get(name).and_then(|v| v.to_str().ok());
         assert_eq!(
-            http.headers,
-            [("authorization".into(), "Bearer hook-secret-value".into()), ("x-team".into(), "ops".into())]
+            (header("authorization"), header("x-team"), http.headers.len()),
+            (Some("Bearer hook-secret-value"), Some("ops"), 2)
         );
         assert_eq!(http.options.topics, Some([Topic::RunFailed].into()));
         assert!(!format!("{http:?}").contains("hook-secret"), "Debug hides header values");

@@ -490,19 +490,13 @@ const SINK_FLUSH: Duration = Duration::from_secs(5);
 async fn start_sinks(events: &EventsConfig, node_id: &str) -> Result<Vec<SinkPublisher>, String> {
     let mut sinks = Vec::new();
     for http in &events.http {
-        let url = reqwest::Url::parse(&http.url).map_err(|e| format!("events.http ({}).url: {e}", http.name))?;
-        let mut headers = reqwest::header::HeaderMap::new();
-        for (name, value) in &http.headers {
-            let name = reqwest::header::HeaderName::from_bytes(name.as_bytes()).map_err(|e| e.to_string())?;
-            let value = reqwest::header::HeaderValue::from_str(value).map_err(|e| e.to_string())?;
-            headers.insert(name, value);
-        }
         let client = kinds::http::client_builder()
             .build()
             .map_err(|e| format!("events.http ({}): cannot build the HTTP client: {e}", http.name))?;
-        let delivery = HttpSink::new(client, url, http.mode, headers, http.batch_size, http.timeout);
+        let delivery =
+            HttpSink::new(client, http.url.clone(), http.mode, http.headers.clone(), http.batch_size, http.timeout);
         sinks.push(sink::spawn(&http.name, delivery, http.options.clone()));
-        tracing::info!(sink = %http.name, url = %http.url, mode = ?http.mode, "event sink: HTTP");
+        tracing::info!(sink = %http.name, url = %http.url.as_str(), mode = ?http.mode, "event sink: HTTP");
     }
     for nats in &events.nats {
         let delivery = NatsSink::connect(&nats.url, &nats.prefix, node_id)
