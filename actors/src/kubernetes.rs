@@ -13,6 +13,11 @@
 //! ([`LeaderLease::fence`] is `None`): as DESIGN.md decision 3 says, leadership buys
 //! efficiency, and exactly-once comes from the store's own transactions.
 //!
+//! The API server is reached through `kube`'s client ([`KubernetesApi`]): inside a pod
+//! with the service account's namespace, CA and (rotating) token; elsewhere with a URL
+//! and token, or any `kube::Config`. Each request has a 10 s timeout and no retry of the
+//! client's own (DESIGN.md decision 16).
+//!
 //! Lease object names: the engine's resource `scheduling.jobs` maps to
 //! [`DEFAULT_LEASE_NAME`] (`sundial-scheduler`); another resource maps to its name with
 //! `_` as `-` (Kubernetes names allow no `_`), or to what
@@ -22,22 +27,26 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::coordination::v1::LeaseSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::PostParams;
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
 use sundial::error::SchedulingError;
 use sundial::lapse::LapseWatch;
 use sundial::leader::{LeaderElection, LeaderLease};
 use sundial::name::ResourceName;
 use sundial::time::{add_duration, Clock, MonotonicInstant};
 
+/// The `coordination.k8s.io/v1` Lease object, as `k8s-openapi` defines it (the oldest
+/// Kubernetes version it supports: the Lease API has been stable since 1.14).
+pub use k8s_openapi::api::coordination::v1::Lease;
+
 /// The Lease object the engine's leader lease (resource `scheduling.jobs`) uses.
 pub const DEFAULT_LEASE_NAME: &str = "sundial-scheduler";
 
-/// Where the in-cluster service account's files are.
-const SERVICE_ACCOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
-
-/// How long one API request may take before it counts as the API being unreachable.
+/// How long connecting, sending a request or waiting for its answer may take before the
+/// API counts as unreachable.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why the Kubernetes API cannot be set up.
@@ -45,22 +54,10 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 #[error("kubernetes API: {0}")]
 pub struct KubernetesConfigError(String);
 
-/// Where the bearer token comes from.
-#[derive(Debug, Clone)]
-enum Token {
-    None,
-    Static(String),
-    /// Read at every request: projected service account tokens are rotated.
-    File(std::path::PathBuf),
-}
-
-/// A connection to one namespace of a Kubernetes API server.
+/// The Lease objects of one namespace, through `kube`'s client.
 #[derive(Debug, Clone)]
 pub struct KubernetesApi {
-    base: String,
-    namespace: String,
-    token: Token,
-    client: reqwest::Client,
+    leases: kube::Api<Lease>,
 }
 
 /// A failed API call.
@@ -68,197 +65,160 @@ pub struct KubernetesApi {
 enum ApiError {
     /// 409: the object changed since it was read, or exists already.
     Conflict,
+    /// 404 on a write: the object or its namespace is gone.
+    NotFound,
     /// Anything else: unreachable, refused, unexpected answer.
     Unavailable(String),
 }
 
+impl From<kube::Error> for ApiError {
+    fn from(error: kube::Error) -> Self {
+        match error {
+            kube::Error::Api(status) if status.code == 409 => Self::Conflict,
+            kube::Error::Api(status) if status.is_not_found() => Self::NotFound,
+            kube::Error::Api(status) => {
+                let message = status.message.chars().take(300).collect::<String>();
+                Self::Unavailable(format!("HTTP {} {}: {message}", status.code, status.reason))
+            }
+            // The causes too: "client error (Connect)" alone hides a refused certificate.
+            other => {
+                let mut reason = other.to_string();
+                let mut cause = std::error::Error::source(&other);
+                while let Some(error) = cause {
+                    reason.push_str(": ");
+                    reason.push_str(&error.to_string());
+                    cause = error.source();
+                }
+                Self::Unavailable(reason)
+            }
+        }
+    }
+}
+
 impl KubernetesApi {
     /// The API server at `base_url` (`http://` or `https://`, e.g. through `kubectl
-    /// proxy`), namespace `namespace`, with an optional bearer token.
+    /// proxy`), namespace `namespace`, with an optional bearer token. Needs a tokio runtime
+    /// (the client runs a task of its own).
     ///
     /// # Errors
-    /// A URL that is not http(s), or an empty namespace.
+    /// A URL that is not http(s), an empty namespace, or no tokio runtime.
     pub fn new(base_url: &str, namespace: &str, token: Option<String>) -> Result<Self, KubernetesConfigError> {
-        let client = client_builder().build().map_err(|e| KubernetesConfigError(e.to_string()))?;
-        Self::with_client(base_url, namespace, token.map_or(Token::None, Token::Static), client)
+        let mut config = kube::Config::new(Self::check(base_url, namespace)?);
+        config.default_namespace = namespace.to_owned();
+        config.auth_info.token = token.map(Into::into);
+        Self::from_config(config)
     }
 
-    /// The API server of the cluster this pod runs in: `KUBERNETES_SERVICE_HOST` and
-    /// `_PORT`, the service account's token (re-read at every request, as it rotates), CA
-    /// and namespace.
+    /// Checks what [`KubernetesApi::new`] takes, without connecting: `base_url` is an
+    /// http(s) URL, `namespace` is not empty.
     ///
     /// # Errors
-    /// Not in a pod (the variables or files are missing), or an unreadable CA.
-    pub fn in_cluster() -> Result<Self, KubernetesConfigError> {
-        let env = |name: &str| {
-            std::env::var(name).map_err(|_| KubernetesConfigError(format!("{name} is not set: not running in a pod")))
-        };
-        let (host, port) = (env("KUBERNETES_SERVICE_HOST")?, env("KUBERNETES_SERVICE_PORT")?);
-        Self::from_service_account(&host, &port, std::path::Path::new(SERVICE_ACCOUNT))
-    }
-
-    /// The API server at `host:port` with the service account files in `dir`.
-    fn from_service_account(host: &str, port: &str, dir: &std::path::Path) -> Result<Self, KubernetesConfigError> {
-        let read = |file: &str| {
-            let path = dir.join(file);
-            std::fs::read(&path).map_err(|e| KubernetesConfigError(format!("cannot read {}: {e}", path.display())))
-        };
-        let namespace = String::from_utf8_lossy(&read("namespace")?).trim().to_owned();
-        let cas = reqwest::Certificate::from_pem_bundle(&read("ca.crt")?)
-            .map_err(|e| KubernetesConfigError(format!("the service account CA does not parse: {e}")))?;
-        if cas.is_empty() {
-            return Err(KubernetesConfigError("the service account CA (ca.crt) holds no certificate".to_owned()));
-        }
-        let client = client_builder().tls_certs_only(cas).build().map_err(|e| KubernetesConfigError(e.to_string()))?;
-        let host = if host.contains(':') { format!("[{host}]") } else { host.to_owned() };
-        let token = Token::File(dir.join("token"));
-        Self::with_client(&format!("https://{host}:{port}"), &namespace, token, client)
-    }
-
-    fn with_client(
-        base_url: &str,
-        namespace: &str,
-        token: Token,
-        client: reqwest::Client,
-    ) -> Result<Self, KubernetesConfigError> {
-        if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
-            return Err(KubernetesConfigError(format!("'{base_url}' is not an http(s) URL")));
-        }
+    /// As [`KubernetesApi::new`], but for the runtime.
+    pub fn check(base_url: &str, namespace: &str) -> Result<http::Uri, KubernetesConfigError> {
+        let uri = base_url
+            .parse::<http::Uri>()
+            .ok()
+            .filter(|uri| matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some())
+            .ok_or_else(|| KubernetesConfigError(format!("'{base_url}' is not an http(s) URL")))?;
         if namespace.is_empty() {
             return Err(KubernetesConfigError("the namespace is empty".to_owned()));
         }
-        Ok(Self { base: base_url.trim_end_matches('/').to_owned(), namespace: namespace.to_owned(), token, client })
+        Ok(uri)
     }
 
-    fn leases_url(&self) -> String {
-        format!("{}/apis/coordination.k8s.io/v1/namespaces/{}/leases", self.base, self.namespace)
+    /// The API server of the cluster this pod runs in, as `kube` finds it
+    /// (`kube::Config::incluster`): `KUBERNETES_SERVICE_HOST` and `_PORT`, the service
+    /// account's namespace, CA and token (both re-read as they rotate). Needs a tokio
+    /// runtime.
+    ///
+    /// # Errors
+    /// Not in a pod (the variables or files are missing), an unreadable CA, or no tokio
+    /// runtime.
+    pub fn in_cluster() -> Result<Self, KubernetesConfigError> {
+        let config = kube::Config::incluster()
+            .map_err(|e| KubernetesConfigError(format!("not running in a pod with a service account? {e}")))?;
+        Self::from_config(config)
     }
 
-    fn request(&self, method: reqwest::Method, url: String) -> Result<reqwest::RequestBuilder, ApiError> {
-        let request = self.client.request(method, url);
-        let token = match &self.token {
-            Token::None => return Ok(request),
-            Token::Static(token) => token.clone(),
-            Token::File(path) => std::fs::read_to_string(path)
-                .map_err(|e| ApiError::Unavailable(format!("cannot read the token {}: {e}", path.display())))?
-                .trim()
-                .to_owned(),
-        };
-        Ok(request.bearer_auth(token))
-    }
-
-    async fn send(&self, request: reqwest::RequestBuilder) -> Result<Option<Lease>, ApiError> {
-        let response = request.send().await.map_err(|e| ApiError::Unavailable(e.to_string()))?;
-        match response.status().as_u16() {
-            200 | 201 => response.json().await.map(Some).map_err(|e| ApiError::Unavailable(e.to_string())),
-            404 => Ok(None),
-            409 => Err(ApiError::Conflict),
-            status => {
-                let body = response.text().await.unwrap_or_default();
-                Err(ApiError::Unavailable(format!("HTTP {status}: {}", body.chars().take(300).collect::<String>())))
-            }
+    /// The API server and namespace (`default_namespace`) a `kube` configuration names,
+    /// e.g. from a kubeconfig file (`kube::Config::infer`). Requests get this module's
+    /// timeouts and no retries of `kube`'s own: the election retries at its next turn,
+    /// after judging what it saw. Needs a tokio runtime.
+    ///
+    /// # Errors
+    /// A TLS setup `kube` refuses, an empty namespace, or no tokio runtime.
+    pub fn from_config(mut config: kube::Config) -> Result<Self, KubernetesConfigError> {
+        if config.default_namespace.is_empty() {
+            return Err(KubernetesConfigError("the namespace is empty".to_owned()));
         }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(KubernetesConfigError("the client needs a tokio runtime".to_owned()));
+        }
+        config.connect_timeout = Some(REQUEST_TIMEOUT);
+        config.write_timeout = Some(REQUEST_TIMEOUT);
+        config.read_timeout = Some(REQUEST_TIMEOUT);
+        // The read timeout counts from the request, not from when its pooled connection
+        // went idle.
+        config.reset_reader_on_write = true;
+        config.default_retry = false;
+        // rustls is built without a default crypto provider (see `kinds::http`).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let namespace = config.default_namespace.clone();
+        let client = kube::Client::try_from(config).map_err(|e| KubernetesConfigError(e.to_string()))?;
+        Ok(Self { leases: kube::Api::namespaced(client, &namespace) })
     }
 
     /// The Lease `name`, if it exists.
     async fn get(&self, name: &str) -> Result<Option<Lease>, ApiError> {
-        self.send(self.request(reqwest::Method::GET, format!("{}/{name}", self.leases_url()))?).await
+        self.leases.get_opt(name).await.map_err(ApiError::from)
     }
 
     /// Creates `lease`; 409 when it exists.
     async fn create(&self, lease: &Lease) -> Result<Lease, ApiError> {
-        let request = self.request(reqwest::Method::POST, self.leases_url())?.json(lease);
-        self.send(request).await?.ok_or_else(|| ApiError::Unavailable("the namespace does not exist".to_owned()))
+        match self.leases.create(&PostParams::default(), lease).await.map_err(ApiError::from) {
+            Err(ApiError::NotFound) => Err(ApiError::Unavailable("the namespace does not exist".to_owned())),
+            other => other,
+        }
     }
 
-    /// Replaces `lease` if its `resourceVersion` is still current; 409 otherwise.
+    /// Replaces `lease` if its `resourceVersion` is still current; 409 otherwise (and
+    /// when it is gone).
     async fn replace(&self, lease: &Lease) -> Result<Lease, ApiError> {
-        let url = format!("{}/{}", self.leases_url(), lease.metadata.name);
-        let request = self.request(reqwest::Method::PUT, url)?.json(lease);
-        self.send(request).await?.ok_or(ApiError::Conflict)
+        let name = lease.metadata.name.as_deref().unwrap_or_default();
+        match self.leases.replace(name, &PostParams::default(), lease).await.map_err(ApiError::from) {
+            Err(ApiError::NotFound) => Err(ApiError::Conflict),
+            other => other,
+        }
     }
 }
 
-fn client_builder() -> reqwest::ClientBuilder {
-    // reqwest is built without a default crypto provider (see `kinds::http`).
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder().timeout(REQUEST_TIMEOUT).user_agent(concat!("sundial/", env!("CARGO_PKG_VERSION")))
+fn spec(lease: &Lease) -> Option<&LeaseSpec> {
+    lease.spec.as_ref()
 }
 
-/// A `coordination.k8s.io/v1` Lease, the fields this election reads and writes (others
-/// are ignored on read and left out on write).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Lease {
-    /// `coordination.k8s.io/v1`.
-    #[serde(default)]
-    pub api_version: String,
-    /// `Lease`.
-    #[serde(default)]
-    pub kind: String,
-    /// Name and version.
-    pub metadata: LeaseMetadata,
-    /// Holder and times.
-    #[serde(default)]
-    pub spec: LeaseSpec,
+/// Who holds `lease`; `None` when released.
+fn holder(lease: &Lease) -> Option<&str> {
+    spec(lease).and_then(|s| s.holder_identity.as_deref()).filter(|h| !h.is_empty())
 }
 
-/// A Lease's object metadata.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LeaseMetadata {
-    /// The object name.
-    pub name: String,
-    /// Its namespace.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-    /// The version a replacement must be based on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resource_version: Option<String>,
+/// Acquisitions so far (this election counts every one: the term is this plus one).
+fn transitions(lease: &Lease) -> u64 {
+    u64::try_from(spec(lease).and_then(|s| s.lease_transitions).unwrap_or(0)).unwrap_or(0)
 }
 
-/// A Lease's spec.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LeaseSpec {
-    /// Who holds it; empty or absent when released.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub holder_identity: Option<String>,
-    /// How long observers wait, after its last change, before taking it over.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lease_duration_seconds: Option<i64>,
-    /// When the holder acquired it (MicroTime, for display).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub acquire_time: Option<String>,
-    /// When the holder last renewed it (MicroTime, for display).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub renew_time: Option<String>,
-    /// Acquisitions so far (this election counts every one: the term is this plus one).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lease_transitions: Option<i64>,
+/// How long observers wait, after its last change, before taking it over.
+fn duration(lease: &Lease) -> Duration {
+    Duration::from_secs(u64::try_from(spec(lease).and_then(|s| s.lease_duration_seconds).unwrap_or(0)).unwrap_or(0))
 }
 
-impl Lease {
-    fn holder(&self) -> Option<&str> {
-        self.spec.holder_identity.as_deref().filter(|h| !h.is_empty())
-    }
-
-    fn transitions(&self) -> u64 {
-        u64::try_from(self.spec.lease_transitions.unwrap_or(0)).unwrap_or(0)
-    }
-
-    fn duration(&self) -> Duration {
-        Duration::from_secs(u64::try_from(self.spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0))
-    }
-}
-
-fn micro_time(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Micros, true)
+/// A MicroTime for display (`acquireTime`, `renewTime`).
+fn micro_time(t: DateTime<Utc>) -> Option<MicroTime> {
+    k8s_openapi::jiff::Timestamp::from_microsecond(t.timestamp_micros()).ok().map(MicroTime)
 }
 
 /// Whole seconds for `leaseDurationSeconds`, rounded up, at least one.
-fn whole_seconds(ttl: Duration) -> i64 {
-    i64::try_from(ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)).unwrap_or(i64::MAX).max(1)
+fn whole_seconds(ttl: Duration) -> i32 {
+    i32::try_from(ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)).unwrap_or(i32::MAX).max(1)
 }
 
 fn unavailable(reason: String) -> SchedulingError {
@@ -339,16 +299,15 @@ impl KubernetesLeaderElection {
 
     fn lease_record(&self, name: &str, ttl: Duration, now: DateTime<Utc>, transitions: u64) -> Lease {
         Lease {
-            api_version: "coordination.k8s.io/v1".to_owned(),
-            kind: "Lease".to_owned(),
-            metadata: LeaseMetadata { name: name.to_owned(), ..LeaseMetadata::default() },
-            spec: LeaseSpec {
+            metadata: ObjectMeta { name: Some(name.to_owned()), ..ObjectMeta::default() },
+            spec: Some(LeaseSpec {
                 holder_identity: Some(self.inner.identity.clone()),
                 lease_duration_seconds: Some(whole_seconds(ttl)),
-                acquire_time: Some(micro_time(now)),
-                renew_time: Some(micro_time(now)),
-                lease_transitions: Some(i64::try_from(transitions).unwrap_or(i64::MAX)),
-            },
+                acquire_time: micro_time(now),
+                renew_time: micro_time(now),
+                lease_transitions: Some(i32::try_from(transitions).unwrap_or(i32::MAX)),
+                ..LeaseSpec::default()
+            }),
         }
     }
 }
@@ -357,7 +316,7 @@ impl KubernetesLeaderElection {
     /// The Lease object `name` as it stands, if this election holds it under `term`.
     async fn ours(&self, name: &str, term: u64) -> Result<Option<Lease>, ApiError> {
         let current = self.inner.api.get(name).await?;
-        Ok(current.filter(|l| l.holder() == Some(self.inner.identity.as_str()) && l.transitions() + 1 == term))
+        Ok(current.filter(|l| holder(l) == Some(self.inner.identity.as_str()) && transitions(l) + 1 == term))
     }
 
     /// Gives up the Lease object `name` held under `term`; `Ok` also when it is no longer
@@ -366,13 +325,15 @@ impl KubernetesLeaderElection {
     async fn give_up(&self, name: &str, term: u64) -> Result<(), (String, bool)> {
         let mut lease = match self.ours(name, term).await {
             Ok(Some(lease)) => lease,
-            Ok(None) | Err(ApiError::Conflict) => return Ok(()),
+            Ok(None) | Err(ApiError::Conflict | ApiError::NotFound) => return Ok(()),
             Err(ApiError::Unavailable(reason)) => return Err((reason, false)),
         };
-        lease.spec.holder_identity = None;
+        if let Some(spec) = lease.spec.as_mut() {
+            spec.holder_identity = None;
+        }
         match self.inner.api.replace(&lease).await {
             // A conflict: it changed since, so it is no longer ours.
-            Ok(_) | Err(ApiError::Conflict) => Ok(()),
+            Ok(_) | Err(ApiError::Conflict | ApiError::NotFound) => Ok(()),
             Err(ApiError::Unavailable(reason)) => Err((reason, true)),
         }
     }
@@ -396,27 +357,27 @@ impl LeaderElection for KubernetesLeaderElection {
         let seen = inner.clock.monotonic();
         let written = match current {
             Err(ApiError::Unavailable(reason)) => return Err(unavailable(reason)),
-            Err(ApiError::Conflict) => return Err(held(resource)),
+            Err(ApiError::Conflict | ApiError::NotFound) => return Err(held(resource)),
             Ok(None) => inner.api.create(&self.lease_record(&name, ttl, wall, 0)).await,
             Ok(Some(current)) => {
                 let version = &current.metadata.resource_version;
                 let free = {
                     let mut watch = inner.watch.lock();
-                    let free = match current.holder() {
+                    let free = match holder(&current) {
                         None => true,
                         // This pod's name: an earlier process of this pod held it.
                         Some(holder) if holder == inner.identity => true,
-                        Some(_) => watch.lapsed(resource, version, current.duration(), started),
+                        Some(_) => watch.lapsed(resource, version, duration(&current), started),
                     };
                     if !free {
-                        watch.observe(resource.to_owned(), version.clone(), current.duration(), seen);
+                        watch.observe(resource.to_owned(), version.clone(), duration(&current), seen);
                     }
                     free
                 };
                 if !free {
                     return Err(held(resource));
                 }
-                let mut next = self.lease_record(&name, ttl, wall, current.transitions() + 1);
+                let mut next = self.lease_record(&name, ttl, wall, transitions(&current) + 1);
                 next.metadata.resource_version.clone_from(&current.metadata.resource_version);
                 inner.api.replace(&next).await
             }
@@ -424,7 +385,7 @@ impl LeaderElection for KubernetesLeaderElection {
         let lease = match written {
             Ok(lease) => lease,
             // Another contender wrote first.
-            Err(ApiError::Conflict) => return Err(held(resource)),
+            Err(ApiError::Conflict | ApiError::NotFound) => return Err(held(resource)),
             Err(ApiError::Unavailable(reason)) => return Err(unavailable(reason)),
         };
         inner.watch.lock().forget(resource);
@@ -433,7 +394,7 @@ impl LeaderElection for KubernetesLeaderElection {
             election: self.clone(),
             resource: resource.to_owned(),
             name,
-            term: lease.transitions() + 1,
+            term: transitions(&lease) + 1,
             ttl,
             expires: started.saturating_add(ttl),
             expires_wall: add_duration(wall, ttl),
@@ -494,18 +455,19 @@ impl LeaderLease for KubernetesLease {
         let wall = inner.clock.now();
         let mut lease = match self.election.ours(&self.name, self.term).await {
             Ok(Some(lease)) => lease,
-            Ok(None) | Err(ApiError::Conflict) => return Err(self.lost()),
+            Ok(None) | Err(ApiError::Conflict | ApiError::NotFound) => return Err(self.lost()),
             Err(ApiError::Unavailable(reason)) => return Err(unavailable(reason)),
         };
-        lease.spec.renew_time = Some(micro_time(wall));
-        lease.spec.lease_duration_seconds = Some(whole_seconds(self.ttl));
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+        spec.renew_time = micro_time(wall);
+        spec.lease_duration_seconds = Some(whole_seconds(self.ttl));
         match inner.api.replace(&lease).await {
             Ok(_) => {
                 self.expires = started.saturating_add(self.ttl);
                 self.expires_wall = add_duration(wall, self.ttl);
                 Ok(())
             }
-            Err(ApiError::Conflict) => Err(self.lost()),
+            Err(ApiError::Conflict | ApiError::NotFound) => Err(self.lost()),
             Err(ApiError::Unavailable(reason)) => Err(unavailable(reason)),
         }
     }
@@ -551,56 +513,37 @@ impl Drop for KubernetesLease {
 mod tests {
     use super::*;
 
-    /// A self-signed certificate, standing in for a cluster's CA.
-    const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBkTCCATegAwIBAgIUD5/RIivcVRv190ELv1Y6fy9Z9KEwCgYIKoZIzj0EAwIw\nHTEbMBkGA1UEAwwSdGVzdC1rdWJlcm5ldGVzLWNhMCAXDTI2MTIwMTE3MjAwMloY\nDzIxMjYxMTA3MTcyMDAyWjAdMRswGQYDVQQDDBJ0ZXN0LWt1YmVybmV0ZXMtY2Ew\nWTATBgcqhkjOPQIBBggqhkjOPQMBBwNCAASwY7zZK18o3PkfaVOH3+zC94ToP/sn\nPLB+ZkftzoS1vgEy1QeSg9wJhKKieyd1bpACEu4hlp55W2gjgpQrUBEUo1MwUTAd\nBgNVHQ4EFgQU3pJNIHx+Od2GrIYxhz6h32y1HK0wHwYDVR0jBBgwFoAU3pJNIHx+\nOd2GrIYxhz6h32y1HK0wDwYDVR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAgNIADBF\nAiAvv3FtHETRlVUVpRQ/9JlgEYLuik7tsSVti0xssjCYngIhAPF79dT1EF1u2vFc\n7P6/fkMQ+wwiqE94lAe0hmOsqzhc\n-----END CERTIFICATE-----\n";
-
-    /// A service account directory holding `files`, removed when dropped.
-    struct ServiceAccount(std::path::PathBuf);
-
-    impl std::ops::Deref for ServiceAccount {
-        type Target = std::path::Path;
-        fn deref(&self) -> &std::path::Path {
-            &self.0
-        }
-    }
-
-    impl Drop for ServiceAccount {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    fn service_account(label: &str, files: &[(&str, &str)]) -> ServiceAccount {
-        let dir = std::env::temp_dir().join(format!("sundial-sa-{}-{label}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        for (name, text) in files {
-            std::fs::write(dir.join(name), text).unwrap();
-        }
-        ServiceAccount(dir)
-    }
-
     #[test]
-    fn a_pods_service_account_gives_the_api_its_namespace_and_token() {
-        let dir = service_account("good", &[("namespace", "jobs\n"), ("token", "secret\n"), ("ca.crt", CA)]);
-        let api = KubernetesApi::from_service_account("10.0.0.1", "443", &dir).unwrap();
-        assert_eq!(api.leases_url(), "https://10.0.0.1:443/apis/coordination.k8s.io/v1/namespaces/jobs/leases");
-        let request = api.request(reqwest::Method::GET, api.leases_url()).unwrap().build().unwrap();
-        assert_eq!(request.headers()["authorization"], "Bearer secret", "the token file, trimmed, read per request");
-        let v6 = KubernetesApi::from_service_account("fd00::1", "6443", &dir).unwrap();
-        assert!(v6.leases_url().starts_with("https://[fd00::1]:6443/"), "{}", v6.leases_url());
-        std::fs::remove_file(dir.join("token")).unwrap();
-        assert!(matches!(api.request(reqwest::Method::GET, api.leases_url()), Err(ApiError::Unavailable(_))));
+    fn the_api_needs_an_http_url_a_namespace_and_a_runtime() {
+        assert!(KubernetesApi::check("https://10.0.0.1:6443", "jobs").is_ok());
+        assert!(KubernetesApi::check("http://[fd00::1]:8001/", "jobs").is_ok());
+        for url in ["ftp://x", "not a url", "http://", "/apis", ""] {
+            let error = KubernetesApi::check(url, "jobs").unwrap_err();
+            assert!(error.to_string().contains("http(s) URL"), "{url}: {error}");
+        }
+        assert!(KubernetesApi::check("http://x", "").unwrap_err().to_string().contains("namespace"));
+        // Outside a runtime: an error, not the panic of kube's client spawning its task.
+        let error = KubernetesApi::new("http://127.0.0.1:8001", "jobs", None).unwrap_err();
+        assert!(error.to_string().contains("tokio runtime"), "{error}");
     }
 
-    #[test]
-    fn a_missing_or_broken_service_account_is_a_clear_error() {
-        let missing = service_account("missing", &[("token", "secret")]);
-        let error = KubernetesApi::from_service_account("10.0.0.1", "443", &missing).unwrap_err();
-        assert!(error.to_string().contains("namespace"), "{error}");
-        let bad_ca =
-            service_account("bad-ca", &[("namespace", "jobs"), ("token", "secret"), ("ca.crt", "not a certificate")]);
-        let error = KubernetesApi::from_service_account("10.0.0.1", "443", &bad_ca).unwrap_err();
-        assert!(error.to_string().contains("CA"), "{error}");
+    #[tokio::test]
+    async fn a_lease_record_names_its_holder_duration_and_times() {
+        let clock = sundial::time::ManualClock::new(sundial::time::from_micros(1_800_000_000_123_456).unwrap());
+        let api = KubernetesApi::new("http://127.0.0.1:1", "jobs", None).unwrap();
+        let election = KubernetesLeaderElection::new(api, Arc::new(clock.clone()), "pod-a");
+        let lease = election.lease_record("sundial-scheduler", Duration::from_millis(15_200), clock.now(), 4);
+        let json = serde_json::to_value(&lease).unwrap();
+        assert_eq!(json["apiVersion"], "coordination.k8s.io/v1");
+        assert_eq!(json["kind"], "Lease");
+        assert_eq!(json["metadata"]["name"], "sundial-scheduler");
+        assert_eq!(json["spec"]["holderIdentity"], "pod-a");
+        assert_eq!(json["spec"]["leaseDurationSeconds"], 16, "rounded up to whole seconds");
+        assert_eq!(json["spec"]["leaseTransitions"], 4);
+        assert_eq!(json["spec"]["renewTime"], "2027-01-15T08:00:00.123456Z");
+        assert_eq!(
+            (holder(&lease), transitions(&lease), duration(&lease)),
+            (Some("pod-a"), 4, Duration::from_secs(16))
+        );
     }
 }

@@ -167,6 +167,55 @@ fn check_value(value: &Value, at: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The top-level keys of `data` whose value is a `$env` or `$file` reference: their
+/// content is known only as a run starts, so only their type is checked before.
+pub fn read_at_start(data: &JsonObject) -> Vec<&str> {
+    data.iter()
+        .filter(|(_, value)| matches!(reference(value), Some(Reference::Env(_) | Reference::File(_))))
+        .map(|(key, _)| key.as_str())
+        .collect()
+}
+
+/// `message` (about data of a job of `job_type`) with every quoted secret value of `data`
+/// replaced by [`REDACTED`]: the values [`redact`] hides, quoted as parsers and checks
+/// quote what they refuse (`'v'`, `"v"`, `` `v` ``, escaped or not), however short.
+pub fn scrub_quoted(job_type: Option<&str>, data: &JsonObject, message: &str) -> String {
+    let mut texts = Vec::new();
+    for (key, value) in data {
+        let whole = secret_by_default(job_type).contains(&key.as_str()) && reference(value).is_none();
+        secret_texts(value, whole, &mut texts);
+    }
+    let mut message = message.to_owned();
+    for text in &texts {
+        let escaped = format!("{text:?}");
+        for (quoted, shown) in [
+            (format!("'{text}'"), format!("'{REDACTED}'")),
+            (format!("`{text}`"), format!("`{REDACTED}`")),
+            (format!("\"{text}\""), format!("\"{REDACTED}\"")),
+            (escaped, format!("\"{REDACTED}\"")),
+        ] {
+            if message.contains(&quoted) {
+                message = message.replace(&quoted, &shown);
+            }
+        }
+    }
+    message
+}
+
+/// The scalar values in `value` that are secret: all of them when `secret`, else those
+/// in `$secret` references.
+fn secret_texts(value: &Value, secret: bool, out: &mut Vec<String>) {
+    match (reference(value), value) {
+        (Some(Reference::Stored(inner)), _) => secret_texts(inner, true, out),
+        (Some(Reference::Env(_) | Reference::File(_)), _) => {}
+        (None, Value::Object(map)) => map.values().for_each(|v| secret_texts(v, secret, out)),
+        (None, Value::Array(items)) => items.iter().for_each(|v| secret_texts(v, secret, out)),
+        (None, Value::String(text)) if secret => out.push(text.clone()),
+        (None, Value::Number(_) | Value::Bool(_)) if secret => out.push(value.to_string()),
+        (None, _) => {}
+    }
+}
+
 /// Data as a kind's parameters are checked at scheduling: each reference replaced by a
 /// stand-in of its value's type (a `$secret`'s value; text for `$env` and `$file`).
 pub fn stand_ins(data: &JsonObject) -> JsonObject {

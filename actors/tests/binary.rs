@@ -412,8 +412,23 @@ data = {{ url = "http://127.0.0.1:{port}/nowhere", success = [200], headers = {{
     assert_eq!(status, 200);
     assert!(serde_json::from_str::<Value>(&openapi).is_ok());
 
+    // A refused value in a secret place is not quoted back, nor in the audit log.
+    let leaky = format!(
+        r#"{{"name":"leaky","type":"shell","data":{{"program":"true","env":{{"PLAIN":["{PLAIN_SECRET}"]}}}}}}"#
+    );
+    let (status, text) = http(port, "PUT", "/api/jobs/leaky", Some(TOKEN), Some(&leaky));
+    assert_eq!((status, code_of(&text).as_str()), (400, "SCHEDULING_VALIDATION_001"), "{text}");
+    assert!(!text.contains(PLAIN_SECRET), "{text}");
+
     // No secret anywhere: every read route, every log line.
-    for path in ["/api/jobs", "/api/jobs/secretive", "/api/jobs/missing", "/api/runs?limit=1000", "/metrics"] {
+    for path in [
+        "/api/jobs",
+        "/api/jobs/secretive",
+        "/api/jobs/missing",
+        "/api/runs?limit=1000",
+        "/api/audit?limit=1000",
+        "/metrics",
+    ] {
         let (status, body) = http(port, "GET", path, Some(READ_TOKEN), None);
         assert_eq!(status, 200, "{path}: {body}");
         for secret in [PLAIN_SECRET, ENV_SECRET, STORED_SECRET, READ_TOKEN, TOKEN] {

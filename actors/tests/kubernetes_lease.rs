@@ -20,7 +20,8 @@ use sundial::name::ResourceName;
 use sundial::time::{from_micros, ManualClock};
 use sundial_actors::kubernetes::{KubernetesApi, KubernetesLeaderElection, DEFAULT_LEASE_NAME};
 use sundial_test_support::contenders::{contend, Race};
-use sundial_test_support::fake_kubernetes::{start as fake_api, Trouble, TOKEN};
+use sundial_test_support::fake_kubernetes::{self, start as fake_api, Trouble, TOKEN};
+use sundial_test_support::tls::TestCa;
 
 const TTL: Duration = Duration::from_secs(15);
 
@@ -51,9 +52,10 @@ async fn one_holder_not_reentrant_release_frees_at_once() {
     assert_eq!((lease.holder(), lease.term()), ("pod-a", 1));
     assert_eq!(lease.fence(), None, "a Kubernetes lease is outside the job store");
     let stored = fake.leases.lock().get(&("jobs".to_owned(), DEFAULT_LEASE_NAME.to_owned())).cloned().unwrap();
-    assert_eq!(stored.spec.holder_identity.as_deref(), Some("pod-a"));
-    assert_eq!(stored.spec.lease_duration_seconds, Some(15));
-    assert_eq!(stored.spec.renew_time.as_deref(), Some("2027-01-15T08:00:00.000000Z"));
+    let stored = serde_json::to_value(stored).unwrap();
+    assert_eq!(stored["spec"]["holderIdentity"], "pod-a");
+    assert_eq!(stored["spec"]["leaseDurationSeconds"], 15);
+    assert_eq!(stored["spec"]["renewTime"], "2027-01-15T08:00:00.000000Z");
     assert_eq!(code(b.try_acquire(&resource(), TTL).await.unwrap_err()), "SCHEDULING_CONFLICT_002");
     assert_eq!(code(a.try_acquire(&resource(), TTL).await.unwrap_err()), "SCHEDULING_CONFLICT_002", "not re-entrant");
     lease.release().await.unwrap();
@@ -243,4 +245,38 @@ async fn a_dropped_lease_releases_itself_and_names_map_to_kubernetes_names() {
     }
     let b = election(&base, &clock, "pod-b");
     assert_eq!(b.try_acquire(&r, TTL).await.unwrap().term(), 2, "released by the drop, taken at once");
+}
+
+/// As in a pod: the API server over HTTPS with the cluster's CA, the token in a file
+/// (`kube` re-reads it as it rotates), the namespace from the configuration.
+#[tokio::test]
+async fn a_pods_configuration_reaches_the_api_over_https_with_its_ca_and_token_file() {
+    let dir = sundial_test_support::dir::TempDir::new("kubernetes-tls");
+    let cluster = TestCa::new(dir.path(), "cluster");
+    let (fake, base) = fake_kubernetes::start_tls(&cluster.issue("apiserver")).await;
+    let token = dir.path().join("token");
+    std::fs::write(&token, TOKEN).unwrap();
+    let in_pod = |ca: std::path::PathBuf| {
+        let mut config = kube::Config::new(base.parse().unwrap());
+        config.default_namespace = "jobs".to_owned();
+        config.root_cert_file = Some(ca);
+        config.root_cert = Some(Vec::new());
+        config.auth_info.token_file = Some(token.to_str().unwrap().to_owned());
+        config
+    };
+    let clock = setup_clock();
+    let api = KubernetesApi::from_config(in_pod(cluster.cert())).unwrap();
+    let a = KubernetesLeaderElection::new(api, Arc::new(clock.clone()), "pod-a");
+    let mut lease = a.try_acquire(&resource(), TTL).await.unwrap();
+    lease.renew().await.unwrap();
+    assert_eq!(fake.holder("jobs", DEFAULT_LEASE_NAME).as_deref(), Some("pod-a"));
+    // A server whose certificate another authority signed is not the cluster's.
+    let stranger = TestCa::new(dir.path(), "stranger");
+    let api = KubernetesApi::from_config(in_pod(stranger.cert())).unwrap();
+    let b = KubernetesLeaderElection::new(api, Arc::new(clock.clone()), "pod-b");
+    let error = b.try_acquire(&resource(), TTL).await.unwrap_err();
+    assert!(error.to_string().contains("UnknownIssuer"), "{error}");
+    assert_eq!(code(error), "SCHEDULING_UNAVAILABLE_002");
+    lease.release().await.unwrap();
+    assert_eq!(fake.holder("jobs", DEFAULT_LEASE_NAME), None);
 }

@@ -1,7 +1,8 @@
 //! A fake Kubernetes API server for tests: Lease objects kept the way the API server keeps
 //! them (a create of an existing name and a replacement based on an older
 //! `resourceVersion` are refused with 409, every write bumps the version, a request without
-//! the bearer token is 401), served over real HTTP by axum.
+//! the bearer token is 401, errors answered with a `Status` object), served over real
+//! HTTP by axum.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -9,6 +10,7 @@ use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use parking_lot::Mutex;
@@ -86,6 +88,38 @@ impl Fake {
 /// The fake, shared by its handlers and the test.
 pub type Shared = Arc<Fake>;
 
+/// A refusal as the API server words it: a `meta/v1` `Status` object.
+struct Refusal(StatusCode);
+
+impl From<StatusCode> for Refusal {
+    fn from(code: StatusCode) -> Self {
+        Self(code)
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let reason = match self.0 {
+            StatusCode::CONFLICT => "Conflict",
+            StatusCode::NOT_FOUND => "NotFound",
+            StatusCode::UNAUTHORIZED => "Unauthorized",
+            StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailable",
+            StatusCode::BAD_REQUEST => "BadRequest",
+            _ => "InternalError",
+        };
+        let status = serde_json::json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": format!("the fake API server refuses: {reason}"),
+            "reason": reason,
+            "code": self.0.as_u16(),
+        });
+        (self.0, Json(status)).into_response()
+    }
+}
+
 fn refused(headers: &HeaderMap, fake: &Fake) -> Option<StatusCode> {
     if fake.down.load(Ordering::SeqCst) {
         return Some(StatusCode::SERVICE_UNAVAILABLE);
@@ -98,9 +132,9 @@ async fn read(
     State(fake): State<Shared>,
     headers: HeaderMap,
     Path((ns, name)): Path<(String, String)>,
-) -> Result<Json<Lease>, StatusCode> {
+) -> Result<Json<Lease>, Refusal> {
     if let Some(status) = refused(&headers, &fake) {
-        return Err(status);
+        return Err(status.into());
     }
     let hold = fake.hold_next_read.lock().take();
     if let Some((held, serve)) = hold {
@@ -110,11 +144,11 @@ async fn read(
     let drawn = fake.draw();
     fake.on_its_way(drawn.before).await;
     if drawn.refused {
-        return Err(StatusCode::SERVICE_UNAVAILABLE);
+        return Err(StatusCode::SERVICE_UNAVAILABLE.into());
     }
     let lease = fake.leases.lock().get(&(ns, name)).cloned();
     fake.on_its_way(drawn.after).await;
-    lease.map(Json).ok_or(StatusCode::NOT_FOUND)
+    lease.map(Json).ok_or(StatusCode::NOT_FOUND.into())
 }
 
 fn stored(fake: &Fake, ns: &str, mut lease: Lease) -> Lease {
@@ -147,12 +181,12 @@ async fn create(
     headers: HeaderMap,
     Path(ns): Path<String>,
     Json(lease): Json<Lease>,
-) -> Result<(StatusCode, Json<Lease>), StatusCode> {
+) -> Result<(StatusCode, Json<Lease>), Refusal> {
     if let Some(status) = refused(&headers, &fake) {
-        return Err(status);
+        return Err(status.into());
     }
     let created = write(&fake, |leases| {
-        let key = (ns.clone(), lease.metadata.name.clone());
+        let key = (ns.clone(), lease.metadata.name.clone().unwrap_or_default());
         if leases.contains_key(&key) {
             return Err(StatusCode::CONFLICT);
         }
@@ -160,7 +194,8 @@ async fn create(
         leases.insert(key, lease.clone());
         Ok(lease)
     })
-    .await?;
+    .await
+    .map_err(Refusal)?;
     Ok((StatusCode::CREATED, Json(created)))
 }
 
@@ -169,11 +204,14 @@ async fn replace(
     headers: HeaderMap,
     Path((ns, name)): Path<(String, String)>,
     Json(lease): Json<Lease>,
-) -> Result<Json<Lease>, StatusCode> {
+) -> Result<Json<Lease>, Refusal> {
     if let Some(status) = refused(&headers, &fake) {
-        return Err(status);
+        return Err(status.into());
     }
     let replaced = write(&fake, |leases| {
+        if lease.metadata.name.as_ref() != Some(&name) {
+            return Err(StatusCode::BAD_REQUEST);
+        }
         let key = (ns.clone(), name);
         let current = leases.get(&key).ok_or(StatusCode::NOT_FOUND)?;
         if current.metadata.resource_version != lease.metadata.resource_version {
@@ -183,19 +221,42 @@ async fn replace(
         leases.insert(key, lease.clone());
         Ok(lease)
     })
-    .await?;
+    .await
+    .map_err(Refusal)?;
     Ok(Json(replaced))
 }
 
-/// A fake API server; its base URL.
-pub async fn start() -> (Shared, String) {
-    let fake = Shared::default();
-    let app = Router::new()
+fn app(fake: Shared) -> Router {
+    Router::new()
         .route("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases", post(create))
         .route("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}", get(read).put(replace))
-        .with_state(fake.clone());
+        .with_state(fake)
+}
+
+/// A fake API server over HTTP; its base URL.
+pub async fn start() -> (Shared, String) {
+    let fake = Shared::default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
+    let app = app(fake.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (fake, base)
+}
+
+/// A fake API server over HTTPS with the certificate `cert` (for `127.0.0.1`), as a
+/// cluster's API server is reached from a pod; its base URL.
+///
+/// # Panics
+/// When the certificate or key does not load.
+pub async fn start_tls(cert: &crate::tls::ServerCert) -> (Shared, String) {
+    use sundial_actors::admin::tls::{CurrentCertificate, TlsFiles, TlsListener};
+    let fake = Shared::default();
+    let files = TlsFiles { cert: cert.cert.clone(), key: cert.key.clone() };
+    let current = CurrentCertificate::new(files.load().unwrap());
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("https://{}", tcp.local_addr().unwrap());
+    let listener = TlsListener::new(tcp, current).unwrap();
+    let app = app(fake.clone());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     (fake, base)
 }
@@ -203,6 +264,6 @@ pub async fn start() -> (Shared, String) {
 impl Fake {
     /// The holder of Lease `name` in namespace `ns`, if any.
     pub fn holder(&self, ns: &str, name: &str) -> Option<String> {
-        self.leases.lock().get(&(ns.to_owned(), name.to_owned())).and_then(|l| l.spec.holder_identity.clone())
+        self.leases.lock().get(&(ns.to_owned(), name.to_owned())).and_then(|l| l.spec.as_ref()?.holder_identity.clone())
     }
 }

@@ -81,7 +81,7 @@ pub(super) fn leader(section: LeaderSection) -> Result<LeaderConfig, ConfigError
         (None, None) => None,
         (Some(url), Some(namespace)) => {
             // Checked as the election will use them.
-            crate::kubernetes::KubernetesApi::new(&url, &namespace, None)
+            crate::kubernetes::KubernetesApi::check(&url, &namespace)
                 .map_err(|e| ConfigError::at("leader.api_url", e.to_string()))?;
             Some((url, namespace))
         }

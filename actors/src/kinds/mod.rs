@@ -39,17 +39,22 @@ pub fn check(def: &JobDefinition) -> Result<(), String> {
     for trigger in &def.triggers {
         crate::secrets::check(job_type, &trigger.data).map_err(|e| format!("trigger '{}' data.{e}", trigger.name))?;
     }
-    let check_one: fn(&JsonObject) -> Result<(), String> = match def.job_type.as_str() {
-        shell::KIND => |d| params::<shell::ShellParams>(d).map(drop),
-        http::KIND => |d| params::<http::HttpParams>(d).and_then(|p| p.check()),
-        log::KIND => |d| params::<log::LogParams>(d).map(drop),
+    // The data with references read as runs start ($env, $file) skipped by content checks.
+    let check_one: fn(&JsonObject, &[&str]) -> Result<(), String> = match def.job_type.as_str() {
+        shell::KIND => |d, _| params::<shell::ShellParams>(d).map(drop),
+        http::KIND => |d, late| params::<http::HttpParams>(d).and_then(|p| p.check(late)),
+        log::KIND => |d, _| params::<log::LogParams>(d).map(drop),
         _ => return Ok(()),
     };
-    // References are checked by their stand-ins: their values are read as runs start.
-    check_one(&crate::secrets::stand_ins(&def.data)).map_err(|e| format!("data: {e}"))?;
+    // References are checked by their stand-ins; a message never quotes a secret value.
+    let check_data = |data: &JsonObject| {
+        check_one(&crate::secrets::stand_ins(data), &crate::secrets::read_at_start(data))
+            .map_err(|e| crate::secrets::scrub_quoted(job_type, data, &e))
+    };
+    check_data(&def.data).map_err(|e| format!("data: {e}"))?;
     for trigger in &def.triggers {
         let merged = sundial::job::merge_data([&def.data, &trigger.data]);
-        check_one(&crate::secrets::stand_ins(&merged)).map_err(|e| format!("trigger '{}' data: {e}", trigger.name))?;
+        check_data(&merged).map_err(|e| format!("trigger '{}' data: {e}", trigger.name))?;
     }
     Ok(())
 }
@@ -122,5 +127,36 @@ mod tests {
         assert!(error.starts_with("data.key: $env takes"), "{error}");
         let error = checked("http", serde_json::json!({"url": url, "headers": {"a": "[redacted]"}})).unwrap_err();
         assert!(error.starts_with("data.headers.a: holds '[redacted]'"), "{error}");
+    }
+
+    #[test]
+    fn a_refused_value_in_a_secret_place_is_not_quoted() {
+        let url = "http://127.0.0.1:1/";
+        let refused = [
+            ("shell", serde_json::json!({"program": "ls", "env": {"TOKEN": 4711}}), "4711"),
+            ("shell", serde_json::json!({"program": "ls", "env": "TOKEN=hunter2"}), "hunter2"),
+            ("shell", serde_json::json!({"program": "ls", "env": {"A": ["s3cr3t"]}}), "s3cr3t"),
+            ("shell", serde_json::json!({"program": {"$secret": 42}}), "42"),
+            ("http", serde_json::json!({"url": url, "headers": {"Authorization": true}}), "true"),
+            ("http", serde_json::json!({"url": url, "headers": {"X": "bad\nvalue-s3cr3t"}}), "s3cr3t"),
+            ("http", serde_json::json!({"url": {"$secret": "ftp://user:s3cr3t@host/"}}), "s3cr3t"),
+            ("http", serde_json::json!({"url": url, "method": {"$secret": "BAD METHOD"}}), "BAD METHOD"),
+        ];
+        for (kind, data, secret) in refused {
+            let error = checked(kind, data.clone()).unwrap_err();
+            assert!(!error.contains(secret), "{data}: {error}");
+            assert!(error.starts_with("data: "), "{data}: {error}");
+        }
+        // Values outside secret places are still quoted, to say what is wrong.
+        let error = checked("http", serde_json::json!({"url": "ftp://host/"})).unwrap_err();
+        assert!(error.contains("'ftp://host/'"), "{error}");
+    }
+
+    #[test]
+    fn values_read_as_runs_start_are_checked_by_type_only() {
+        let from_env = serde_json::json!({"url": {"$env": "URL"}, "method": {"$file": "/run/method"}});
+        assert_eq!(checked("http", from_env), Ok(()));
+        let error = checked("http", serde_json::json!({"url": {"$env": "URL"}, "timeout": "soon"})).unwrap_err();
+        assert!(error.starts_with("data: timeout:"), "{error}");
     }
 }
