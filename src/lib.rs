@@ -74,7 +74,9 @@
 // over the store, and the engine's pure decisions. The node's actors (crate
 // `sundial-actors`) are the shells on top.
 mod model;
-pub use model::{audit, calendar, cron, entropy, error, job, lapse, name, options, rules, schedule, time, timezone};
+pub use model::{
+    audit, calendar, cron, describe, entropy, error, job, lapse, name, options, rules, schedule, time, timezone,
+};
 
 pub mod kv;
 

@@ -356,6 +356,33 @@ impl<K: Kv> JobScheduler<K> {
         self.shared.store.runs(query).await.map_err(SchedulingError::from)
     }
 
+    /// The run `id`, running or finished, while history keeps it.
+    ///
+    /// # Errors
+    /// `SCHEDULING_UNAVAILABLE_003` when the store fails.
+    pub async fn run(&self, id: Uuid) -> Result<Option<JobRunInfo>, SchedulingError> {
+        self.shared.store.run_by_id(id).await.map_err(SchedulingError::from)
+    }
+
+    /// The cluster as the store records it: nodes, their running runs, and the holder of
+    /// the leader lease when the store keeps it.
+    ///
+    /// # Errors
+    /// `SCHEDULING_UNAVAILABLE_003` when the store fails.
+    pub async fn cluster(&self) -> Result<sundial::store::ClusterState, SchedulingError> {
+        self.shared.store.cluster(self.shared.options.lease_resource.as_str()).await.map_err(SchedulingError::from)
+    }
+
+    /// Now, on this node's clock.
+    pub fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.shared.clock.now()
+    }
+
+    /// The most runs this node runs at once (`max_concurrent_runs`).
+    pub fn run_slots(&self) -> u32 {
+        self.shared.options.max_concurrent_runs
+    }
+
     /// Records in the store's audit log that `actor` asked for `action` on `target`, and
     /// the `error` (code, message) it met if it failed; the entry's time and id come from
     /// this node's clock and entropy.

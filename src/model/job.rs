@@ -573,7 +573,7 @@ pub fn merge_data<'a>(layers: impl IntoIterator<Item = &'a JsonObject>) -> JsonO
 }
 
 /// Where a stored job definition came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum JobOrigin {
     /// Registered in code and written at start.
     Code,

@@ -5,6 +5,7 @@
 pub mod audit;
 pub mod calendar;
 pub mod cron;
+pub mod describe;
 pub mod entropy;
 pub mod error;
 pub mod job;

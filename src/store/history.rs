@@ -62,6 +62,21 @@ impl<K: Kv> KvJobStore<K> {
         records.iter().map(run_info).collect()
     }
 
+    /// The run `id`, running or finished, while history keeps it.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn run_by_id(&self, id: Uuid) -> Result<Option<JobRunInfo>, StoreError> {
+        let record = run(&self.kv, self.options.retry, |txn, _| async move {
+            match txn.get(&self.keys.run(id), true).await? {
+                Some(bytes) => Ok::<_, StoreError>(Some(codec::decode::<RunRecord>(&bytes, "run record")?)),
+                None => Ok(None),
+            }
+        })
+        .await?;
+        record.as_ref().map(run_info).transpose()
+    }
+
     /// How many runs match `query`'s filters (paging ignored).
     ///
     /// # Errors

@@ -314,6 +314,12 @@ impl Keyspace {
         self.range_of(&(RUNNING,))
     }
 
+    /// The node of a `(8, node, run_id)` key.
+    pub fn running_node_of(&self, key: &[u8]) -> Result<String, StoreError> {
+        let (_, node, _): (i64, String, Uuid) = self.unpack(key)?;
+        Ok(node)
+    }
+
     /// The run id of a `(8, node, run_id)`, `(11, node, run_id)` or `(14, job, run_id)` key.
     pub fn node_run_of(&self, key: &[u8]) -> Result<Uuid, StoreError> {
         let (_, _, run): (i64, String, Uuid) = self.unpack(key)?;

@@ -50,7 +50,7 @@ pub use complete::{Completion, CompletionResult, RunOutcome};
 pub use due::{steal_read_due, steal_read_trusts, DueFilter, DueHeads, DueOutlook, StealRota};
 pub use fence::Fence;
 pub use history::{RETENTION_BATCH, SCAN_BUDGET};
-pub use nodes::{Heartbeat, ReapResult};
+pub use nodes::{ClusterState, Heartbeat, LeaderState, ReapResult};
 pub(crate) use prefetch::Prefetched;
 pub use status::{JobStatus, LocalJob, LocalJobs, SyncOutcome, TriggerStatus};
 

@@ -7,14 +7,14 @@
 //! only if the sequence is still that one: a heartbeat racing the declaration conflicts
 //! on the node record, and exactly one of them wins.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use parking_lot::Mutex;
 use uuid::Uuid;
 
 use super::jobs::one_shot_record;
-use super::records::{NodeRecord, RunRecord, TriggerKind};
+use super::records::{LeaseRecord, NodeRecord, RunRecord, TriggerKind};
 use super::Fence;
 use super::{codec, parse_data, KvJobStore, Prefetched, StoreError, BATCH_DATA_BUDGET};
 use crate::error::SchedulingError;
@@ -36,6 +36,26 @@ pub struct Heartbeat {
     /// reads them, read in the heartbeat's transaction: a poll cycle needs both, and one
     /// transaction is one round trip to the store.
     pub cancel_requests: Vec<Uuid>,
+}
+
+/// The cluster as [`KvJobStore::cluster`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterState {
+    /// Every registered node.
+    pub nodes: Vec<NodeRecord>,
+    /// Runs running now, by node.
+    pub running: BTreeMap<String, usize>,
+    /// The holder of the leader lease, when the store keeps it and it is not released.
+    pub leader: Option<LeaderState>,
+}
+
+/// Who holds a store-kept lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderState {
+    /// The holder's node id.
+    pub node: String,
+    /// Its term (the fencing token).
+    pub term: u64,
 }
 
 /// What one reaping step did. After an ambiguous commit the step may have been done by
@@ -187,6 +207,38 @@ impl<K: Kv> KvJobStore<K> {
             let (begin, end) = self.keys.nodes();
             let range = txn.get_range(&RangeRequest::new(begin, end), true).await?;
             range.pairs.iter().map(|(_, v)| codec::decode(v, "node record")).collect::<Result<Vec<_>, _>>()
+        })
+        .await
+    }
+
+    /// The cluster as the store records it, for people looking at it (snapshot reads):
+    /// every node record, how many runs each has running, and who holds the lease on
+    /// `lease_resource` if the store keeps it (a store-backed leader election).
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn cluster(&self, lease_resource: &str) -> Result<ClusterState, StoreError> {
+        run(&self.kv, self.options.retry, |txn, _| async move {
+            let (begin, end) = self.keys.nodes();
+            let records = txn.get_range(&RangeRequest::new(begin, end), true).await?;
+            let nodes =
+                records.pairs.iter().map(|(_, v)| codec::decode(v, "node record")).collect::<Result<Vec<_>, _>>()?;
+            let (begin, end) = self.keys.running_everywhere();
+            let running_keys = txn.get_range(&RangeRequest::new(begin, end), true).await?;
+            let mut running = BTreeMap::new();
+            for (key, _) in &running_keys.pairs {
+                *running.entry(self.keys.running_node_of(key)?).or_insert(0) += 1;
+            }
+            let leader = match txn.get(&self.keys.lease(lease_resource), true).await? {
+                Some(bytes) => {
+                    let lease: LeaseRecord = codec::decode(&bytes, "lease record")?;
+                    // The holder is `node-id:token`.
+                    let node = lease.holder.rsplit_once(':').map_or(lease.holder.as_str(), |(node, _)| node);
+                    (!lease.released).then(|| LeaderState { node: node.to_owned(), term: lease.term })
+                }
+                None => None,
+            };
+            Ok::<_, StoreError>(ClusterState { nodes, running, leader })
         })
         .await
     }

@@ -1,6 +1,7 @@
 //! Test support shared by the workspace's test targets (never a dependency of a
 //! production build).
 
+pub mod browser;
 pub mod conformance;
 pub mod contenders;
 pub mod dir;

@@ -16,6 +16,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use super::timeline::Ended;
 use crate::events::{CloudEvent, EventPublisher, PublishError, Topic};
 use crate::stats::EngineCounters;
 
@@ -77,6 +78,8 @@ pub struct Metrics {
     sink_retries: Family<SinkName, Counter>,
     sink_pending: Family<SinkName, Gauge>,
     sinks: parking_lot::Mutex<Vec<(String, Arc<crate::sinks::SinkStats>)>>,
+    /// The last hour, minute by minute, for the dashboard.
+    timeline: parking_lot::Mutex<super::timeline::Timeline>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -243,6 +246,7 @@ impl Metrics {
             sink_retries,
             sink_pending,
             sinks: parking_lot::Mutex::new(Vec::new()),
+            timeline: parking_lot::Mutex::new(super::timeline::Timeline::default()),
         }
     }
 
@@ -261,23 +265,36 @@ impl Metrics {
             self.started.get_or_create(&JobLabels { job: data.job.clone() }).inc();
             if let Some(late) = seconds(data.scheduled_at, data.started_at) {
                 self.lateness.observe(late);
+                if let Some(started) = data.started_at {
+                    self.timeline
+                        .lock()
+                        .started(started, std::time::Duration::try_from_secs_f64(late).unwrap_or_default());
+                }
             }
             return;
         }
         let outcome = [
-            (Topic::RunSucceeded, "succeeded"),
-            (Topic::RunFailed, "failed"),
-            (Topic::RunCanceled, "canceled"),
-            (Topic::RunLost, "lost"),
+            (Topic::RunSucceeded, "succeeded", Ended::Succeeded),
+            (Topic::RunFailed, "failed", Ended::Failed),
+            (Topic::RunCanceled, "canceled", Ended::Canceled),
+            (Topic::RunLost, "lost", Ended::Lost),
         ]
         .into_iter()
-        .find(|(topic, _)| topic.as_str() == event.event_type);
-        if let Some((_, outcome)) = outcome {
+        .find(|(topic, _, _)| topic.as_str() == event.event_type);
+        if let Some((_, outcome, how)) = outcome {
+            if let Some(finished) = data.finished_at {
+                self.timeline.lock().ended(finished, how);
+            }
             self.ended.get_or_create(&RunLabels { job: data.job.clone(), outcome: outcome.to_owned() }).inc();
             if let Some(took) = seconds(data.started_at, data.finished_at) {
                 self.duration.observe(took);
             }
         }
+    }
+
+    /// The last hour of this node's runs, minute by minute.
+    pub fn timeline(&self) -> Vec<super::timeline::MinuteView> {
+        self.timeline.lock().view()
     }
 
     /// Records what a store probe found: whether the store answered, and its counters.

@@ -8,9 +8,12 @@
 //! requests get `ADMIN_REQUEST_001` (400) and never reach the scheduler.
 
 pub mod access;
+pub mod dashboard;
 pub mod error;
 pub mod metrics;
+pub mod overview;
 mod queries;
+pub mod timeline;
 pub mod tls;
 pub mod views;
 
@@ -28,15 +31,17 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sundial::audit::{AuditAction, AuditEntry};
 use sundial::error::SchedulingError;
-use sundial::job::JsonObject;
+use sundial::job::{JobRunQuery, JsonObject, RunState};
 use sundial::kv::Kv;
 use sundial::name::{JobName, TriggerKey, TriggerName};
+use sundial::store::JobStatus;
 use uuid::Uuid;
 
 use self::access::{AccessPolicy, Caller, Denial};
 use self::error::{ApiError, ErrorBody};
 use self::metrics::{Metrics, StoreProbe};
-use self::queries::{audit_query, run_query};
+use self::overview::{cluster_view, jobs_at_a_glance, ClusterView, Overview, StoreView, ThisNode};
+use self::queries::{audit_query, job_query, run_query};
 use self::views::{ItemResult, JobView, OutcomeView, RunView};
 use crate::context::Lifecycle;
 use crate::scheduler::{JobScheduler, JobTriggerRequest};
@@ -153,6 +158,8 @@ const STORE_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 /// The API's routes.
 pub fn router<K: Kv>(state: AdminState<K>) -> Router {
     let api = Router::new()
+        .route("/", get(dashboard::index))
+        .route("/assets/{file}", get(dashboard::asset))
         .route("/health", get(health::<K>))
         .route("/metrics", get(metrics_text::<K>))
         .route("/api/openapi.json", get(openapi))
@@ -169,6 +176,9 @@ pub fn router<K: Kv>(state: AdminState<K>) -> Router {
         .route("/api/jobs/{name}/triggers/{trigger}/resume", post(resume_trigger::<K>))
         .route("/api/runs", get(list_runs::<K>))
         .route("/api/runs/count", get(count_runs::<K>))
+        .route("/api/runs/{id}", get(show_run::<K>))
+        .route("/api/overview", get(overview::<K>))
+        .route("/api/cluster", get(cluster::<K>))
         .route("/api/runs/cancel", post(cancel_runs::<K>))
         .route("/api/runs/{id}/cancel", post(cancel_run::<K>))
         .route("/api/audit", get(list_audit::<K>))
@@ -206,6 +216,11 @@ async fn authorize<K: Kv>(state: State<AdminState<K>>, request: Request, next: N
 /// Applies the access policy; an allowed request carries its [`access::Caller`].
 async fn check_token<K: Kv>(State(state): State<AdminState<K>>, mut request: Request, next: Next) -> Response {
     let changes = !matches!(*request.method(), Method::GET | Method::HEAD);
+    // The dashboard's page and assets hold no data: served to anyone, the page asks for
+    // a token when the API does.
+    if !changes && dashboard::is_dashboard(request.uri().path()) {
+        return next.run(request).await;
+    }
     // A header that is not text is still a credential, and a wrong one.
     let authorization = request.headers().get(header::AUTHORIZATION).map(|v| v.to_str().unwrap_or(""));
     match state.access.check(request.uri().path(), changes, authorization) {
@@ -338,6 +353,9 @@ pub struct NodeInfo {
     pub version: String,
     /// Registered job types.
     pub job_types: Vec<String>,
+    /// The most runs it runs at once (`max_concurrent_runs`).
+    #[serde(default)]
+    pub run_slots: u32,
 }
 
 async fn node_info<K: Kv>(State(state): State<AdminState<K>>) -> Json<NodeInfo> {
@@ -351,6 +369,7 @@ async fn node_info<K: Kv>(State(state): State<AdminState<K>>) -> Json<NodeInfo> 
         store: state.store_kind.to_owned(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
         job_types: s.registry().type_keys().map(str::to_owned).collect(),
+        run_slots: s.run_slots(),
     })
 }
 
@@ -358,10 +377,23 @@ async fn job_types<K: Kv>(State(state): State<AdminState<K>>) -> Json<Vec<String
     Json(state.scheduler.registry().type_keys().map(str::to_owned).collect())
 }
 
-async fn list_jobs<K: Kv>(State(state): State<AdminState<K>>) -> ApiResult<Vec<JobView>> {
+/// `GET /api/jobs`: every job, or those matching `q`, `state`, `type`, `origin`, by name;
+/// with `limit` (and `skip`) a page of them, `X-Total-Count` saying how many match.
+async fn list_jobs<K: Kv>(
+    State(state): State<AdminState<K>>,
+    params: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let query = job_query(params)?;
     let statuses = state.scheduler.statuses().await?;
-    Ok(Json(statuses.into_iter().map(JobView::from).collect()))
+    let matching: Vec<JobStatus> = statuses.into_iter().filter(|s| query.matches(s)).collect();
+    let total = matching.len();
+    let page: Vec<JobView> =
+        matching.into_iter().skip(query.skip).take(query.limit.unwrap_or(usize::MAX)).map(JobView::from).collect();
+    Ok(([(TOTAL_COUNT, total.to_string())], Json(page)).into_response())
 }
+
+/// The header saying how many items match a paged list.
+const TOTAL_COUNT: &str = "x-total-count";
 
 async fn show_job<K: Kv>(
     State(state): State<AdminState<K>>,
@@ -661,6 +693,75 @@ async fn list_runs<K: Kv>(
     Ok(Json(runs.into_iter().map(RunView::from).collect()))
 }
 
+/// `GET /api/runs/{id}`.
+async fn show_run<K: Kv>(
+    State(state): State<AdminState<K>>,
+    path: Result<Path<String>, PathRejection>,
+) -> ApiResult<RunView> {
+    let Path(id) = path.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let id = Uuid::parse_str(&id).map_err(|_| ApiError::bad_request(format!("'{id}' is not a run id")))?;
+    match state.scheduler.run(id).await? {
+        Some(run) => Ok(Json(RunView::from(run))),
+        None => Err(SchedulingError::RunNotFound { run_id: id.to_string() }.into()),
+    }
+}
+
+/// `GET /api/cluster`.
+async fn cluster<K: Kv>(State(state): State<AdminState<K>>) -> ApiResult<ClusterView> {
+    let s = &state.scheduler;
+    let cluster = s.cluster().await?;
+    Ok(Json(cluster_view(cluster, s.now(), this_node(s))))
+}
+
+/// The answering node as it knows itself.
+fn this_node<K: Kv>(s: &JobScheduler<K>) -> ThisNode<'_> {
+    ThisNode {
+        id: s.node_id(),
+        leads: s.is_leader(),
+        lifecycle: lifecycle_name(s.lifecycle()),
+        running: s.counters().running,
+    }
+}
+
+/// `GET /api/overview`.
+async fn overview<K: Kv>(State(state): State<AdminState<K>>) -> ApiResult<Overview> {
+    let s = &state.scheduler;
+    let now = s.now();
+    let statuses = s.statuses().await?;
+    let jobs = jobs_at_a_glance(&statuses, now);
+    drop(statuses);
+    let mut runs_last_hour = std::collections::BTreeMap::new();
+    for run_state in [RunState::Running, RunState::Succeeded, RunState::Failed, RunState::Canceled, RunState::Lost] {
+        let query = JobRunQuery {
+            states: [run_state].into(),
+            from: Some(now - chrono::TimeDelta::hours(1)),
+            ..JobRunQuery::default()
+        };
+        runs_last_hour.insert(format!("{run_state:?}").to_lowercase(), s.count_runs(&query).await?);
+    }
+    let failures =
+        JobRunQuery { states: [RunState::Failed, RunState::Lost].into(), limit: 5, ..JobRunQuery::default() };
+    let recent_failures = s.runs(&failures).await?.into_iter().map(RunView::from).collect();
+    let cluster = cluster_view(s.cluster().await?, now, this_node(s));
+    let probe = state.probe_store().await;
+    let store = StoreView {
+        kind: state.store_kind.to_owned(),
+        reachable: probe.as_ref().map(Result::is_ok),
+        error: probe.and_then(Result::err),
+    };
+    let Json(node) = node_info(State(state.clone())).await;
+    Ok(Json(Overview {
+        now,
+        node,
+        jobs,
+        runs_last_hour,
+        recent_failures,
+        cluster,
+        store,
+        timeline: state.metrics.timeline(),
+    }))
+}
+
 #[derive(Serialize, Deserialize)]
 struct Count {
     count: u64,
@@ -763,6 +864,9 @@ mod tests {
             "/api/jobs/{name}/triggers/{trigger}/resume",
             "/api/runs",
             "/api/runs/count",
+            "/api/runs/{id}",
+            "/api/overview",
+            "/api/cluster",
             "/api/runs/cancel",
             "/api/runs/{id}/cancel",
             "/api/audit",

@@ -1,5 +1,5 @@
-//! The query parameters of `GET /api/runs`, `/api/runs/count` and `/api/audit`: each
-//! filter read and checked, every mistake a 400 naming the parameter.
+//! The query parameters of `GET /api/jobs`, `/api/runs`, `/api/runs/count` and
+//! `/api/audit`: each filter read and checked, every mistake a 400 naming the parameter.
 
 use std::collections::BTreeSet;
 
@@ -7,10 +7,12 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::Query;
 use chrono::{DateTime, Utc};
 use sundial::audit::{AuditAction, AuditQuery};
-use sundial::job::{JobRunQuery, RunState};
+use sundial::job::{JobOrigin, JobRunQuery, RunState};
 use sundial::name::{JobName, TriggerName};
+use sundial::store::JobStatus;
 
 use super::error::ApiError;
+use super::views::JobState;
 
 /// Query parameters as axum gives them.
 type Params = Result<Query<Vec<(String, String)>>, QueryRejection>;
@@ -91,6 +93,82 @@ fn run_state(text: &str) -> Result<RunState, ApiError> {
     })
 }
 
+/// The filters and page of `GET /api/jobs`.
+#[derive(Debug, Default)]
+pub(super) struct JobListQuery {
+    /// Text in the job's name, type or description, any case.
+    pub(super) text: Option<String>,
+    /// Only jobs in these states (empty = any).
+    pub(super) states: BTreeSet<JobState>,
+    /// Only jobs of these types (empty = any).
+    pub(super) types: BTreeSet<String>,
+    /// Only jobs of these origins (empty = any).
+    pub(super) origins: BTreeSet<JobOrigin>,
+    /// Matching jobs to skip.
+    pub(super) skip: usize,
+    /// Most jobs to return (1–1000); all when not given.
+    pub(super) limit: Option<usize>,
+}
+
+impl JobListQuery {
+    /// Whether `status` passes the filters.
+    pub(super) fn matches(&self, status: &JobStatus) -> bool {
+        let def = &status.definition;
+        let text = self.text.as_deref().is_none_or(|text| {
+            let text = text.to_lowercase();
+            def.name.as_str().to_lowercase().contains(&text)
+                || def.job_type.as_str().to_lowercase().contains(&text)
+                || def.description.as_deref().is_some_and(|d| d.to_lowercase().contains(&text))
+        });
+        text && (self.states.is_empty() || self.states.contains(&JobState::of(status)))
+            && (self.types.is_empty() || self.types.contains(def.job_type.as_str()))
+            && (self.origins.is_empty() || self.origins.contains(&status.origin))
+    }
+}
+
+/// Values of a filter that may repeat and list several, comma separated.
+fn each(value: &str) -> impl Iterator<Item = &str> {
+    value.split(',').map(str::trim).filter(|p| !p.is_empty())
+}
+
+pub(super) fn job_query(params: Params) -> Result<JobListQuery, ApiError> {
+    let mut query = JobListQuery::default();
+    for (key, value) in pairs(params, &["state", "type", "origin"])? {
+        match key.as_str() {
+            "q" => query.text = Some(value.trim().to_owned()).filter(|t| !t.is_empty()),
+            "state" => {
+                for part in each(&value) {
+                    let state = JobState::ALL.into_iter().find(|s| s.as_str().eq_ignore_ascii_case(part));
+                    query.states.insert(state.ok_or_else(|| {
+                        let names: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
+                        ApiError::bad_request(format!("state: '{part}' is not one of {}", names.join(", ")))
+                    })?);
+                }
+            }
+            "type" => query.types.extend(each(&value).map(str::to_owned)),
+            "origin" => {
+                for part in each(&value) {
+                    const ORIGINS: [JobOrigin; 3] = [JobOrigin::Code, JobOrigin::Overridden, JobOrigin::Runtime];
+                    let origin = ORIGINS.into_iter().find(|o| format!("{o:?}").eq_ignore_ascii_case(part));
+                    query.origins.insert(origin.ok_or_else(|| {
+                        ApiError::bad_request(format!("origin: '{part}' is not one of code, overridden, runtime"))
+                    })?);
+                }
+            }
+            "skip" => query.skip = number(&key, &value, "a whole number")?,
+            "limit" => {
+                let limit: usize = number(&key, &value, "a whole number")?;
+                if !(1..=1000).contains(&limit) {
+                    return Err(ApiError::bad_request(format!("limit: {limit} is not between 1 and 1000")));
+                }
+                query.limit = Some(limit);
+            }
+            other => return Err(unknown(other, "q, state, type, origin, skip, limit")),
+        }
+    }
+    Ok(query)
+}
+
 /// The filters of `GET /api/audit`.
 pub(super) fn audit_query(params: Params) -> Result<AuditQuery, ApiError> {
     let mut query = AuditQuery::default();
@@ -156,6 +234,39 @@ mod tests {
         }
         let e = audit_query(params(&[("actor", "a"), ("actor", "b")])).unwrap_err();
         assert_eq!(e.body().message, "actor: given more than once; it takes one value");
+    }
+
+    #[test]
+    fn job_queries_parse_every_filter_and_refuse_bad_ones() {
+        let params =
+            |pairs: &[(&str, &str)]| Ok(Query(pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()));
+        let q = job_query(params(&[
+            ("q", " Night "),
+            ("state", "paused,Error"),
+            ("state", "idle"),
+            ("type", "shell,http"),
+            ("origin", "code"),
+            ("skip", "50"),
+            ("limit", "25"),
+        ]))
+        .unwrap();
+        assert_eq!(q.text.as_deref(), Some("Night"));
+        assert_eq!(q.states, BTreeSet::from([JobState::Paused, JobState::Error, JobState::Idle]));
+        assert_eq!(q.types.len(), 2);
+        assert_eq!(q.origins, BTreeSet::from([JobOrigin::Code]));
+        assert_eq!((q.skip, q.limit), (50, Some(25)));
+        assert_eq!(job_query(params(&[("q", "  ")])).unwrap().text, None);
+        for bad in [
+            ("state", "sleeping"),
+            ("origin", "elsewhere"),
+            ("limit", "0"),
+            ("limit", "1001"),
+            ("skip", "-1"),
+            ("sort", "name"),
+        ] {
+            let e = job_query(params(&[bad])).unwrap_err();
+            assert_eq!(e.body().code, error::BAD_REQUEST, "{bad:?}");
+        }
     }
 
     #[test]

@@ -2,10 +2,13 @@
 //! per-item results of batch operations. The job definition inside a job view is a
 //! [`JobSpec`], so it can be edited and applied again.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use sundial::describe::{describe, Described};
 use sundial::error::SchedulingError;
-use sundial::job::{JobOrigin, JobRunInfo, JsonObject, RunCause, RunState};
+use sundial::job::{JobOrigin, JobRunInfo, JsonObject, RunCause, RunState, TriggerState};
 use sundial::store::{JobStatus, RunOutcome, TriggerStatus};
 use uuid::Uuid;
 
@@ -13,11 +16,65 @@ use super::error::{body_of, ErrorBody};
 use crate::secrets::redact;
 use crate::spec::JobSpec;
 
+/// Where a job stands, at a glance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    /// Paused as a whole.
+    Paused,
+    /// A trigger is in `Error` (e.g. its job type is not registered).
+    Error,
+    /// A run of it is running.
+    Running,
+    /// A trigger will fire on its own.
+    Scheduled,
+    /// Nothing will fire on its own: manual triggers only, or every trigger complete.
+    Idle,
+}
+
+impl JobState {
+    /// Every state, in the order above.
+    pub const ALL: [JobState; 5] = [Self::Paused, Self::Error, Self::Running, Self::Scheduled, Self::Idle];
+
+    /// Its name in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Paused => "paused",
+            Self::Error => "error",
+            Self::Running => "running",
+            Self::Scheduled => "scheduled",
+            Self::Idle => "idle",
+        }
+    }
+
+    /// Where `status` stands: the first of paused, error, running, scheduled that holds,
+    /// else idle.
+    pub fn of(status: &JobStatus) -> Self {
+        if status.paused {
+            Self::Paused
+        } else if status.triggers.iter().any(|t| t.state == TriggerState::Error) {
+            Self::Error
+        } else if status.running > 0 {
+            Self::Running
+        } else if status.triggers.iter().any(|t| t.next_fire.is_some() && !t.paused) {
+            Self::Scheduled
+        } else {
+            Self::Idle
+        }
+    }
+}
+
 /// A job: its definition and where it stands.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobView {
     /// The definition as people write it.
     pub spec: JobSpec,
+    /// Where it stands.
+    pub state: JobState,
+    /// Its triggers' schedules in words, by trigger name (those of a shape put in words;
+    /// see [`sundial::describe`]).
+    #[serde(default)]
+    pub described: BTreeMap<String, Described>,
     /// `Code` (from the node's config), `Overridden` (code job changed at run time) or
     /// `Runtime`.
     pub origin: JobOrigin,
@@ -40,7 +97,15 @@ impl From<JobStatus> for JobView {
         for trigger in &mut spec.triggers {
             redact(job_type, &mut trigger.data);
         }
+        let described = status
+            .definition
+            .triggers
+            .iter()
+            .filter_map(|t| Some((t.name.to_string(), describe(&t.schedule)?)))
+            .collect();
         Self {
+            state: JobState::of(&status),
+            described,
             spec,
             origin: status.origin,
             paused: status.paused,

@@ -44,14 +44,17 @@ use uuid::Uuid;
 pub(crate) static NO_JOBS: BTreeSet<String> = BTreeSet::new();
 
 /// Calls `$m!` with the name of every scenario that takes a default store (the history
-/// cap scenario needs `max_runs: Some(3)` and is run on its own).
+/// cap scenario needs `max_runs: Some(3)` and is run on its own). The cluster view's
+/// scenario takes a leader lease through the store's own election, whose retries after an
+/// ambiguous commit are its own business: it is run without injected faults.
 #[macro_export]
 macro_rules! for_each_scenario {
     ($m:ident $(, $arg:expr)?) => {
         $crate::for_each_retry_safe_scenario!($m $(, $arg)?;
             the_due_outlook_splits_home_fires_from_the_others,
             fires_the_node_leaves_waiting_neither_wake_it_nor_hide_others,
-            known_shard_heads_spare_reads_and_are_read_again_when_they_may_not_hold
+            known_shard_heads_spare_reads_and_are_read_again_when_they_may_not_hold,
+            the_cluster_view_counts_each_nodes_runs_and_names_the_leader
         );
     };
 }

@@ -166,6 +166,49 @@ pub async fn records_of_stopped_nodes_are_deleted_once_reaped<K: Kv>(store: &KvJ
     assert!(fresh.seq > 0 && beat.seq > 0);
 }
 
+/// Checks: the cluster view lists every node with its runs running and the holder of
+/// the store-kept leader lease; a run is found by id while running and once ended.
+pub async fn the_cluster_view_counts_each_nodes_runs_and_names_the_leader<K: Kv>(store: &KvJobStore<K>) {
+    let mut busy = job("busy", &[]);
+    busy.allow_concurrent = true;
+    store.schedule(&[busy], t0()).await;
+    store.heartbeat("a", secs(0), None, false).await.unwrap();
+    store.heartbeat("b", secs(0), None, false).await.unwrap();
+    let (busy, data) = (name("busy"), JsonObject::default());
+    for (i, node) in ["a", "b", "a"].into_iter().enumerate() {
+        store.begin_manual_run(&busy, &data, node, Uuid::from_u128(0xb0 + i as u128), secs(1)).await.unwrap();
+    }
+    store.mark_draining("b").await.unwrap();
+    let cluster = store.cluster("scheduling.jobs").await.unwrap();
+    let nodes: Vec<(&str, bool, bool)> = cluster.nodes.iter().map(|n| (n.node.as_str(), n.alive, n.draining)).collect();
+    assert_eq!(nodes, [("a", true, false), ("b", true, true)]);
+    assert_eq!(cluster.running, BTreeMap::from([("a".to_owned(), 2), ("b".to_owned(), 1)]));
+    assert_eq!(cluster.leader, None, "no lease taken");
+    // A lease taken through the store's election names its node and term.
+    let election = sundial::leader::KvLeaderElection::new(
+        store.kv().clone(),
+        store.keys().clone(),
+        std::sync::Arc::new(sundial::time::ManualClock::new(t0())),
+        "a",
+        sundial::entropy::Entropy::from_seed(7),
+    );
+    let resource = sundial::name::ResourceName::new("scheduling.jobs").unwrap();
+    let mut lease =
+        sundial::leader::LeaderElection::try_acquire(&election, &resource, Duration::from_secs(15)).await.unwrap();
+    let leader = store.cluster("scheduling.jobs").await.unwrap().leader.unwrap();
+    assert_eq!((leader.node.as_str(), leader.term), ("a", sundial::leader::LeaderLease::term(&lease)));
+    sundial::leader::LeaderLease::release(&mut lease).await.unwrap();
+    assert_eq!(store.cluster("scheduling.jobs").await.unwrap().leader, None, "released");
+    // Runs by id: running, then ended; an unknown id is none.
+    let id = Uuid::from_u128(0xb1);
+    assert_eq!(store.run_by_id(id).await.unwrap().unwrap().state, RunState::Running);
+    complete(store, id, "b", RunOutcome::Succeeded, secs(4)).await;
+    let ended = store.run_by_id(id).await.unwrap().unwrap();
+    assert_eq!((ended.state, ended.node.as_str(), ended.run.job.as_str()), (RunState::Succeeded, "b", "busy"));
+    assert!(store.run_by_id(Uuid::from_u128(0xdead)).await.unwrap().is_none());
+    assert_eq!(store.cluster("scheduling.jobs").await.unwrap().running.get("b"), None);
+}
+
 /// Checks: cancel requests reach the running node until the run ends.
 pub async fn cancel_requests_reach_the_running_node_until_the_run_ends<K: Kv>(store: &KvJobStore<K>) {
     store.schedule(&[job("c", &[("t", "cron * * * * * *")])], t0()).await;
