@@ -56,6 +56,10 @@ async fn a_connection_lost_during_commit_is_an_unknown_result() {
     let (holder, connection) = tokio_postgres::connect(&server.url(), tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(connection);
     holder.batch_execute(&format!("BEGIN; SELECT 1 FROM {schema}.meta FOR UPDATE")).await.unwrap();
+    // Watched from a session of its own: inside a transaction (the holder's) a session
+    // reads pg_stat_activity once and sees that snapshot until the transaction ends.
+    let (observer, connection) = tokio_postgres::connect(&server.url(), tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
     let t = kv.create_transaction().unwrap();
     t.set(b"k", b"lost");
     let commit = tokio::spawn(async move { t.commit().await });
@@ -63,7 +67,7 @@ async fn a_connection_lost_during_commit_is_an_unknown_result() {
         format!("SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%{schema}.commit(%'");
     let mut polls = 0;
     let pid: i32 = loop {
-        if let Some(row) = holder.query_opt(&waiting, &[]).await.unwrap() {
+        if let Some(row) = observer.query_opt(&waiting, &[]).await.unwrap() {
             break row.get(0);
         }
         // Never a hang: a commit that ended without waiting, or never reached the server,
@@ -75,7 +79,7 @@ async fn a_connection_lost_during_commit_is_an_unknown_result() {
         assert!(
             polls < 3_000,
             "the commit did not reach the server within 30 s; sessions: {:?}",
-            holder.query(sessions, &[]).await.map(|rows| rows
+            observer.query(sessions, &[]).await.map(|rows| rows
                 .iter()
                 .map(|r| format!(
                     "{:?} {:?} {:?} {:?}",
@@ -89,7 +93,7 @@ async fn a_connection_lost_during_commit_is_an_unknown_result() {
         polls += 1;
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
-    holder.execute("SELECT pg_terminate_backend($1)", &[&pid]).await.unwrap();
+    observer.execute("SELECT pg_terminate_backend($1)", &[&pid]).await.unwrap();
     let outcome = commit.await.unwrap();
     assert_eq!(outcome.unwrap_err().code(), KvError::COMMIT_UNKNOWN_RESULT);
     holder.batch_execute("ROLLBACK").await.unwrap();

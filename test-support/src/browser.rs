@@ -17,7 +17,7 @@ use fantoccini::{Client, ClientBuilder, Locator};
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 
-/// How long [`Browser::wait_for`] and the like wait.
+/// How long [`Browser::find`], [`Browser::wait_for_text`] and the like wait.
 pub const WAIT: Duration = Duration::from_secs(15);
 
 /// A headless Chromium session.

@@ -203,10 +203,13 @@ mod tests {
     use super::*;
     use crate::admin::error;
 
+    /// Query parameters as axum gives them.
+    fn params(pairs: &[(&str, &str)]) -> Params {
+        Ok(Query(pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()))
+    }
+
     #[test]
     fn audit_queries_parse_every_filter_and_refuse_bad_ones() {
-        let params =
-            |pairs: &[(&str, &str)]| Ok(Query(pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()));
         let q = audit_query(params(&[
             ("actor", "ops"),
             ("action", "pause,resume"),
@@ -238,8 +241,6 @@ mod tests {
 
     #[test]
     fn job_queries_parse_every_filter_and_refuse_bad_ones() {
-        let params =
-            |pairs: &[(&str, &str)]| Ok(Query(pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()));
         let q = job_query(params(&[
             ("q", " Night "),
             ("state", "paused,Error"),
@@ -271,8 +272,6 @@ mod tests {
 
     #[test]
     fn run_queries_parse_every_filter_and_refuse_bad_ones() {
-        let params =
-            |pairs: &[(&str, &str)]| Ok(Query(pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()));
         let q = run_query(params(&[
             ("job", "a"),
             ("state", "failed,Running"),
