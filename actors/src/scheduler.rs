@@ -356,6 +356,17 @@ impl<K: Kv> JobScheduler<K> {
         self.shared.store.runs(query).await.map_err(SchedulingError::from)
     }
 
+    /// How many runs match `query`'s filters in each state, in one scan of history.
+    ///
+    /// # Errors
+    /// `SCHEDULING_UNAVAILABLE_003` when the store fails.
+    pub async fn count_runs_by_state(
+        &self,
+        query: &JobRunQuery,
+    ) -> Result<std::collections::BTreeMap<sundial::job::RunState, u64>, SchedulingError> {
+        self.shared.store.count_runs_by_state(query).await.map_err(SchedulingError::from)
+    }
+
     /// The run `id`, running or finished, while history keeps it.
     ///
     /// # Errors

@@ -158,6 +158,11 @@ impl AccessPolicy {
         if self.tokens.is_empty() {
             return Ok(Caller { name: Arc::from(ANONYMOUS), role: Role::Admin });
         }
+        // The dashboard's page and assets hold no data: open to anyone, whatever they
+        // send; the page asks for a token when the API does.
+        if !changes && super::dashboard::is_dashboard(path) {
+            return Ok(Caller { name: Arc::from(ANONYMOUS), role: Role::Read });
+        }
         // Any `Authorization` header is a credential to check: one that is not a bearer
         // token is a wrong one, and a probe is open only to requests without one.
         let given = authorization.map(|v| v.strip_prefix("Bearer ").map_or("", str::trim));
@@ -246,6 +251,17 @@ mod tests {
         let strict = policy().probes_need_token(true);
         assert_eq!(strict.check("/health", false, None), Err(Denial::Missing));
         assert!(strict.check("/metrics", false, Some(&bearer("read-secret-0123456789"))).is_ok());
+    }
+
+    #[test]
+    fn the_dashboards_page_is_open_and_its_data_is_not() {
+        let p = policy();
+        for path in ["/", "/assets/app.js"] {
+            assert_eq!(p.check(path, false, None).unwrap().role, Role::Read, "{path}");
+            assert!(p.check(path, false, Some("Basic x")).is_ok(), "{path}: holds nothing to guard");
+            assert_eq!(p.check(path, true, None), Err(Denial::Missing), "{path}: changes nothing");
+        }
+        assert_eq!(p.check("/api/overview", false, None), Err(Denial::Missing));
     }
 
     #[test]

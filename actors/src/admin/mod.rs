@@ -216,11 +216,6 @@ async fn authorize<K: Kv>(state: State<AdminState<K>>, request: Request, next: N
 /// Applies the access policy; an allowed request carries its [`access::Caller`].
 async fn check_token<K: Kv>(State(state): State<AdminState<K>>, mut request: Request, next: Next) -> Response {
     let changes = !matches!(*request.method(), Method::GET | Method::HEAD);
-    // The dashboard's page and assets hold no data: served to anyone, the page asks for
-    // a token when the API does.
-    if !changes && dashboard::is_dashboard(request.uri().path()) {
-        return next.run(request).await;
-    }
     // A header that is not text is still a credential, and a wrong one.
     let authorization = request.headers().get(header::AUTHORIZATION).map(|v| v.to_str().unwrap_or(""));
     match state.access.check(request.uri().path(), changes, authorization) {
@@ -730,15 +725,12 @@ async fn overview<K: Kv>(State(state): State<AdminState<K>>) -> ApiResult<Overvi
     let statuses = s.statuses().await?;
     let jobs = jobs_at_a_glance(&statuses, now);
     drop(statuses);
-    let mut runs_last_hour = std::collections::BTreeMap::new();
-    for run_state in [RunState::Running, RunState::Succeeded, RunState::Failed, RunState::Canceled, RunState::Lost] {
-        let query = JobRunQuery {
-            states: [run_state].into(),
-            from: Some(now - chrono::TimeDelta::hours(1)),
-            ..JobRunQuery::default()
-        };
-        runs_last_hour.insert(format!("{run_state:?}").to_lowercase(), s.count_runs(&query).await?);
-    }
+    let last_hour = JobRunQuery { from: Some(now - chrono::TimeDelta::hours(1)), ..JobRunQuery::default() };
+    let by_state = s.count_runs_by_state(&last_hour).await?;
+    let runs_last_hour = [RunState::Running, RunState::Succeeded, RunState::Failed, RunState::Canceled, RunState::Lost]
+        .into_iter()
+        .map(|state| (format!("{state:?}").to_lowercase(), by_state.get(&state).copied().unwrap_or(0)))
+        .collect();
     let failures =
         JobRunQuery { states: [RunState::Failed, RunState::Lost].into(), limit: 5, ..JobRunQuery::default() };
     let recent_failures = s.runs(&failures).await?.into_iter().map(RunView::from).collect();

@@ -96,7 +96,7 @@ fn run_state(text: &str) -> Result<RunState, ApiError> {
 /// The filters and page of `GET /api/jobs`.
 #[derive(Debug, Default)]
 pub(super) struct JobListQuery {
-    /// Text in the job's name, type or description, any case.
+    /// Text in the job's name, type or description, any case (kept in lower case).
     pub(super) text: Option<String>,
     /// Only jobs in these states (empty = any).
     pub(super) states: BTreeSet<JobState>,
@@ -115,10 +115,9 @@ impl JobListQuery {
     pub(super) fn matches(&self, status: &JobStatus) -> bool {
         let def = &status.definition;
         let text = self.text.as_deref().is_none_or(|text| {
-            let text = text.to_lowercase();
-            def.name.as_str().to_lowercase().contains(&text)
-                || def.job_type.as_str().to_lowercase().contains(&text)
-                || def.description.as_deref().is_some_and(|d| d.to_lowercase().contains(&text))
+            def.name.as_str().to_lowercase().contains(text)
+                || def.job_type.as_str().to_lowercase().contains(text)
+                || def.description.as_deref().is_some_and(|d| d.to_lowercase().contains(text))
         });
         text && (self.states.is_empty() || self.states.contains(&JobState::of(status)))
             && (self.types.is_empty() || self.types.contains(def.job_type.as_str()))
@@ -135,7 +134,7 @@ pub(super) fn job_query(params: Params) -> Result<JobListQuery, ApiError> {
     let mut query = JobListQuery::default();
     for (key, value) in pairs(params, &["state", "type", "origin"])? {
         match key.as_str() {
-            "q" => query.text = Some(value.trim().to_owned()).filter(|t| !t.is_empty()),
+            "q" => query.text = Some(value.trim().to_lowercase()).filter(|t| !t.is_empty()),
             "state" => {
                 for part in each(&value) {
                     let state = JobState::ALL.into_iter().find(|s| s.as_str().eq_ignore_ascii_case(part));
@@ -251,7 +250,7 @@ mod tests {
             ("limit", "25"),
         ]))
         .unwrap();
-        assert_eq!(q.text.as_deref(), Some("Night"));
+        assert_eq!(q.text.as_deref(), Some("night"), "trimmed, in lower case for matching");
         assert_eq!(q.states, BTreeSet::from([JobState::Paused, JobState::Error, JobState::Idle]));
         assert_eq!(q.types.len(), 2);
         assert_eq!(q.origins, BTreeSet::from([JobOrigin::Code]));

@@ -92,6 +92,7 @@ pub async fn history_queries_merge_running_runs_by_scheduled_time<K: Kv>(store: 
     ids.dedup();
     assert_eq!(ids.len(), 12, "each run once");
     assert_eq!(store.count_runs(&all).await.unwrap(), 12);
+    assert_eq!(store.count_runs_by_state(&all).await.unwrap(), BTreeMap::from([(done, 8), (live, 4)]));
     let paged = store.runs(&sundial::job::JobRunQuery { skip: 3, limit: 4, ..all.clone() }).await.unwrap();
     assert_eq!(seen(&paged), [(5, live), (4, done), (4, done), (3, done)], "pages cross running and finished runs");
     let only_running = sundial::job::JobRunQuery { states: [RunState::Running].into(), ..all.clone() };
@@ -114,6 +115,8 @@ pub async fn history_queries_merge_running_runs_by_scheduled_time<K: Kv>(store: 
     complete(store, running[0], "even", failed, secs(7)).await;
     assert_eq!(store.count_runs(&all).await.unwrap(), 12);
     assert_eq!(store.count_runs(&only_running).await.unwrap(), 3);
+    let by_state = store.count_runs_by_state(&all).await.unwrap();
+    assert_eq!(by_state, BTreeMap::from([(done, 8), (live, 3), (RunState::Failed, 1)]), "one scan, each run once");
     assert_eq!(store.count_runs(&erring).await.unwrap(), 1);
     let status = store.status(&name("a")).await.unwrap().unwrap();
     assert_eq!(status.last_finished.map(|r| r.run.scheduled_at), Some(secs(6)));
