@@ -348,6 +348,23 @@ impl<K: Kv> JobScheduler<K> {
         self.shared.store.statuses().await.map_err(SchedulingError::from)
     }
 
+    /// The status of every job, by name, without its latest finished run: what a list
+    /// filters and counts on, read in a few range reads per page of jobs.
+    ///
+    /// # Errors
+    /// `SCHEDULING_UNAVAILABLE_003` when the store fails.
+    pub async fn statuses_brief(&self) -> Result<Vec<JobStatus>, SchedulingError> {
+        self.shared.store.statuses_brief().await.map_err(SchedulingError::from)
+    }
+
+    /// Fills in the latest finished run of each of `statuses`.
+    ///
+    /// # Errors
+    /// `SCHEDULING_UNAVAILABLE_003` when the store fails.
+    pub async fn fill_last_finished(&self, statuses: &mut [JobStatus]) -> Result<(), SchedulingError> {
+        self.shared.store.fill_last_finished(statuses).await.map_err(SchedulingError::from)
+    }
+
     /// Run history, newest first.
     ///
     /// # Errors

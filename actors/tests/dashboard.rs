@@ -162,7 +162,7 @@ async fn the_dashboard_is_driven_in_a_real_browser() {
     // Without a token: the sign-in form, and nothing of the node's data.
     browser.open(&format!("{base}/")).await;
     let text = browser.wait_for_text("This node asks for a token").await;
-    assert!(!text.contains("heartbeat"), "{text}");
+    assert!(!text.contains("heartbeat") && !text.contains("Sign out"), "{text}");
     sign_in(&browser, "not-a-token").await;
     browser.wait_for_text("That token was refused.").await;
 
@@ -249,6 +249,12 @@ async fn the_dashboard_is_driven_in_a_real_browser() {
     browser.confirm().await;
     assert!(toast(&browser).await.contains("Queued sleeper"));
     browser.open(&format!("{base}/#/runs")).await;
+    // Runs made in the same minute tell apart by the ids shown.
+    wait_for_row(&browser, &["heartbeat", "succeeded"]).await;
+    let shown = browser.run("return [...document.querySelectorAll('tbody tr a.mono')].map(a => a.textContent)").await;
+    let shown: Vec<&str> = shown.as_array().unwrap().iter().filter_map(|v| v.as_str()).collect();
+    let distinct: std::collections::BTreeSet<&&str> = shown.iter().collect();
+    assert!(shown.len() >= 2 && distinct.len() == shown.len(), "{shown:?}");
     let job = browser.find("form.filters input[name=job]").await;
     job.send_keys("sleeper").await.unwrap();
     browser.run("document.querySelector('form.filters select[name=state]').value = 'running'").await;
@@ -304,7 +310,7 @@ async fn a_loopback_node_without_tokens_shows_the_dashboard_at_once() {
     node.wait_for("code jobs written to the store", Duration::from_secs(20));
     browser.open(&format!("{}/", node.base)).await;
     let text = browser.wait_for_text("Runs in the last hour").await;
-    assert!(!text.contains("Sign in"), "{text}");
+    assert!(!text.contains("Sign in") && !text.contains("Sign out"), "no token to give or forget: {text}");
     browser.click_labelled("Jobs").await;
     browser.find("tbody tr").await;
     browser.close().await;

@@ -377,6 +377,12 @@ impl Keyspace {
         self.range_of(&(JOB_RUNNING, job))
     }
 
+    /// The job of a `(14, job, run_id)` key.
+    pub fn running_job_of(&self, key: &[u8]) -> Result<String, StoreError> {
+        let (_, job, _): (i64, String, Uuid) = self.unpack(key)?;
+        Ok(job)
+    }
+
     /// `(13)`: the stored-run counter.
     pub fn run_count(&self) -> Vec<u8> {
         self.pack(&(RUN_COUNT,))

@@ -52,7 +52,7 @@ pub use fence::Fence;
 pub use history::{RETENTION_BATCH, SCAN_BUDGET};
 pub use nodes::{ClusterState, Heartbeat, LeaderState, ReapResult};
 pub(crate) use prefetch::Prefetched;
-pub use status::{JobStatus, LocalJob, LocalJobs, SyncOutcome, TriggerStatus};
+pub use status::{JobStatus, LocalJob, LocalJobs, SyncOutcome, TriggerStatus, STATUS_PAGE};
 
 use crate::calendar::Calendars;
 use crate::entropy::Entropy;

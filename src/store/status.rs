@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use parking_lot::Mutex;
 
 use super::jobs::{instant, Provenance};
+use super::keys::{KeyRange, Keyspace};
 use super::records::{JobRecord, RunRecord, RunSummary, TriggerKind, TriggerRecord};
 use super::{codec, decode_job, parse_data, KvJobStore, StoreError, Tx};
 
@@ -22,6 +23,10 @@ use crate::schedule::JobSchedule;
 /// round trips for thousands of jobs, and a transaction well within the store's limits
 /// (a job and its triggers are a few hundred bytes).
 pub(super) const SYNC_BATCH: usize = 64;
+
+/// Jobs whose statuses one transaction of [`KvJobStore::statuses_brief`] and
+/// [`KvJobStore::fill_last_finished`] reads.
+pub const STATUS_PAGE: usize = 256;
 
 /// What [`KvJobStore::sync_code_job`] does with a stored job (`old`) given whether it
 /// stems from this very code: `None` keeps it as it is.
@@ -139,6 +144,18 @@ fn definition_of(job: &JobRecord, triggers: &[TriggerRecord]) -> Result<JobDefin
     Ok(def)
 }
 
+/// A job's status from its records, without its latest finished run.
+fn brief_status(job: &JobRecord, triggers: &[TriggerRecord], running: usize) -> Result<JobStatus, StoreError> {
+    Ok(JobStatus {
+        definition: definition_of(job, triggers)?,
+        origin: job.origin,
+        paused: job.paused,
+        triggers: triggers.iter().map(trigger_status).collect::<Result<_, _>>()?,
+        running,
+        last_finished: None,
+    })
+}
+
 fn trigger_status(t: &TriggerRecord) -> Result<TriggerStatus, StoreError> {
     Ok(TriggerStatus {
         name: t.name.clone(),
@@ -167,31 +184,34 @@ impl<K: Kv> KvJobStore<K> {
         let triggers = self.triggers_snapshot(tx, name).await?;
         let (begin, end) = self.keys.running_of_job(name);
         let running = tx.txn.get_range(&RangeRequest::new(begin, end), true).await?.pairs.len();
-        // The newest finished run by scheduled time. The history index holds finished runs;
-        // a store written by earlier versions also holds entries of runs still running,
-        // passed over within the latest 100.
-        let (begin, end) = self.keys.history_of_job(name, i64::MIN, i64::MAX);
-        let recent = tx.txn.get_range(&RangeRequest::new(begin, end).limit(100).reversed(), true).await?;
-        let mut last_finished = None;
-        for (key, value) in &recent.pairs {
-            let summary: RunSummary = codec::decode(value, "run summary")?;
-            if summary.state.is_final() {
-                let (_, id) = self.keys.history_entry_of(key, true)?;
-                if let Some(bytes) = tx.txn.get(&self.keys.run(id), true).await? {
+        let mut status = brief_status(&job, &triggers, running)?;
+        status.last_finished = self.last_finished_in(tx, name).await?;
+        Ok(Some(status))
+    }
+
+    /// The newest finished run of `job` by scheduled time, if history keeps one.
+    async fn last_finished_in(&self, tx: &Tx<'_, K::Transaction>, job: &str) -> Result<Option<JobRunInfo>, StoreError> {
+        // The history index holds finished runs: its newest entry is the one. A store
+        // written by earlier versions also holds entries of runs still running, passed
+        // over within the latest 100.
+        let (begin, end) = self.keys.history_of_job(job, i64::MIN, i64::MAX);
+        for limit in [1, 100] {
+            let range = RangeRequest::new(begin.clone(), end.clone()).limit(limit).reversed();
+            let recent = tx.txn.get_range(&range, true).await?;
+            for (key, value) in &recent.pairs {
+                let summary: RunSummary = codec::decode(value, "run summary")?;
+                if summary.state.is_final() {
+                    let (_, id) = self.keys.history_entry_of(key, true)?;
+                    let Some(bytes) = tx.txn.get(&self.keys.run(id), true).await? else { return Ok(None) };
                     let record: RunRecord = codec::decode(&bytes, "run record")?;
-                    last_finished = Some(super::history::run_info(&record)?);
+                    return super::history::run_info(&record).map(Some);
                 }
+            }
+            if !recent.more {
                 break;
             }
         }
-        Ok(Some(JobStatus {
-            definition: definition_of(&job, &triggers)?,
-            origin: job.origin,
-            paused: job.paused,
-            triggers: triggers.iter().map(trigger_status).collect::<Result<_, _>>()?,
-            running,
-            last_finished,
-        }))
+        Ok(None)
     }
 
     /// The triggers of `job`, read without conflicts.
@@ -205,19 +225,122 @@ impl<K: Kv> KvJobStore<K> {
         range.pairs.iter().map(|(_, v)| codec::decode(v, "trigger record")).collect()
     }
 
-    /// The status of every job, by name.
+    /// The status of every job, by name: [`statuses_brief`](Self::statuses_brief) with
+    /// each job's latest finished run filled in.
     ///
     /// # Errors
     /// Store errors.
     pub async fn statuses(&self) -> Result<Vec<JobStatus>, StoreError> {
-        let names = self.job_names().await?;
-        let mut statuses = Vec::with_capacity(names.len());
-        for name in &names {
-            if let Some(status) = self.status(name).await? {
-                statuses.push(status);
+        let mut statuses = self.statuses_brief().await?;
+        self.fill_last_finished(&mut statuses).await?;
+        Ok(statuses)
+    }
+
+    /// The status of every job, by name, without its latest finished run
+    /// (`last_finished` is `None`): what a list filters, counts and pages on. Read
+    /// [`STATUS_PAGE`] jobs a transaction, each page in three range reads (the jobs, their
+    /// triggers, their running runs) rather than reads per job; each page is one snapshot,
+    /// the whole is not (a job changed meanwhile shows as one page saw it).
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn statuses_brief(&self) -> Result<Vec<JobStatus>, StoreError> {
+        let (mut begin, end) = self.keys.jobs();
+        let mut statuses = Vec::new();
+        loop {
+            let jobs = RangeRequest::new(begin.clone(), end.clone()).limit(STATUS_PAGE);
+            let (page, more) = run(&self.kv, self.options.retry, |txn, _| {
+                let jobs = &jobs;
+                async move { self.status_page(&self.tx(txn), jobs).await }
+            })
+            .await?;
+            match page.last() {
+                Some(last) if more => {
+                    begin = crate::kv::key_after(&self.keys.job(last.definition.name.as_str()));
+                    statuses.extend(page);
+                }
+                _ => {
+                    statuses.extend(page);
+                    return Ok(statuses);
+                }
             }
         }
-        Ok(statuses)
+    }
+
+    /// The brief statuses of the jobs `jobs` reads, and whether more follow.
+    async fn status_page(
+        &self,
+        tx: &Tx<'_, K::Transaction>,
+        jobs: &RangeRequest,
+    ) -> Result<(Vec<JobStatus>, bool), StoreError> {
+        let page = tx.txn.get_range(jobs, true).await?;
+        let (Some((first, _)), Some((last, _))) = (page.pairs.first(), page.pairs.last()) else {
+            return Ok((Vec::new(), false));
+        };
+        let (first, last) = (self.keys.job_name_of(first)?, self.keys.job_name_of(last)?);
+        // Names sort as their keys do, so the page's triggers and running runs are one
+        // range each.
+        let span =
+            |of: fn(&Keyspace, &str) -> KeyRange| RangeRequest::new(of(&self.keys, &first).0, of(&self.keys, &last).1);
+        let triggers = tx.txn.get_range(&span(Keyspace::triggers_of), true).await?;
+        let running = tx.txn.get_range(&span(Keyspace::running_of_job), true).await?;
+        let mut triggers = triggers
+            .pairs
+            .iter()
+            .map(|(_, v)| codec::decode::<TriggerRecord>(v, "trigger record"))
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .peekable();
+        let mut running = running
+            .pairs
+            .iter()
+            .map(|(key, _)| self.keys.running_job_of(key))
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .peekable();
+        let mut statuses = Vec::with_capacity(page.pairs.len());
+        for (_, value) in &page.pairs {
+            let job: JobRecord = codec::decode(value, "job record")?;
+            // Entries of a job whose record is gone are passed over (none in a store
+            // written whole by its transactions).
+            let mut own_triggers = Vec::new();
+            while let Some(trigger) = triggers.next_if(|t| t.job.as_str() <= job.name.as_str()) {
+                if trigger.job == job.name {
+                    own_triggers.push(trigger);
+                }
+            }
+            let mut own_running = 0;
+            while let Some(run_of) = running.next_if(|j| j.as_str() <= job.name.as_str()) {
+                own_running += usize::from(run_of == job.name);
+            }
+            statuses.push(brief_status(&job, &own_triggers, own_running)?);
+        }
+        Ok((statuses, page.more))
+    }
+
+    /// Fills in `last_finished` of each of `statuses` (their latest finished runs as
+    /// history keeps them), [`STATUS_PAGE`] jobs a transaction.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn fill_last_finished(&self, statuses: &mut [JobStatus]) -> Result<(), StoreError> {
+        for page in statuses.chunks_mut(STATUS_PAGE) {
+            let names: Vec<&str> = page.iter().map(|s| s.definition.name.as_str()).collect();
+            let names = &names;
+            let last = run(&self.kv, self.options.retry, |txn, _| async move {
+                let tx = self.tx(txn);
+                let mut last = Vec::with_capacity(names.len());
+                for name in names {
+                    last.push(self.last_finished_in(&tx, name).await?);
+                }
+                Ok::<_, StoreError>(last)
+            })
+            .await?;
+            for (status, last) in page.iter_mut().zip(last) {
+                status.last_finished = last;
+            }
+        }
+        Ok(())
     }
 
     /// Every stored job name, ascending (paged over transactions).

@@ -379,11 +379,15 @@ async fn list_jobs<K: Kv>(
     params: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let query = job_query(params)?;
-    let statuses = state.scheduler.statuses().await?;
+    // Filtered and counted on what the list shows of every job; the latest run is read
+    // for the page only.
+    let statuses = state.scheduler.statuses_brief().await?;
     let matching: Vec<JobStatus> = statuses.into_iter().filter(|s| query.matches(s)).collect();
     let total = matching.len();
-    let page: Vec<JobView> =
-        matching.into_iter().skip(query.skip).take(query.limit.unwrap_or(usize::MAX)).map(JobView::from).collect();
+    let mut page: Vec<JobStatus> =
+        matching.into_iter().skip(query.skip).take(query.limit.unwrap_or(usize::MAX)).collect();
+    state.scheduler.fill_last_finished(&mut page).await?;
+    let page: Vec<JobView> = page.into_iter().map(JobView::from).collect();
     Ok(([(TOTAL_COUNT, total.to_string())], Json(page)).into_response())
 }
 
@@ -722,7 +726,7 @@ fn this_node<K: Kv>(s: &JobScheduler<K>) -> ThisNode<'_> {
 async fn overview<K: Kv>(State(state): State<AdminState<K>>) -> ApiResult<Overview> {
     let s = &state.scheduler;
     let now = s.now();
-    let statuses = s.statuses().await?;
+    let statuses = s.statuses_brief().await?;
     let jobs = jobs_at_a_glance(&statuses, now);
     drop(statuses);
     let last_hour = JobRunQuery { from: Some(now - chrono::TimeDelta::hours(1)), ..JobRunQuery::default() };

@@ -210,6 +210,53 @@ pub async fn status_shows_triggers_running_and_last_result<K: Kv>(store: &KvJobS
     assert_eq!(store.statuses().await.unwrap().len(), 1);
 }
 
+/// Checks: every job's status read in pages of jobs (a few range reads each) is what
+/// reading each job alone gives, across page boundaries and names that prefix others; the
+/// brief form leaves out the latest run only, and filling it in gives it back.
+pub async fn statuses_read_in_pages_agree_with_each_jobs_status<K: Kv>(store: &KvJobStore<K>) {
+    use sundial::store::STATUS_PAGE;
+    // More than a page; "p0010" and "p00100" sort next to each other.
+    let mut names: Vec<String> = (0..STATUS_PAGE + 40).map(|i| format!("p{i:04}")).collect();
+    names.extend(["p00100".to_owned(), "p00101".to_owned()]);
+    let defs: Vec<JobDefinition> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let mut triggers = vec![("t", "cron */10 * * * * *")];
+            if i % 7 == 0 {
+                triggers.push(("u", "every 00:01:00"));
+            }
+            job(n, &triggers)
+        })
+        .collect();
+    for batch in defs.chunks(100) {
+        assert!(store.schedule(batch, t0()).await.iter().all(Result::is_ok));
+    }
+    let paused: Vec<JobName> = names.iter().step_by(5).map(|n| name(n)).collect();
+    store.set_jobs_paused(&paused, true).await;
+    let runs = acquire(store, "n1", secs(10), 40).await;
+    assert_eq!(runs.len(), 40);
+    for run in &runs[..20] {
+        complete(store, run.run.id, "n1", RunOutcome::Succeeded, secs(11)).await;
+    }
+    let full = store.statuses().await.unwrap();
+    let mut each = Vec::new();
+    for n in store.job_names().await.unwrap() {
+        each.push(store.status(&n).await.unwrap().unwrap());
+    }
+    assert_eq!(full.len(), names.len());
+    assert!(full == each, "read in pages = read one by one");
+    assert_eq!(full.iter().filter(|s| s.running == 1).count(), 20);
+    assert_eq!(full.iter().filter(|s| s.last_finished.is_some()).count(), 20);
+    assert_eq!(full.iter().filter(|s| s.paused).count(), paused.len());
+    assert_eq!(full.iter().map(|s| s.triggers.len()).sum::<usize>(), names.len() + names.len().div_ceil(7));
+    let mut brief = store.statuses_brief().await.unwrap();
+    let without_last: Vec<JobStatus> = full.iter().cloned().map(|s| JobStatus { last_finished: None, ..s }).collect();
+    assert!(brief == without_last, "the brief form leaves out the latest run only");
+    store.fill_last_finished(&mut brief[STATUS_PAGE - 5..]).await.unwrap();
+    assert!(brief[STATUS_PAGE - 5..] == full[STATUS_PAGE - 5..], "filled in where asked");
+}
+
 /// The audit log: entries list newest first with every filter and paging, and expire with
 /// history.
 pub async fn the_audit_log_lists_newest_first_filters_pages_and_expires<K: Kv>(store: &KvJobStore<K>) {

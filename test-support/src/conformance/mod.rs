@@ -34,8 +34,8 @@ use sundial::schedule::format_instant;
 use sundial::store::keys::shard_of;
 use sundial::store::records::{JobRecord, TriggerRecord};
 use sundial::store::{
-    codec, AcquireRequest, AcquiredRun, Completion, CompletionResult, DueFilter, DueOutlook, KvJobStore, LocalJobs,
-    RunOutcome, StoreError,
+    codec, AcquireRequest, AcquiredRun, Completion, CompletionResult, DueFilter, DueOutlook, JobStatus, KvJobStore,
+    LocalJobs, RunOutcome, StoreError,
 };
 use sundial::time::from_micros;
 use uuid::Uuid;
@@ -86,6 +86,7 @@ macro_rules! for_each_retry_safe_scenario {
             retention_deletes_by_end_time_past_runs_that_ended_later,
             the_audit_log_lists_newest_first_filters_pages_and_expires,
             status_shows_triggers_running_and_last_result,
+            statuses_read_in_pages_agree_with_each_jobs_status,
             code_jobs_sync_with_the_fingerprint_rules_and_restore,
             code_jobs_sync_in_batches_each_job_with_its_own_outcome,
             local_jobs_stay_out_of_acquisition_but_their_runs_go_to_history,

@@ -23,7 +23,7 @@
       late: 'Late fires', 'no.late': 'Nothing is late.', 'late.more': '{0} late in all', 'late.by': 'due {0}, late by {1}',
       'chart.fires': 'Runs started per minute (this node)', 'chart.lateness': 'Start lateness, ms (this node): p50 and p99',
       'chart.empty': 'No runs on this node in the last hour.',
-      nodes: 'Nodes', node: 'Node', state: 'State', heartbeat: 'Heartbeat', running: 'Running', 'this.node': 'this node',
+      nodes: 'Nodes', node: 'Node', state: 'State', heartbeat: 'Heartbeat', running: 'Running', 'this.node': 'this node', 'this.node.title': 'This node',
       'nodes.title': 'Nodes and the cluster', 'leads': 'leads', term: 'term {0}', slots: 'Run slots in use on this node', version: 'Version',
       'jobs.title': 'Jobs', search: 'Search', any: 'any', type: 'Type', origin: 'Origin', 'next.fire': 'Next fire', 'last.result': 'Last result',
       name: 'Name', 'shown': '{0}–{1} of {2}', 'shown.some': '{0}–{1}', previous: 'Previous', next: 'Next', 'no.jobs': 'No job matches.',
@@ -35,6 +35,7 @@
       'done.trigger': 'Run of {0} ended: {1}', 'done.enqueue': 'Queued {0} as trigger {1}', 'done': 'Done: {0}',
       'runs.title': 'Runs', job: 'Job', trigger: 'Trigger', from: 'Scheduled from', to: 'to', 'with.error': 'With an error', scheduled: 'Scheduled', started: 'Started', ended: 'Ended', duration: 'Took', error: 'Error', apply: 'Apply', clear: 'Clear',
       'run.title': 'Run {0}', 'run.missing': 'There is no run {0} (history may have been purged).', attempt: 'Attempt', 'retry.of': 'Retry of', cause: 'Cause', data: 'Data',
+      'made.retry': 'retry, attempt {0}', 'made.recovery': 'recovery, attempt {0}', 'made.manual': 'by hand',
       'late.start': 'late by {0}', 'took': 'took {0}', 'still.running': 'still running', message: 'Message', code: 'Code',
       yes: 'yes', no: 'no',
       'st.scheduled': 'scheduled', 'st.running': 'running', 'st.paused': 'paused', 'st.error': 'error', 'st.idle': 'idle',
@@ -55,7 +56,7 @@
       late: '延迟的触发', 'no.late': '没有延迟。', 'late.more': '共 {0} 个延迟', 'late.by': '应于 {0}，已延迟 {1}',
       'chart.fires': '每分钟启动的运行（本节点）', 'chart.lateness': '启动延迟（毫秒，本节点）：p50 与 p99',
       'chart.empty': '本节点最近一小时没有运行。',
-      nodes: '节点', node: '节点', state: '状态', heartbeat: '心跳', running: '运行中', 'this.node': '本节点',
+      nodes: '节点', node: '节点', state: '状态', heartbeat: '心跳', running: '运行中', 'this.node': '本节点', 'this.node.title': '本节点',
       'nodes.title': '节点与集群', 'leads': '主节点', term: '任期 {0}', slots: '本节点已用运行槽', version: '版本',
       'jobs.title': '作业', search: '搜索', any: '全部', type: '类型', origin: '来源', 'next.fire': '下次触发', 'last.result': '上次结果',
       name: '名称', 'shown': '第 {0}–{1} 个，共 {2} 个', 'shown.some': '第 {0}–{1} 个', previous: '上一页', next: '下一页', 'no.jobs': '没有匹配的作业。',
@@ -67,6 +68,7 @@
       'done.trigger': '{0} 的运行已结束：{1}', 'done.enqueue': '{0} 已加入队列，触发器 {1}', 'done': '完成：{0}',
       'runs.title': '运行', job: '作业', trigger: '触发器', from: '计划时间从', to: '到', 'with.error': '有错误', scheduled: '计划', started: '开始', ended: '结束', duration: '耗时', error: '错误', apply: '应用', clear: '清除',
       'run.title': '运行 {0}', 'run.missing': '运行 {0} 不存在（历史可能已清理）。', attempt: '尝试', 'retry.of': '重试自', cause: '原因', data: '数据',
+      'made.retry': '重试，第 {0} 次', 'made.recovery': '恢复，第 {0} 次', 'made.manual': '手动',
       'late.start': '延迟 {0}', 'took': '耗时 {0}', 'still.running': '仍在运行', message: '消息', code: '代码',
       yes: '是', no: '否',
       'st.scheduled': '已调度', 'st.running': '运行中', 'st.paused': '已暂停', 'st.error': '错误', 'st.idle': '空闲',
@@ -102,11 +104,14 @@
   // ---- Times ------------------------------------------------------------------------
   const dateTime = new Intl.DateTimeFormat(lang === 'zh' ? 'zh-CN' : undefined, { dateStyle: 'medium', timeStyle: 'medium' });
   const clock = new Intl.DateTimeFormat(lang === 'zh' ? 'zh-CN' : undefined, { timeStyle: 'short' });
+  const timeOfDay = new Intl.DateTimeFormat(lang === 'zh' ? 'zh-CN' : undefined, { timeStyle: 'medium' });
+  const sameDay = (a, b) => a.getFullYear() === b.getFullYear() && a.getMonth() === b.getMonth() && a.getDate() === b.getDate();
   const utc = (d) => 'UTC ' + d.toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z');
   function time(iso) {
     if (!iso) return '–';
     const d = new Date(iso);
-    return h('time', { datetime: iso, title: utc(d) }, dateTime.format(d));
+    // Today's times without the date: tables stay narrow enough to show every column.
+    return h('time', { datetime: iso, title: utc(d) }, (sameDay(d, new Date()) ? timeOfDay : dateTime).format(d));
   }
   function span(ms) {
     if (ms === null || ms === undefined || Number.isNaN(ms)) return '–';
@@ -119,6 +124,8 @@
     return (ms / 86400e3).toFixed(1) + ' d';
   }
   const between = (a, b) => (a && b ? new Date(b) - new Date(a) : null);
+  // From `a` to `b` in words; the browser keeps milliseconds, so 0 is under one.
+  const elapsed = (a, b) => { const ms = between(a, b); return ms === 0 ? '< 1 ms' : span(ms); };
 
   // ---- API --------------------------------------------------------------------------
   class ApiError extends Error {
@@ -185,7 +192,16 @@
   // ---- Shared pieces ------------------------------------------------------------------
   const badge = (state) => h('span', { className: 'badge s-' + String(state).toLowerCase() }, stateWord(state));
   const jobLink = (name) => h('a', { href: '#/jobs/' + enc(name) }, name);
-  const runLink = (id) => h('a', { href: '#/runs/' + enc(id), title: id, className: 'mono' }, id.slice(0, 8));
+  // A run id's random tail: its head is the time it was made, the same for a minute's runs.
+  const shortId = (id) => id.slice(-8);
+  const runLink = (id) => h('a', { href: '#/runs/' + enc(id), title: id, className: 'mono' }, shortId(id));
+  // Engine-made triggers (`retry-<run id>`, `recovery-…`, `manual-…`) by what they are.
+  const madeKind = (name) => ['retry', 'recovery', 'manual'].find((kind) => name?.startsWith(kind + '-'));
+  function triggerLabel(r) {
+    if (!r.trigger) return '–';
+    const made = madeKind(r.trigger);
+    return made ? h('span', { title: r.trigger }, t('made.' + made, r.attempt)) : r.trigger;
+  }
   function table(headers, rows, empty) {
     if (!rows.length) return h('p', { className: 'empty' }, empty);
     return h('div', { className: 'scroll' },
@@ -209,8 +225,8 @@
         h('option', { value: '' }, t('any')),
         options.map(([v, text]) => h('option', { value: v, selected: v === value }, text))));
   }
-  const runRow = (r) => [runLink(r.id), jobLink(r.job), r.trigger || '–', badge(r.state), time(r.scheduled_at),
-    time(r.started_at), r.finished_at ? span(between(r.started_at, r.finished_at)) : t('still.running'), r.node, r.error_code || ''];
+  const runRow = (r) => [runLink(r.id), jobLink(r.job), triggerLabel(r), badge(r.state), time(r.scheduled_at),
+    time(r.started_at), r.finished_at ? elapsed(r.started_at, r.finished_at) : t('still.running'), r.node, r.error_code || ''];
   const runHeaders = () => ['#', t('job'), t('trigger'), t('state'), t('scheduled'), t('started'), t('duration'), t('node'), t('error')];
 
   function nodesTable(cluster) {
@@ -430,22 +446,21 @@
       try {
         r = await get('/api/runs/' + enc(id));
       } catch (e) {
-        if (e.status === 404 || e.status === 400) { head.replaceChildren(h('h1', {}, t('run.title', id.slice(0, 8)))); body.replaceChildren(h('p', {}, t('run.missing', id))); return; }
+        if (e.status === 404 || e.status === 400) { head.replaceChildren(h('h1', {}, t('run.title', shortId(id)))); body.replaceChildren(h('p', {}, t('run.missing', id))); return; }
         throw e;
       }
-      head.replaceChildren(h('h1', {}, t('run.title', id.slice(0, 8)), ' ', badge(r.state)),
+      head.replaceChildren(h('h1', {}, t('run.title', shortId(id)), ' ', badge(r.state)),
         r.state === 'Running' ? h('div', { className: 'actions' }, button(t('act.cancel'), () => act(t('ask.cancel', id), () => api('/api/runs/' + enc(id) + '/cancel', 'POST'), () => t('done', t('act.cancel'))), { className: 'danger' })) : '');
-      const late = between(r.scheduled_at, r.started_at);
       body.replaceChildren(
         h('ol', { className: 'timeline' },
           h('li', {}, h('strong', {}, t('scheduled')), ' ', time(r.scheduled_at)),
-          h('li', {}, h('strong', {}, t('started')), ' ', time(r.started_at), ' ', h('small', {}, t('late.start', span(late)))),
+          h('li', {}, h('strong', {}, t('started')), ' ', time(r.started_at), ' ', h('small', {}, t('late.start', elapsed(r.scheduled_at, r.started_at)))),
           h('li', { className: r.finished_at ? '' : 'pending' }, h('strong', {}, t('ended')), ' ',
-            r.finished_at ? [time(r.finished_at), ' ', h('small', {}, t('took', span(between(r.started_at, r.finished_at))))] : t('still.running'))),
+            r.finished_at ? [time(r.finished_at), ' ', h('small', {}, t('took', elapsed(r.started_at, r.finished_at)))] : t('still.running'))),
         h('dl', { className: 'facts' },
           h('dt', {}, 'ID'), h('dd', { className: 'mono' }, r.id),
           h('dt', {}, t('job')), h('dd', {}, jobLink(r.job)),
-          h('dt', {}, t('trigger')), h('dd', {}, r.trigger || '–'),
+          h('dt', {}, t('trigger')), h('dd', {}, triggerLabel(r), madeKind(r.trigger) ? h('small', { className: 'mono' }, ' ' + r.trigger) : ''),
           h('dt', {}, t('cause')), h('dd', {}, String(r.cause)),
           h('dt', {}, t('attempt')), h('dd', {}, String(r.attempt)),
           h('dt', {}, t('retry.of')), h('dd', {}, r.retry_of ? runLink(r.retry_of) : '–'),
@@ -464,7 +479,7 @@
       body.replaceChildren(
         h('dl', { className: 'facts' },
           h('dt', {}, t('leader')), h('dd', {}, cluster.leader || t('none'), cluster.leader_term ? ' (' + t('term', cluster.leader_term) + ')' : ''),
-          h('dt', {}, t('this.node')), h('dd', {}, node.node_id, ' ', badge(node.state)),
+          h('dt', {}, t('this.node.title')), h('dd', {}, node.node_id, ' ', badge(node.state)),
           h('dt', {}, t('slots')), h('dd', {}, h('meter', { min: 0, max: node.run_slots, value: node.running }), ' ', node.running + ' / ' + node.run_slots),
           h('dt', {}, t('store')), h('dd', {}, node.store),
           h('dt', {}, t('version')), h('dd', {}, node.version)),
@@ -506,7 +521,7 @@
     [/^\/runs\/([^/]+)$/, 'runs', (m) => runPage(decodeURIComponent(m[1]))],
     [/^\/nodes$/, 'nodes', () => nodesPage()],
   ];
-  let refresh = null, busy = false, timer = null, generation = 0;
+  let refresh = null, busy = false, timer = null, generation = 0, drawn = -1;
 
   function stop() { clearInterval(timer); timer = null; refresh = null; }
 
@@ -516,6 +531,11 @@
     busy = true;
     try {
       await refresh();
+      if (mine === generation && drawn !== mine) {
+        drawn = mine;
+        // The page's first draw of its data, as the dashboard bench times it.
+        performance.mark('sundial:drawn', { detail: location.hash });
+      }
       if (mine === generation) $('#live').textContent = t('live', clock.format(new Date()));
       $('#live').classList.remove('stale');
     } catch (e) {
