@@ -270,6 +270,28 @@ async fn the_dashboard_is_driven_in_a_real_browser() {
     toast(&browser).await;
     browser.wait_until("the run canceled", |t| t.contains("canceled")).await;
 
+    // A code job changed at run time gets its code definition back.
+    let changed = r#"{"name": "reports", "type": "log", "data": {"message": "reports ready"},
+        "triggers": [{"name": "mornings", "schedule": "cron 0 30 9 * * MON-FRI tz=Asia/Shanghai"}]}"#;
+    let (status, body) = http(port, "PUT", "/api/jobs/reports", Some(ADMIN), Some(changed));
+    assert_eq!(status, 200, "{body}");
+    browser.open(&format!("{base}/#/jobs/reports")).await;
+    browser.wait_for_text("every weekday at 09:30 Asia/Shanghai").await;
+    browser.click_labelled("Restore code definition").await;
+    browser.confirm().await;
+    assert!(toast(&browser).await.contains("Restore code definition reports"));
+    browser.wait_for_text("every weekday at 09:00 Asia/Shanghai").await;
+    assert_eq!(node.cli_json(&["jobs", "show", "reports"])["origin"], "Code");
+    // A job is deleted, and the list no longer holds it.
+    browser.open(&format!("{base}/#/jobs/broken")).await;
+    browser.wait_for_text("Recent runs").await;
+    browser.click_labelled("Delete").await;
+    browser.confirm().await;
+    assert!(toast(&browser).await.contains("Delete broken"));
+    wait_for_row(&browser, &["heartbeat"]).await;
+    assert!(!rows(&browser).await.iter().any(|r| r.contains("broken")), "deleted");
+    assert_eq!(http(port, "GET", "/api/jobs/broken", Some(ADMIN), None).0, 404);
+
     // Nodes and the cluster.
     browser.click_labelled("Nodes").await;
     let text = browser.wait_for_text("Run slots in use on this node").await;
