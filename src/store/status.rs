@@ -328,12 +328,9 @@ impl<K: Kv> KvJobStore<K> {
             let names: Vec<&str> = page.iter().map(|s| s.definition.name.as_str()).collect();
             let names = &names;
             let last = run(&self.kv, self.options.retry, |txn, _| async move {
-                let tx = self.tx(txn);
-                let mut last = Vec::with_capacity(names.len());
-                for name in names {
-                    last.push(self.last_finished_in(&tx, name).await?);
-                }
-                Ok::<_, StoreError>(last)
+                let tx = &self.tx(txn);
+                // Read together: one round trip per step on a remote store, not per job.
+                futures_util::future::try_join_all(names.iter().map(|name| self.last_finished_in(tx, name))).await
             })
             .await?;
             for (status, last) in page.iter_mut().zip(last) {
