@@ -384,6 +384,19 @@ impl<K: Kv> JobScheduler<K> {
         self.shared.store.count_runs_by_state(query).await.map_err(SchedulingError::from)
     }
 
+    /// [`count_runs_by_state`](Self::count_runs_by_state) over the newest `at_most`
+    /// matching runs; whether that was all of them.
+    ///
+    /// # Errors
+    /// `SCHEDULING_UNAVAILABLE_003` when the store fails.
+    pub async fn count_runs_by_state_at_most(
+        &self,
+        query: &JobRunQuery,
+        at_most: u64,
+    ) -> Result<(std::collections::BTreeMap<sundial::job::RunState, u64>, bool), SchedulingError> {
+        self.shared.store.count_runs_by_state_at_most(query, at_most).await.map_err(SchedulingError::from)
+    }
+
     /// The run `id`, running or finished, while history keeps it.
     ///
     /// # Errors

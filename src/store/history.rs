@@ -21,7 +21,7 @@ use super::records::{RunRecord, RunSummary};
 use super::Fence;
 use super::{codec, job_run_of, KvJobStore, StoreError};
 use crate::job::{JobRunInfo, JobRunQuery, RunState};
-use crate::kv::{key_after, run, Kv, KvTransaction, RangeRequest};
+use crate::kv::{key_after, run, Kv, KvTransaction, RangeRequest, RangeResult};
 use crate::time::to_micros;
 
 /// Index entries read per transaction by a history scan.
@@ -97,13 +97,34 @@ impl<K: Kv> KvJobStore<K> {
     /// # Errors
     /// Store errors.
     pub async fn count_runs_by_state(&self, query: &JobRunQuery) -> Result<BTreeMap<RunState, u64>, StoreError> {
+        Ok(self.count_runs_by_state_at_most(query, u64::MAX).await?.0)
+    }
+
+    /// [`count_runs_by_state`](Self::count_runs_by_state) over at most `at_most` runs,
+    /// the newest scheduled first, so a count's cost has a bound however many match;
+    /// whether every matching run was counted.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn count_runs_by_state_at_most(
+        &self,
+        query: &JobRunQuery,
+        at_most: u64,
+    ) -> Result<(BTreeMap<RunState, u64>, bool), StoreError> {
         let mut counts = BTreeMap::new();
+        let mut counted = 0u64;
+        let mut complete = true;
         self.scan_history(query, |_, summary| {
+            if counted == at_most {
+                complete = false;
+                return false;
+            }
+            counted += 1;
             *counts.entry(summary.state).or_insert(0) += 1;
             true
         })
         .await?;
-        Ok(counts)
+        Ok((counts, complete))
     }
 
     /// Walks the matching runs newest scheduled first, calling `visit` until it returns
@@ -128,6 +149,8 @@ impl<K: Kv> KvJobStore<K> {
         // the index too, and visited once.
         let mut listed = BTreeSet::new();
         let mut first_page = true;
+        // The index holds finished runs only: a query for running runs reads none of it.
+        let running_only = query.states.len() == 1 && query.states.contains(&RunState::Running);
         loop {
             let range = RangeRequest::new(begin.clone(), end.clone()).limit(SCAN_BUDGET).reversed();
             // A query for finished states only has no running runs to merge.
@@ -136,7 +159,7 @@ impl<K: Kv> KvJobStore<K> {
             let (page, now_running) = run(&self.kv, self.options.retry, |txn, _| {
                 let range = &range;
                 async move {
-                    let page = txn.get_range(range, true).await?;
+                    let page = if running_only { RangeResult::default() } else { txn.get_range(range, true).await? };
                     // In the same snapshot as the first page: a run is then either running
                     // or in the index, never both nor neither.
                     let now_running =

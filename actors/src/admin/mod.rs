@@ -40,7 +40,7 @@ use uuid::Uuid;
 use self::access::{AccessPolicy, Caller, Denial};
 use self::error::{ApiError, ErrorBody};
 use self::metrics::{Metrics, StoreProbe};
-use self::overview::{cluster_view, jobs_at_a_glance, ClusterView, Overview, StoreView, ThisNode};
+use self::overview::{cluster_view, jobs_at_a_glance, ClusterView, Overview, StoreView, ThisNode, RUNS_COUNTED};
 use self::queries::{audit_query, job_query, run_query};
 use self::views::{ItemResult, JobView, OutcomeView, RunView};
 use crate::context::Lifecycle;
@@ -729,8 +729,14 @@ async fn overview<K: Kv>(State(state): State<AdminState<K>>) -> ApiResult<Overvi
     let statuses = s.statuses_brief().await?;
     let jobs = jobs_at_a_glance(&statuses, now);
     drop(statuses);
-    let last_hour = JobRunQuery { from: Some(now - chrono::TimeDelta::hours(1)), ..JobRunQuery::default() };
-    let by_state = s.count_runs_by_state(&last_hour).await?;
+    // Running runs counted whole (from the running index); finished ones over the
+    // newest `RUNS_COUNTED`.
+    let from = Some(now - chrono::TimeDelta::hours(1));
+    let running = JobRunQuery { from, states: [RunState::Running].into(), ..JobRunQuery::default() };
+    let finished = [RunState::Succeeded, RunState::Failed, RunState::Canceled, RunState::Lost];
+    let ended = JobRunQuery { from, states: finished.into(), ..JobRunQuery::default() };
+    let (mut by_state, runs_last_hour_complete) = s.count_runs_by_state_at_most(&ended, RUNS_COUNTED).await?;
+    by_state.insert(RunState::Running, s.count_runs(&running).await?);
     let runs_last_hour = [RunState::Running, RunState::Succeeded, RunState::Failed, RunState::Canceled, RunState::Lost]
         .into_iter()
         .map(|state| (format!("{state:?}").to_lowercase(), by_state.get(&state).copied().unwrap_or(0)))
@@ -751,6 +757,7 @@ async fn overview<K: Kv>(State(state): State<AdminState<K>>) -> ApiResult<Overvi
         node,
         jobs,
         runs_last_hour,
+        runs_last_hour_complete,
         recent_failures,
         cluster,
         store,

@@ -20,6 +20,9 @@ use super::NodeInfo;
 pub const LATE_AFTER: TimeDelta = TimeDelta::seconds(2);
 /// Late triggers listed (the oldest first); the count covers them all.
 pub const LATE_LISTED: usize = 10;
+/// Runs of the last hour the overview counts at most, the newest first: a refresh reads
+/// the history index, and a million runs take a quarter of a second to count.
+pub const RUNS_COUNTED: u64 = 100_000;
 
 /// A node as the cluster page shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -186,6 +189,10 @@ pub struct Overview {
     /// Runs scheduled in the last hour, anywhere, by state (`running`, `succeeded`,
     /// `failed`, `canceled`, `lost`).
     pub runs_last_hour: BTreeMap<String, u64>,
+    /// Whether `runs_last_hour` counts every run of the last hour; false when more than
+    /// [`RUNS_COUNTED`] ended, and it counts the newest of them (running runs are
+    /// always counted whole).
+    pub runs_last_hour_complete: bool,
     /// The latest failed or lost runs.
     pub recent_failures: Vec<RunView>,
     /// The cluster.

@@ -117,6 +117,10 @@ pub async fn history_queries_merge_running_runs_by_scheduled_time<K: Kv>(store: 
     assert_eq!(store.count_runs(&only_running).await.unwrap(), 3);
     let by_state = store.count_runs_by_state(&all).await.unwrap();
     assert_eq!(by_state, BTreeMap::from([(done, 8), (live, 3), (RunState::Failed, 1)]), "one scan, each run once");
+    assert_eq!(store.count_runs_by_state_at_most(&all, 12).await.unwrap(), (by_state.clone(), true));
+    let (newest, complete) = store.count_runs_by_state_at_most(&all, 4).await.unwrap();
+    assert!(!complete, "more runs match than were counted");
+    assert_eq!(newest.values().sum::<u64>(), 4, "the newest four");
     assert_eq!(store.count_runs(&erring).await.unwrap(), 1);
     let status = store.status(&name("a")).await.unwrap().unwrap();
     assert_eq!(status.last_finished.map(|r| r.run.scheduled_at), Some(secs(6)));

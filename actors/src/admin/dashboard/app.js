@@ -17,7 +17,7 @@
       'login.title': 'Sign in', 'login.why': 'This node asks for a token. Give a read token to look, an admin token to change things. It is kept in this browser tab only.',
       'login.token': 'Token', 'login.submit': 'Sign in', 'login.wrong': 'That token was refused.',
       unreachable: 'The node does not answer.', live: 'Live · {0}', paused: 'Updates paused: {0}',
-      'overview.title': 'Overview', jobs: 'Jobs', total: 'total', 'runs.hour': 'Runs in the last hour',
+      'overview.title': 'Overview', jobs: 'Jobs', total: 'total', 'runs.hour': 'Runs in the last hour', 'runs.hour.newest': 'Ended runs counted over the newest 100,000.',
       leader: 'Leader', none: 'none', store: 'Store', reachable: 'reachable', unreachable_store: 'unreachable', in_process: 'in this process',
       attention: 'Needs attention', failures: 'Recent failures', 'no.failures': 'No failed or lost runs.',
       late: 'Late fires', 'no.late': 'Nothing is late.', 'late.more': '{0} late in all', 'late.by': 'due {0}, late by {1}',
@@ -50,7 +50,7 @@
       'login.title': '登录', 'login.why': '此节点需要令牌。只读令牌可查看，管理令牌可修改。令牌只保存在此浏览器标签页中。',
       'login.token': '令牌', 'login.submit': '登录', 'login.wrong': '令牌被拒绝。',
       unreachable: '节点没有响应。', live: '实时 · {0}', paused: '已暂停更新：{0}',
-      'overview.title': '概览', jobs: '作业', total: '总数', 'runs.hour': '最近一小时的运行',
+      'overview.title': '概览', jobs: '作业', total: '总数', 'runs.hour': '最近一小时的运行', 'runs.hour.newest': '已结束的运行按最新的 100,000 次计数。',
       leader: '主节点', none: '无', store: '存储', reachable: '可达', unreachable_store: '不可达', in_process: '进程内',
       attention: '需要关注', failures: '最近的失败', 'no.failures': '没有失败或丢失的运行。',
       late: '延迟的触发', 'no.late': '没有延迟。', 'late.more': '共 {0} 个延迟', 'late.by': '应于 {0}，已延迟 {1}',
@@ -123,6 +123,8 @@
     if (a < 86400e3) return (ms / 3600e3).toFixed(1) + ' h';
     return (ms / 86400e3).toFixed(1) + ' d';
   }
+  const number = new Intl.NumberFormat(lang === 'zh' ? 'zh-CN' : undefined);
+  const count = (n) => number.format(n ?? 0);
   const between = (a, b) => (a && b ? new Date(b) - new Date(a) : null);
   // From `a` to `b` in words; the browser keeps milliseconds, so 0 is under one.
   const elapsed = (a, b) => { const ms = between(a, b); return ms === 0 ? '< 1 ms' : span(ms); };
@@ -280,10 +282,11 @@
       const storeState = o.store.reachable === null ? t('in_process') : o.store.reachable ? t('reachable') : t('unreachable_store');
       body.replaceChildren(
         h('section', { className: 'cards' },
-          h('article', { className: 'card' }, h('h2', {}, t('jobs')), h('p', { className: 'big' }, String(o.jobs.total), h('small', {}, ' ' + t('total'))),
-            h('ul', { className: 'counts' }, jobStates.map((s) => h('li', {}, h('a', { href: '#/jobs?state=' + s }, badge(s), ' ', String(o.jobs.by_state[s] ?? 0)))))),
+          h('article', { className: 'card' }, h('h2', {}, t('jobs')), h('p', { className: 'big' }, count(o.jobs.total), h('small', {}, ' ' + t('total'))),
+            h('ul', { className: 'counts' }, jobStates.map((s) => h('li', {}, h('a', { href: '#/jobs?state=' + s }, badge(s), ' ', count(o.jobs.by_state[s])))))),
           h('article', { className: 'card' }, h('h2', {}, t('runs.hour')),
-            h('ul', { className: 'counts' }, runStates.map((s) => h('li', {}, h('a', { href: '#/runs?state=' + s + '&from=' + enc(hourAgo) }, badge(s), ' ', String(o.runs_last_hour[s] ?? 0)))))),
+            h('ul', { className: 'counts' }, runStates.map((s) => h('li', {}, h('a', { href: '#/runs?state=' + s + '&from=' + enc(hourAgo) }, badge(s), ' ', count(o.runs_last_hour[s]) + (o.runs_last_hour_complete === false && s !== 'running' ? '+' : ''))))),
+            o.runs_last_hour_complete === false ? h('p', { className: 'muted' }, t('runs.hour.newest')) : ''),
           h('article', { className: 'card' }, h('h2', {}, t('leader')), h('p', { className: 'big' }, o.cluster.leader || t('none')),
             o.cluster.leader_term ? h('p', {}, t('term', o.cluster.leader_term)) : ''),
           h('article', { className: 'card' + (o.store.reachable === false ? ' alarm' : '') }, h('h2', {}, t('store')), h('p', { className: 'big' }, o.store.kind),
