@@ -91,11 +91,16 @@ fn main() {
     runtime.block_on(time_pages(&node.base, &pages));
 }
 
-/// The dashboard's pages: (label, hash route).
-fn pages(port: u16, job: &str) -> Vec<(String, String)> {
+/// The id of the newest run.
+fn newest_run(port: u16) -> String {
     let (_, body) = http(port, "GET", "/api/runs?limit=1", None, None);
     let runs: serde_json::Value = serde_json::from_str(&body).expect("runs as JSON");
-    let run = runs[0]["id"].as_str().unwrap_or("none").to_owned();
+    runs[0]["id"].as_str().unwrap_or("none").to_owned()
+}
+
+/// The dashboard's pages: (label, hash route).
+fn pages(port: u16, job: &str) -> Vec<(String, String)> {
+    let run = newest_run(port);
     vec![
         ("overview".into(), "#/".into()),
         ("jobs".into(), "#/jobs".into()),
@@ -110,9 +115,7 @@ fn pages(port: u16, job: &str) -> Vec<(String, String)> {
 
 /// The API requests the pages make at each refresh.
 fn requests(port: u16, job: &str) -> Vec<String> {
-    let (_, body) = http(port, "GET", "/api/runs?limit=1", None, None);
-    let runs: serde_json::Value = serde_json::from_str(&body).expect("runs as JSON");
-    let run = runs[0]["id"].as_str().unwrap_or("none").to_owned();
+    let run = newest_run(port);
     vec![
         "/api/overview".into(),
         "/api/jobs?limit=50".into(),

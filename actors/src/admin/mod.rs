@@ -737,8 +737,8 @@ async fn overview<K: Kv>(State(state): State<AdminState<K>>) -> ApiResult<Overvi
     let ended = JobRunQuery { from, states: finished.into(), ..JobRunQuery::default() };
     let (mut by_state, runs_last_hour_complete) = s.count_runs_by_state_at_most(&ended, RUNS_COUNTED).await?;
     by_state.insert(RunState::Running, s.count_runs(&running).await?);
-    let runs_last_hour = [RunState::Running, RunState::Succeeded, RunState::Failed, RunState::Canceled, RunState::Lost]
-        .into_iter()
+    let runs_last_hour = std::iter::once(RunState::Running)
+        .chain(finished)
         .map(|state| (format!("{state:?}").to_lowercase(), by_state.get(&state).copied().unwrap_or(0)))
         .collect();
     let failures =
