@@ -35,6 +35,13 @@ pub enum Lifecycle {
 }
 
 /// Everything a node's actors and its handle share (opaque outside this crate).
+///
+/// Most of it is fixed when the node starts. What changes has one owner, and the others
+/// only read it or reach it by message: the lifecycle is the supervisor's and the
+/// leadership the lease actor's (each owner holds the `watch` sender, this context a
+/// receiver); the runs register and unregister themselves; the run slots, pending starts,
+/// counters and event ids are shared services with their own synchronisation; the
+/// completer is reached through its channel.
 pub struct NodeShared<K: Kv> {
     pub(crate) store: KvJobStore<K>,
     pub(crate) registry: JobRegistry,
@@ -47,13 +54,16 @@ pub struct NodeShared<K: Kv> {
     pub(crate) name_prefix: String,
     pub(crate) election: Arc<dyn DynLeaderElection>,
     pub(crate) start_timer: Arc<dyn Sleeper>,
-    pub(crate) lifecycle: watch::Sender<Lifecycle>,
-    pub(crate) leader: watch::Sender<Option<Leadership>>,
-    /// The cancellation of every run on this node, so the fence can reach them while the
-    /// poller is busy.
-    pub(crate) runs: Mutex<BTreeMap<Uuid, RunCancel>>,
-    /// When this node's last heartbeat committed (monotonic).
-    pub(crate) last_heartbeat: Mutex<Option<MonotonicInstant>>,
+    /// Where the node is in its life; the supervisor moves it (the handle asks by message).
+    pub(crate) lifecycle: watch::Receiver<Lifecycle>,
+    /// This node's leadership; the lease actor moves it.
+    pub(crate) leader: watch::Receiver<Option<Leadership>>,
+    /// When this node's last heartbeat committed (monotonic); the poller moves it
+    /// ([`HeartbeatTime`]), the self-fencing watchdog and the runs read it.
+    pub(crate) heartbeat: watch::Receiver<Option<MonotonicInstant>>,
+    /// The runs on this node, so the handle, the poller and the fence can cancel them
+    /// while the poller is busy in a store call.
+    pub(crate) runs: RunRegistry,
     /// Where event ids come from: one seeded stream every publisher draws from.
     pub(crate) event_ids: Mutex<Entropy>,
     pub(crate) stats: EngineStats,
@@ -70,17 +80,16 @@ impl<K: Kv> NodeShared<K> {
         *self.lifecycle.borrow()
     }
 
-    pub(crate) fn set_lifecycle(&self, next: Lifecycle) {
-        self.lifecycle.send_replace(next);
-    }
-
     /// This node's leadership, if it leads.
     pub(crate) fn leader(&self) -> Option<Leadership> {
         self.leader.borrow().clone()
     }
 
-    pub(crate) fn set_leader(&self, leadership: Option<Leadership>) {
-        self.leader.send_replace(leadership);
+    /// How long ago, on this node's monotonic clock, its last committed heartbeat began
+    /// (`None` before the first).
+    pub(crate) fn heartbeat_age(&self) -> Option<std::time::Duration> {
+        let began = (*self.heartbeat.borrow())?;
+        Some(self.clock.monotonic().saturating_duration_since(began))
     }
 
     /// Asks this node's poller for a cycle now (it has work it could not know of).
@@ -88,51 +97,6 @@ impl<K: Kv> NodeShared<K> {
         if let Some(poller) = ractor::registry::where_is(self.actor_name("poller")) {
             let _ = poller.send_message(PollerMsg::Wake);
         }
-    }
-
-    pub(crate) fn register_run(&self, id: Uuid, cancel: RunCancel) {
-        self.runs.lock().insert(id, cancel);
-    }
-
-    pub(crate) fn unregister_run(&self, id: Uuid) {
-        self.runs.lock().remove(&id);
-    }
-
-    /// Cancels the run `id` if it runs here (a run that ended meanwhile is left alone).
-    pub(crate) fn cancel_run(&self, id: Uuid, reason: CancelReason) {
-        if let Some(cancel) = self.runs.lock().get(&id) {
-            cancel.cancel(reason);
-        }
-    }
-
-    /// Cancels every run here (in run-id order); returns how many were not canceled yet.
-    pub(crate) fn cancel_all_runs(&self, reason: CancelReason) -> usize {
-        let runs = self.runs.lock();
-        let fresh = runs.values().filter(|c| c.reason().is_none()).count();
-        for cancel in runs.values() {
-            cancel.cancel(reason);
-        }
-        fresh
-    }
-
-    /// Runs on this node now.
-    pub(crate) fn running(&self) -> usize {
-        self.runs.lock().len()
-    }
-
-    /// Notes a heartbeat that committed, begun at `began`. The leader times a heartbeat
-    /// from when it saw it, which is after it was written and so after it began: timed
-    /// from its beginning here, the node's own view of its heartbeat's age is never
-    /// younger than the leader's, and it fences itself before it can be declared lost.
-    pub(crate) fn heartbeat_committed(&self, began: MonotonicInstant) {
-        *self.last_heartbeat.lock() = Some(began);
-    }
-
-    /// How long ago, on this node's monotonic clock, its last committed heartbeat began
-    /// (`None` before the first).
-    pub(crate) fn heartbeat_age(&self) -> Option<std::time::Duration> {
-        let last = (*self.last_heartbeat.lock())?;
-        Some(self.clock.monotonic().saturating_duration_since(last))
     }
 
     /// Builds (with a fresh id) and publishes an event, when the publisher takes events.
@@ -172,6 +136,65 @@ impl<K: Kv> NodeShared<K> {
     /// `"{prefix}/{node}/{role}"`: deterministic, unique per node in a process.
     pub(crate) fn actor_name(&self, role: &str) -> String {
         format!("{}/{}/{role}", self.name_prefix, self.node_id)
+    }
+}
+
+/// The cancellation of every run on a node, by run id. Each run registers itself as its
+/// actor starts and unregisters as it ends.
+#[derive(Default)]
+pub(crate) struct RunRegistry(Mutex<BTreeMap<Uuid, RunCancel>>);
+
+impl RunRegistry {
+    pub(crate) fn register(&self, id: Uuid, cancel: RunCancel) {
+        self.0.lock().insert(id, cancel);
+    }
+
+    pub(crate) fn unregister(&self, id: Uuid) {
+        self.0.lock().remove(&id);
+    }
+
+    /// Cancels the run `id` if it runs here (a run that ended meanwhile is left alone).
+    pub(crate) fn cancel(&self, id: Uuid, reason: CancelReason) {
+        if let Some(cancel) = self.0.lock().get(&id) {
+            cancel.cancel(reason);
+        }
+    }
+
+    /// Cancels every run here (in run-id order); returns how many were not canceled yet.
+    pub(crate) fn cancel_all(&self, reason: CancelReason) -> usize {
+        let runs = self.0.lock();
+        let fresh = runs.values().filter(|c| c.reason().is_none()).count();
+        for cancel in runs.values() {
+            cancel.cancel(reason);
+        }
+        fresh
+    }
+
+    /// Runs on this node now.
+    pub(crate) fn len(&self) -> usize {
+        self.0.lock().len()
+    }
+}
+
+/// The writing end of a node's heartbeat time ([`NodeShared::heartbeat`]), held by its
+/// poller (the supervisor keeps it for a restarted poller, which goes on from it).
+#[derive(Clone)]
+pub(crate) struct HeartbeatTime(watch::Sender<Option<MonotonicInstant>>);
+
+impl HeartbeatTime {
+    /// No heartbeat yet; the receiver goes into the node's context.
+    pub(crate) fn new() -> (Self, watch::Receiver<Option<MonotonicInstant>>) {
+        let sender = watch::Sender::new(None);
+        let receiver = sender.subscribe();
+        (Self(sender), receiver)
+    }
+
+    /// Notes a heartbeat that committed, begun at `began`. The leader times a heartbeat
+    /// from when it saw it, which is after it was written and so after it began: timed
+    /// from its beginning here, the node's own view of its heartbeat's age is never
+    /// younger than the leader's, and it fences itself before it can be declared lost.
+    pub(crate) fn committed(&self, began: MonotonicInstant) {
+        self.0.send_replace(Some(began));
     }
 }
 

@@ -36,7 +36,7 @@ pub(crate) fn spawn_watchdog<K: Kv>(shared: Arc<NodeShared<K>>) -> AbortOnDrop<(
             }
             let stale = heartbeat_is_stale(&shared);
             if stale {
-                let canceled = shared.cancel_all_runs(CancelReason::Fenced);
+                let canceled = shared.runs.cancel_all(CancelReason::Fenced);
                 if !fenced || canceled > 0 {
                     tracing::warn!(
                         node = %shared.node_id,

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use sundial::kv::Kv;
 use sundial::liveness;
+use tokio::sync::watch;
 
 use crate::context::{Leadership, Lifecycle, NodeShared};
 use crate::lease::DynLeaderLease;
@@ -27,8 +28,16 @@ pub(crate) enum LeaseMsg {
     Release(RpcReplyPort<()>),
 }
 
+/// What the lease actor starts with: the node's context and the leadership it alone moves.
+pub(crate) struct LeaseArgs<K: Kv> {
+    pub(crate) shared: Arc<NodeShared<K>>,
+    pub(crate) leader: watch::Sender<Option<Leadership>>,
+}
+
 pub(crate) struct LeaseState<K: Kv> {
     shared: Arc<NodeShared<K>>,
+    /// The node's leadership, published to everything that reads it.
+    leader: watch::Sender<Option<Leadership>>,
     lease: Option<Box<dyn DynLeaderLease>>,
 }
 
@@ -44,12 +53,12 @@ impl<K: Kv> LeaseActor<K> {
 impl<K: Kv> Actor for LeaseActor<K> {
     type Msg = LeaseMsg;
     type State = LeaseState<K>;
-    type Arguments = Arc<NodeShared<K>>;
+    type Arguments = LeaseArgs<K>;
 
     async fn pre_start(
         &self,
         myself: ActorRef<LeaseMsg>,
-        shared: Arc<NodeShared<K>>,
+        LeaseArgs { shared, leader }: LeaseArgs<K>,
     ) -> Result<Self::State, ActorProcessingErr> {
         let ttl = shared.options.lease_ttl;
         if liveness::lease_ttl_too_short(ttl) {
@@ -61,7 +70,7 @@ impl<K: Kv> Actor for LeaseActor<K> {
             );
         }
         let _ = myself.send_message(LeaseMsg::Tick);
-        Ok(LeaseState { shared, lease: None })
+        Ok(LeaseState { shared, leader, lease: None })
     }
 
     async fn handle(
@@ -104,14 +113,14 @@ async fn tick<K: Kv>(state: &mut LeaseState<K>) {
                 tracing::warn!(%error, "could not renew the leader lease");
                 if !liveness::keeps_lease_after_failed_renewal(true, lease.is_held()) {
                     state.lease = None;
-                    shared.set_leader(None);
+                    state.leader.send_replace(None);
                 }
                 return;
             }
             Err(_) => {
                 tracing::info!(node = %shared.node_id, "lost the leader lease");
                 state.lease = None;
-                shared.set_leader(None);
+                state.leader.send_replace(None);
             }
         }
     }
@@ -119,7 +128,7 @@ async fn tick<K: Kv>(state: &mut LeaseState<K>) {
     match shared.election.try_acquire_boxed(resource, shared.options.lease_ttl).await {
         Ok(lease) => {
             tracing::info!(node = %shared.node_id, term = lease.term(), "became leader");
-            shared.set_leader(Some(Leadership { term: lease.term(), fence: lease.fence() }));
+            state.leader.send_replace(Some(Leadership { term: lease.term(), fence: lease.fence() }));
             state.lease = Some(lease);
             if !shared.shared_store {
                 // With a store of its own, only the leader takes scheduled fires: those due
@@ -134,7 +143,7 @@ async fn tick<K: Kv>(state: &mut LeaseState<K>) {
 
 async fn release<K: Kv>(state: &mut LeaseState<K>) {
     if let Some(mut lease) = state.lease.take() {
-        state.shared.set_leader(None);
+        state.leader.send_replace(None);
         if let Err(error) = lease.release_boxed().await {
             tracing::warn!(%error, "could not release the leader lease; it will expire");
         }

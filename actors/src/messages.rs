@@ -22,9 +22,16 @@ pub enum NodeMsg {
     /// Release the leader lease now (stop sequence); replies when done.
     #[doc(hidden)]
     ReleaseLease(RpcReplyPort<()>),
-    /// The node began serving: try for the lease now rather than at the next tick.
+    /// The host is ready: a starting node begins serving, and tries for the lease now
+    /// rather than at the next tick.
     #[doc(hidden)]
     Serving,
+    /// Stop began: the node drains (unless it stopped already); replies when it is so.
+    #[doc(hidden)]
+    Draining(RpcReplyPort<()>),
+    /// The stop sequence is done: the node is stopped; replies when it is so.
+    #[doc(hidden)]
+    Stopped(RpcReplyPort<()>),
 }
 
 /// An opaque poller message (the poller's messages are internal).

@@ -13,7 +13,6 @@
 //! `max_concurrent_runs` may run). The supervisor itself fails only if it cannot spawn a
 //! poller, which its own supervisor (the host's, when embedded) then sees.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -28,12 +27,13 @@ use tokio::sync::{mpsc, watch};
 
 use crate::clock::TokioSleeper;
 use crate::completer::spawn_completer;
+use crate::context::{HeartbeatTime, Leadership, RunRegistry};
 pub use crate::context::{Lifecycle, NodeShared};
 use crate::events::{EventPublisher, NoPublisher};
 use crate::execute::{AbortOnDrop, RunMiddleware};
 use crate::housekeeper::{HousekeeperActor, HousekeeperMsg};
 use crate::lease::DynLeaderElection;
-use crate::lease_actor::{LeaseActor, LeaseMsg};
+use crate::lease_actor::{LeaseActor, LeaseArgs, LeaseMsg};
 use crate::messages::{CompletionRequest, PollerMsg};
 pub use crate::messages::{NodeMsg, PollerMsgBox};
 use crate::poller::{PollerActor, PollerArgs};
@@ -113,6 +113,12 @@ pub struct NodeSupervisor<K: Kv>(std::marker::PhantomData<K>);
 /// it starts.
 pub struct SupervisorArgs<K: Kv> {
     shared: Arc<NodeShared<K>>,
+    /// The node's lifecycle, which only the supervisor moves.
+    lifecycle: watch::Sender<Lifecycle>,
+    /// The node's leadership, handed to the lease actor, which alone moves it.
+    leader: watch::Sender<Option<Leadership>>,
+    /// When the last heartbeat committed: handed to each poller, which alone moves it.
+    heartbeat: HeartbeatTime,
     completion_inbox: mpsc::UnboundedReceiver<CompletionRequest>,
     /// The first poller's run ids.
     run_ids: RunIdGenerator,
@@ -123,6 +129,8 @@ pub struct SupervisorArgs<K: Kv> {
 /// The supervisor's state.
 pub struct SupervisorState<K: Kv> {
     shared: Arc<NodeShared<K>>,
+    lifecycle: watch::Sender<Lifecycle>,
+    heartbeat: HeartbeatTime,
     /// Where a restarted poller's run ids come from.
     entropy: Entropy,
     poller: ActorRef<PollerMsg>,
@@ -142,12 +150,13 @@ impl<K: Kv> Actor for NodeSupervisor<K> {
     async fn pre_start(
         &self,
         myself: ActorRef<NodeMsg>,
-        SupervisorArgs { shared, completion_inbox, run_ids, entropy }: SupervisorArgs<K>,
+        SupervisorArgs { shared, lifecycle, leader, heartbeat, completion_inbox, run_ids, entropy }: SupervisorArgs<K>,
     ) -> Result<Self::State, ActorProcessingErr> {
         let completer = spawn_completer(shared.clone(), completion_inbox);
-        let poller = spawn_poller(&myself, &shared, run_ids).await?;
+        let poller = spawn_poller(&myself, &shared, &heartbeat, run_ids).await?;
+        let lease_args = LeaseArgs { shared: shared.clone(), leader };
         let (lease, _) =
-            Actor::spawn_linked(Some(shared.actor_name("lease")), LeaseActor::new(), shared.clone(), myself.get_cell())
+            Actor::spawn_linked(Some(shared.actor_name("lease")), LeaseActor::new(), lease_args, myself.get_cell())
                 .await?;
         let (housekeeper, _) = Actor::spawn_linked(
             Some(shared.actor_name("housekeeper")),
@@ -157,7 +166,17 @@ impl<K: Kv> Actor for NodeSupervisor<K> {
         )
         .await?;
         let watchdog = shared.shared_store.then(|| crate::fence::spawn_watchdog(shared.clone()));
-        Ok(SupervisorState { shared, entropy, poller, lease, housekeeper, _watchdog: watchdog, _completer: completer })
+        Ok(SupervisorState {
+            shared,
+            lifecycle,
+            heartbeat,
+            entropy,
+            poller,
+            lease,
+            housekeeper,
+            _watchdog: watchdog,
+            _completer: completer,
+        })
     }
 
     async fn handle(
@@ -171,7 +190,20 @@ impl<K: Kv> Actor for NodeSupervisor<K> {
                 let _ = state.poller.send_message(message);
             }
             NodeMsg::Serving => {
-                let _ = state.lease.send_message(LeaseMsg::TickNow);
+                if *state.lifecycle.borrow() == Lifecycle::Starting {
+                    state.lifecycle.send_replace(Lifecycle::Serving);
+                    let _ = state.lease.send_message(LeaseMsg::TickNow);
+                }
+            }
+            NodeMsg::Draining(reply) => {
+                if *state.lifecycle.borrow() != Lifecycle::Stopped {
+                    state.lifecycle.send_replace(Lifecycle::Draining);
+                }
+                let _ = reply.send(());
+            }
+            NodeMsg::Stopped(reply) => {
+                state.lifecycle.send_replace(Lifecycle::Stopped);
+                let _ = reply.send(());
             }
             NodeMsg::ReleaseLease(reply) => {
                 let _ = state.lease.call(LeaseMsg::Release, Some(std::time::Duration::from_secs(30))).await;
@@ -191,13 +223,13 @@ impl<K: Kv> Actor for NodeSupervisor<K> {
             SupervisionEvent::ActorFailed(cell, error) if cell.get_id() == state.poller.get_id() => {
                 tracing::error!(%error, "the poller failed; restarting it");
                 let run_ids = RunIdGenerator::new(state.entropy.fork());
-                state.poller = spawn_poller(&myself, &state.shared, run_ids).await?;
+                state.poller = spawn_poller(&myself, &state.shared, &state.heartbeat, run_ids).await?;
             }
             SupervisionEvent::ActorTerminated(cell, _, _)
-                if cell.get_id() == state.poller.get_id() && state.shared.lifecycle() != Lifecycle::Stopped =>
+                if cell.get_id() == state.poller.get_id() && *state.lifecycle.borrow() != Lifecycle::Stopped =>
             {
                 let run_ids = RunIdGenerator::new(state.entropy.fork());
-                state.poller = spawn_poller(&myself, &state.shared, run_ids).await?;
+                state.poller = spawn_poller(&myself, &state.shared, &state.heartbeat, run_ids).await?;
             }
             _ => {}
         }
@@ -205,7 +237,7 @@ impl<K: Kv> Actor for NodeSupervisor<K> {
     }
 
     async fn post_stop(&self, _myself: ActorRef<NodeMsg>, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
-        state.shared.set_lifecycle(Lifecycle::Stopped);
+        state.lifecycle.send_replace(Lifecycle::Stopped);
         // Children stop in sorted order of their names (housekeeper, lease, poller), so a
         // simulation's trace does not depend on ractor's internal ordering.
         state.housekeeper.stop(None);
@@ -218,10 +250,11 @@ impl<K: Kv> Actor for NodeSupervisor<K> {
 async fn spawn_poller<K: Kv>(
     supervisor: &ActorRef<NodeMsg>,
     shared: &Arc<NodeShared<K>>,
+    heartbeat: &HeartbeatTime,
     run_ids: RunIdGenerator,
 ) -> Result<ActorRef<PollerMsg>, SpawnErr> {
     let name = shared.actor_name("poller");
-    let args = PollerArgs { shared: shared.clone(), run_ids };
+    let args = PollerArgs { shared: shared.clone(), heartbeat: heartbeat.clone(), run_ids };
     let (poller, _) = Actor::spawn_linked(Some(name), PollerActor::new(), args, supervisor.get_cell()).await?;
     Ok(poller)
 }
@@ -242,8 +275,9 @@ impl Node {
         config: NodeConfig<K>,
         supervisor: Option<ActorCell>,
     ) -> Result<JobScheduler<K>, SpawnErr> {
-        let (lifecycle, _) = watch::channel(Lifecycle::Starting);
-        let (leader, _) = watch::channel(None);
+        let lifecycle = watch::Sender::new(Lifecycle::Starting);
+        let leader = watch::Sender::new(None);
+        let (heartbeat, heartbeat_reader) = HeartbeatTime::new();
         let mut entropy = config.entropy;
         let election = match config.election {
             Some(election) => election,
@@ -267,18 +301,19 @@ impl Node {
             shared_store: config.shared_store,
             name_prefix: config.name_prefix,
             election,
-            lifecycle,
-            leader,
+            lifecycle: lifecycle.subscribe(),
+            leader: leader.subscribe(),
+            heartbeat: heartbeat_reader,
             event_ids: Mutex::new(event_ids),
-            runs: Mutex::new(BTreeMap::new()),
-            last_heartbeat: Mutex::new(None),
+            runs: RunRegistry::default(),
             stats: EngineStats::default(),
             starts: Arc::new(PendingStarts::new(config.clock.clone())),
             run_slots,
             completions,
         });
         let name = shared.actor_name("supervisor");
-        let args = SupervisorArgs { shared: shared.clone(), completion_inbox, run_ids, entropy };
+        let args =
+            SupervisorArgs { shared: shared.clone(), lifecycle, leader, heartbeat, completion_inbox, run_ids, entropy };
         let (node, _) = match supervisor {
             Some(parent) => {
                 Actor::spawn_linked(Some(name), NodeSupervisor(std::marker::PhantomData), args, parent).await?

@@ -56,7 +56,7 @@ struct Run<K: Kv> {
 impl<K: Kv> Drop for Run<K> {
     fn drop(&mut self) {
         // After its completion, or when killed before its job ended (abandoned at node stop).
-        self.args.shared.unregister_run(self.args.acquired.run.id);
+        self.args.shared.runs.unregister(self.args.acquired.run.id);
     }
 }
 
@@ -79,7 +79,7 @@ impl<K: Kv> Actor for RunActor<K> {
     /// preparation is left to `post_start`, on the run actor's own task.
     async fn pre_start(&self, _myself: ActorRef<RunMsg>, args: RunArgs<K>) -> Result<Self::State, ActorProcessingErr> {
         let cancel = RunCancel::new();
-        args.shared.register_run(args.acquired.run.id, cancel.clone());
+        args.shared.runs.register(args.acquired.run.id, cancel.clone());
         Ok(RunState_(Some(Run { args, cancel })))
     }
 

@@ -97,7 +97,7 @@ impl<K: Kv> JobScheduler<K> {
 
     /// The engine's counters (acquisitions, store errors, runs here, leadership).
     pub fn counters(&self) -> EngineCounters {
-        self.shared.stats.snapshot(self.shared.running(), self.is_leader())
+        self.shared.stats.snapshot(self.shared.runs.len(), self.is_leader())
     }
 
     /// The node's supervisor actor.
@@ -110,10 +110,11 @@ impl<K: Kv> JobScheduler<K> {
         &self.shared.registry
     }
 
-    /// The host is ready: start polling and running.
+    /// The host is ready: start polling and running. The supervisor moves the lifecycle
+    /// to `Serving` as it takes the message; anything asked of the node after this call
+    /// reaches the node's actors after it.
     pub fn serve(&self) {
         if self.lifecycle() == Lifecycle::Starting {
-            self.shared.set_lifecycle(Lifecycle::Serving);
             let _ = self.node.send_message(NodeMsg::Serving);
             self.wake();
         }
@@ -268,8 +269,9 @@ impl<K: Kv> JobScheduler<K> {
     pub async fn trigger(&self, requests: Vec<JobTriggerRequest>) -> Vec<Result<RunOutcome, SchedulingError>> {
         let mut waiting = Vec::with_capacity(requests.len());
         for request in requests {
-            if self.lifecycle() != Lifecycle::Serving {
-                waiting.push(Err(not_running(&format!("node is {:?}", self.lifecycle()))));
+            // The poller refuses it unless the node serves; a stopped node's is gone.
+            if self.lifecycle() == Lifecycle::Stopped {
+                waiting.push(Err(not_running("node is Stopped")));
                 continue;
             }
             let started = self.call_poller(|reply| PollerMsg::Trigger(request.name, request.data, reply)).await;
@@ -499,7 +501,7 @@ impl<K: Kv> JobScheduler<K> {
         if self.lifecycle() == Lifecycle::Stopped {
             return StopReport { canceled: 0, abandoned: 0 };
         }
-        self.shared.set_lifecycle(Lifecycle::Draining);
+        let _ = self.node.call(NodeMsg::Draining, Some(CALL_TIMEOUT)).await;
         if self.shared.shared_store {
             // The others take this node's home fires on time from now on. Failing that,
             // they take them as late fires, as from a node that died.
@@ -523,7 +525,7 @@ impl<K: Kv> JobScheduler<K> {
                 tracing::warn!(%error, "could not deregister the node");
             }
         }
-        self.shared.set_lifecycle(Lifecycle::Stopped);
+        let _ = self.node.call(NodeMsg::Stopped, Some(CALL_TIMEOUT)).await;
         self.node.stop(None);
         StopReport { canceled, abandoned }
     }

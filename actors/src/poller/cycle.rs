@@ -55,12 +55,12 @@ pub(super) async fn heartbeat<K: Kv>(state: &mut PollerState<K>, now: chrono::Da
         .await
     {
         Ok(beat) => {
-            shared.heartbeat_committed(began);
+            state.heartbeat.committed(began);
             if beat.was_declared_lost {
                 // Our runs are Lost already and will run again elsewhere: stop them, as
                 // the fence would have.
                 tracing::warn!(node = %shared.node_id, "this node was declared lost; canceling its runs");
-                shared.cancel_all_runs(CancelReason::Fenced);
+                shared.runs.cancel_all(CancelReason::Fenced);
                 // Their slots are free in the store now, but a job ignoring its
                 // cancellation runs on: this node starts no run beside it.
                 state.local.note_declared_lost();
@@ -70,7 +70,7 @@ pub(super) async fn heartbeat<K: Kv>(state: &mut PollerState<K>, now: chrono::Da
             // reads them next cycle (a request stays until its run ends).
             for id in beat.cancel_requests {
                 if state.running.contains_key(&id) {
-                    shared.cancel_run(id, CancelReason::Requested);
+                    shared.runs.cancel(id, CancelReason::Requested);
                 }
             }
             true

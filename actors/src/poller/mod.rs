@@ -21,7 +21,7 @@ use sundial::poller::Poller;
 use sundial::time::{Clock, MonotonicInstant};
 use uuid::Uuid;
 
-use crate::context::NodeShared;
+use crate::context::{HeartbeatTime, NodeShared};
 use crate::execute::AbortOnDrop;
 use crate::messages::PollerMsg;
 use crate::run::RunMsg;
@@ -31,6 +31,8 @@ use runs::{run_ended, trigger};
 
 pub(crate) struct PollerState<K: Kv> {
     shared: Arc<NodeShared<K>>,
+    /// When the node's last heartbeat committed (the self-fencing watchdog reads it).
+    heartbeat: HeartbeatTime,
     /// The actor of each run running here. A run actor takes no messages: runs are
     /// canceled through the node's registry of their cancellations.
     running: BTreeMap<Uuid, ActorRef<RunMsg>>,
@@ -62,6 +64,9 @@ pub(crate) struct PollerState<K: Kv> {
 /// poller gets a fresh one from the supervisor).
 pub(crate) struct PollerArgs<K: Kv> {
     pub(crate) shared: Arc<NodeShared<K>>,
+    /// When the node's last heartbeat committed: the poller writes it, and a restarted
+    /// poller goes on from its predecessor's.
+    pub(crate) heartbeat: HeartbeatTime,
     pub(crate) run_ids: RunIdGenerator,
 }
 
@@ -82,13 +87,14 @@ impl<K: Kv> Actor for PollerActor<K> {
     async fn pre_start(
         &self,
         myself: ActorRef<PollerMsg>,
-        PollerArgs { shared, run_ids }: PollerArgs<K>,
+        PollerArgs { shared, heartbeat, run_ids }: PollerArgs<K>,
     ) -> Result<Self::State, ActorProcessingErr> {
         let _ = myself.send_message(PollerMsg::Tick(0));
         let known_types = shared.registry.type_keys().map(str::to_owned).collect();
         Ok(PollerState {
             poller: Poller::new(shared.options.acquire_batch_size),
             shared,
+            heartbeat,
             known_types,
             running: BTreeMap::new(),
             run_of_actor: BTreeMap::new(),
@@ -157,7 +163,7 @@ impl<K: Kv> Actor for PollerActor<K> {
                 let mut canceled = Vec::new();
                 for id in ids {
                     if state.running.contains_key(&id) {
-                        state.shared.cancel_run(id, reason);
+                        state.shared.runs.cancel(id, reason);
                         canceled.push(id);
                     }
                 }
@@ -167,7 +173,7 @@ impl<K: Kv> Actor for PollerActor<K> {
                 let _ = reply.send(state.running.len());
             }
             PollerMsg::CancelAll(reason, reply) => {
-                state.shared.cancel_all_runs(reason);
+                state.shared.runs.cancel_all(reason);
                 let _ = reply.send(state.running.len());
             }
         }
