@@ -401,7 +401,13 @@ impl Poller {
         watched: bool,
     ) -> AcquisitionPlan {
         let since_steal = self.last_steal_check.map(|last| mono.saturating_duration_since(last));
-        let steal = steal_read_due(since_steal, now, STEAL_CHECK, self.steal_rota);
+        // A node still taking its own backlog (its last acquisition left more due) does
+        // not look for other nodes' late fires: under more load than the cluster can run,
+        // every node is late, and nodes taking each other's fires add conflicts and
+        // reads of every shard to the work they are behind on, so the cluster runs fewer
+        // fires the more nodes it has. It looks once its own fires are taken.
+        let behind = self.sequence.is_some();
+        let steal = !behind && steal_read_due(since_steal, now, STEAL_CHECK, self.steal_rota);
         if steal {
             self.last_steal_check = Some(mono);
         }
@@ -738,6 +744,21 @@ mod tests {
             acquire(&mut poller, 1_000, Held::default(), true).steal,
             "others' late fires drain at the poll cadence"
         );
+    }
+
+    #[test]
+    fn a_node_taking_its_own_backlog_looks_at_other_shards_only_once_it_is_through() {
+        let mut poller = Poller::new(Some(16));
+        let plan = acquire(&mut poller, 0, Held::default(), true);
+        assert!(plan.steal);
+        let stolen = Acquired { stolen: 2, more: true, ..took(16, None) };
+        assert_eq!(poller.acquired(plan, stolen, 16, mono(1)), Taken::Full);
+        assert!(!acquire(&mut poller, 6_000, Held::default(), true).steal, "its turn comes while more is due here");
+        assert!(!acquire(&mut poller, 12_000, Held::default(), true).steal, "and again");
+        let plan = acquire(&mut poller, 12_001, Held::default(), true);
+        assert!(!plan.steal);
+        assert!(matches!(poller.acquired(plan, took(3, None), 16, mono(12_002)), Taken::Done(_)));
+        assert!(acquire(&mut poller, 12_003, Held::default(), true).steal, "through its backlog, it looks");
     }
 
     #[test]
