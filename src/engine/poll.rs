@@ -39,6 +39,15 @@ pub fn until_heartbeat(age: Option<Duration>, poll_interval: Duration) -> Option
     poll_interval.checked_sub(age?).filter(|left| !left.is_zero())
 }
 
+/// Whether a node takes the fires of scheduled triggers (SPEC §10, "How cluster-unique
+/// jobs run once"): on a store the cluster shares, every node does, the store giving each
+/// fire to one of them; on a store of its own (not shared, so no acquisition between
+/// nodes), only while it holds the leader lease. One-shot fires (enqueued, retries)
+/// ignore leadership.
+pub fn takes_scheduled_fires(shared_store: bool, leads: bool) -> bool {
+    shared_store || leads
+}
+
 /// How a cycle's acquisition ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Taken {
@@ -154,6 +163,14 @@ pub fn wait_after_cycle(end: &CycleEnd) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn on_a_store_of_its_own_only_the_leader_takes_scheduled_fires() {
+        assert!(takes_scheduled_fires(true, false));
+        assert!(takes_scheduled_fires(true, true));
+        assert!(takes_scheduled_fires(false, true));
+        assert!(!takes_scheduled_fires(false, false));
+    }
 
     fn at(ms: i64) -> DateTime<Utc> {
         DateTime::from_timestamp_millis(1_800_000_000_000 + ms).unwrap()

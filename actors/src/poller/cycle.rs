@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ractor::ActorRef;
 use sundial::kv::{AsKvError, Kv, KvError};
-use sundial::poll::{until_heartbeat, Taken, STEAL_GRACE};
+use sundial::poll::{takes_scheduled_fires, until_heartbeat, Taken, STEAL_GRACE};
 use sundial::poller::{Acquired, AcquisitionPlan, CycleWait, Held, MAX_LOOKAHEAD};
 use sundial::store::{AcquireRequest, Acquisition, DueFilter, SyncOutcome};
 use sundial::time::Clock;
@@ -230,10 +230,9 @@ pub(super) async fn acquire_and_start<K: Kv>(
     }
 }
 
-/// Whether this node takes scheduled triggers' fires now: with a store of its own, only
-/// the leader does (SPEC §10); the others take one-shots only.
+/// Whether this node takes scheduled triggers' fires now ([`takes_scheduled_fires`]).
 pub(super) fn takes_scheduled<K: Kv>(shared: &NodeShared<K>) -> bool {
-    shared.shared_store || shared.leader().is_some()
+    takes_scheduled_fires(shared.shared_store, shared.leader().is_some())
 }
 
 /// Starts the runs that failed acquisitions committed after all (see
