@@ -94,8 +94,10 @@ fn cpu_seconds(pid: u32, tree: bool) -> f64 {
     if !tree {
         return own;
     }
-    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-    own + children.split_whitespace().filter_map(|c| c.parse().ok()).map(|c| cpu_seconds(c, true)).sum::<f64>()
+    own + sundial_test_support::process::children(pid as i32)
+        .into_iter()
+        .map(|c| cpu_seconds(c as u32, true))
+        .sum::<f64>()
 }
 
 /// `GET http://127.0.0.1:port/path`'s body.

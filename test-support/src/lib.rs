@@ -9,4 +9,5 @@ pub mod fake_kubernetes;
 pub mod nats;
 pub mod node_process;
 pub mod postgres;
+pub mod process;
 pub mod tls;

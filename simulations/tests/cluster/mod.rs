@@ -34,6 +34,7 @@ use sundial_simulations::trace::{Event, EventKind, StartFacts};
 use sundial_simulations::workload::Workload;
 use sundial_test_support::dir::TempDir;
 use sundial_test_support::postgres::{PgServer, ServerOptions};
+use sundial_test_support::process;
 use uuid::Uuid;
 
 /// The machine's clock: a real cluster runs on it.
@@ -307,16 +308,7 @@ impl Cluster {
     /// get SIGKILL. Its runs' processes write no other line; they ended now.
     pub(crate) fn kill(&mut self, id: &str) {
         let pid = self.pid(id);
-        signal(pid, "STOP");
-        let mut doomed = vec![pid];
-        let mut i = 0;
-        while i < doomed.len() {
-            doomed.extend(children(doomed[i]));
-            i += 1;
-        }
-        for pid in &doomed {
-            signal(*pid, "KILL");
-        }
+        process::kill_tree(pid);
         let at = now();
         let node = self.node(id);
         if let Some(mut child) = node.child.take() {
@@ -655,14 +647,7 @@ fn from_ns(text: &str) -> DateTime<Utc> {
 }
 
 fn signal(pid: i32, sig: &str) {
-    let status = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status().unwrap();
-    assert!(status.success() || sig == "KILL", "kill -{sig} {pid}");
-}
-
-/// The child processes of `pid`.
-fn children(pid: i32) -> Vec<i32> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-    text.split_whitespace().filter_map(|p| p.parse().ok()).collect()
+    assert!(process::signal(pid, sig), "kill -{sig} {pid}");
 }
 
 /// A minimal HTTP/1.1 request to 127.0.0.1:`port`: status and body, `None` when nothing
