@@ -239,13 +239,19 @@ impl<K: Kv> Actor for NodeSupervisor<K> {
     async fn post_stop(&self, _myself: ActorRef<NodeMsg>, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
         state.lifecycle.send_replace(Lifecycle::Stopped);
         // Children stop in sorted order of their names (housekeeper, lease, poller), so a
-        // simulation's trace does not depend on ractor's internal ordering.
-        state.housekeeper.stop(None);
-        state.lease.stop(None);
-        state.poller.stop(None);
+        // simulation's trace does not depend on ractor's internal ordering, each before
+        // the next: when the supervisor is gone, so are they and their names, and a node
+        // of the same id can start in the same process.
+        let _ = state.housekeeper.stop_and_wait(None, Some(CHILD_STOP_TIMEOUT)).await;
+        let _ = state.lease.stop_and_wait(None, Some(CHILD_STOP_TIMEOUT)).await;
+        let _ = state.poller.stop_and_wait(None, Some(CHILD_STOP_TIMEOUT)).await;
         Ok(())
     }
 }
+
+/// How long the supervisor waits for each child to stop (one busy in a store call that
+/// retries); past it the child is left to ractor, which ends it with its supervisor.
+const CHILD_STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 async fn spawn_poller<K: Kv>(
     supervisor: &ActorRef<NodeMsg>,

@@ -497,6 +497,7 @@ impl<K: Kv> JobScheduler<K> {
 
     /// Stops the node (SPEC §10): no new runs; running ones get until `deadline` to finish,
     /// then are canceled and given a short grace; the node deregisters and its actors stop.
+    /// Returns once they have: a node of the same id can then start in this process.
     pub async fn stop(&self, deadline: Duration) -> StopReport {
         if self.lifecycle() == Lifecycle::Stopped {
             return StopReport { canceled: 0, abandoned: 0 };
@@ -526,7 +527,8 @@ impl<K: Kv> JobScheduler<K> {
             }
         }
         let _ = self.node.call(NodeMsg::Stopped, Some(CALL_TIMEOUT)).await;
-        self.node.stop(None);
+        // Returns once the node's actors are gone (their names free for a new node).
+        let _ = self.node.stop_and_wait(None, Some(CALL_TIMEOUT)).await;
         StopReport { canceled, abandoned }
     }
 }

@@ -60,6 +60,32 @@ impl Job for Recorder {
 }
 
 /// A registry with one job type, `job_type`, whose runs a [`Recorder`] records in `log`.
+#[tokio::test(start_paused = true)]
+async fn a_stopped_node_can_start_again_at_once_under_its_own_id() {
+    // Actor names are process-wide: `stop` returns only when the node's actors and their
+    // names are gone, so the same node starts again straight away, and runs on.
+    let clock = Arc::new(TokioClock::new(t0()));
+    let log: Log = Arc::default();
+    let (c, l) = (clock.clone(), log.clone());
+    let registry = JobRegistry::builder()
+        .add_job("tick", "cron * * * * * *".parse().unwrap(), move || Recorder { clock: c.clone(), log: l.clone() })
+        .build()
+        .unwrap();
+    let (first, store) = start("again-node", registry.clone(), clock.clone()).await;
+    first.serve();
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    first.stop(Duration::from_secs(1)).await;
+    for round in 0..3 {
+        let node = start_on(&store, "again-node", registry.clone(), clock.clone()).await;
+        node.serve();
+        let before = log.lock().unwrap().len();
+        tokio::time::sleep(Duration::from_millis(2_100)).await;
+        assert!(log.lock().unwrap().len() >= before + 2, "round {round}: the restarted node runs the job");
+        node.stop(Duration::from_secs(1)).await;
+        assert_eq!(node.lifecycle(), Lifecycle::Stopped);
+    }
+}
+
 fn recording(job_type: &str, clock: &Arc<TokioClock>, log: &Log) -> JobRegistry {
     let (clock, log) = (clock.clone(), log.clone());
     JobRegistry::builder()
