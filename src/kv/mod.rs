@@ -207,6 +207,22 @@ pub struct RangeResult {
     pub more: bool,
 }
 
+/// How many pairs a range holds, as [`KvTransaction::count_ranges`] counts them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RangeCount {
+    /// The pairs counted: at most the request's limit.
+    pub count: usize,
+    /// Whether the limit cut the count short (more keys remain in the range).
+    pub more: bool,
+}
+
+impl RangeCount {
+    /// The count of a range read's result.
+    pub fn of(result: &RangeResult) -> RangeCount {
+        RangeCount { count: result.pairs.len(), more: result.more }
+    }
+}
+
 /// What a successful commit produced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CommitInfo {
@@ -252,6 +268,15 @@ pub trait KvTransaction: Clone + Send + Sync + 'static {
         snapshot: bool,
     ) -> impl Future<Output = Result<Vec<RangeResult>, KvError>> + Send {
         futures_util::future::try_join_all(requests.iter().map(move |request| self.get_range(request, snapshot)))
+    }
+
+    /// How many pairs each of `requests` holds, in order: what [`get_ranges`](Self::get_ranges)
+    /// with `snapshot = true` would return, counted (each within its limit, `more` when
+    /// the limit cut it short). A snapshot read: no conflict range. A store that can count
+    /// without copying the pairs out (the in-memory one) does; the others read them.
+    fn count_ranges(&self, requests: &[RangeRequest]) -> impl Future<Output = Result<Vec<RangeCount>, KvError>> + Send {
+        let reads = self.get_ranges(requests, true);
+        async move { Ok(reads.await?.iter().map(RangeCount::of).collect()) }
     }
 
     /// Sets `key` to `value`.

@@ -13,7 +13,7 @@ use super::keys::{fnv, shard_of, DUE_SHARDS};
 use super::records::{NodeView, TriggerRecord};
 use super::{codec, KvJobStore, StoreError, Tx};
 use crate::job::TriggerState;
-use crate::kv::{key_after, run, Kv, KvTransaction, RangeRequest};
+use crate::kv::{run, Kv, KvTransaction, RangeRequest};
 use futures_util::future::BoxFuture;
 
 /// What is due next, for one node: see [`KvJobStore::due_outlook`].
@@ -398,8 +398,9 @@ impl<K: Kv> KvJobStore<K> {
         let window = TimeDelta::from_std(window).map_or(i64::MAX, |w| w.num_microseconds().unwrap_or(i64::MAX));
         let until = first_home.saturating_add(window);
         // Counted from each head (the entries skipped before it are not this node's to
-        // take), every shard's share of the limit read together (one round trip, one walk
-        // along the keys), then on in the shards that had more, one by one, while under it.
+        // take), every shard's share of the limit counted together (one round trip, no
+        // pair copied out of an in-memory store), then again, one by one, with what is
+        // left of the limit, in the shards that had more, while under it.
         let counted: Vec<(u16, &ShardHead)> = (0..DUE_SHARDS)
             .zip(heads)
             .zip(homes)
@@ -412,12 +413,15 @@ impl<K: Kv> KvJobStore<K> {
             .iter()
             .map(|&(shard, head)| RangeRequest::new(head.key.clone(), self.keys.due_until(shard, until).1).limit(share))
             .collect();
-        let reads = tx.txn.get_ranges(&ranges, true).await?;
-        let mut count: usize = reads.iter().map(|read| read.pairs.len()).sum();
-        for (range, read) in ranges.into_iter().zip(reads) {
-            let Some((last, _)) = read.pairs.last().filter(|_| read.more && count < limit) else { continue };
-            let rest = RangeRequest::new(key_after(last), range.end).limit(limit - count);
-            count += tx.txn.get_range(&rest, true).await?.pairs.len();
+        let counts = tx.txn.count_ranges(&ranges).await?;
+        let mut count: usize = counts.iter().map(|c| c.count).sum();
+        for (range, first) in ranges.into_iter().zip(counts) {
+            if !first.more || count >= limit {
+                continue;
+            }
+            let whole = range.limit(first.count + limit - count);
+            let again = tx.txn.count_ranges(std::slice::from_ref(&whole)).await?;
+            count += again.first().map_or(0, |c| c.count).saturating_sub(first.count);
         }
         Ok(RawOutlook { first, count: count.min(limit), first_elsewhere })
     }

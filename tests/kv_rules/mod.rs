@@ -8,7 +8,9 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use sundial::entropy::Entropy;
-use sundial::kv::{key_after, AtomicOp, Kv, KvError, KvTransaction, RangeRequest, TRANSACTION_LIFE_VERSIONS_MAX};
+use sundial::kv::{
+    key_after, AtomicOp, Kv, KvError, KvTransaction, RangeCount, RangeRequest, TRANSACTION_LIFE_VERSIONS_MAX,
+};
 use sundial::time::ManualClock;
 
 /// Calls `$m!` with the name of every rule.
@@ -31,6 +33,7 @@ macro_rules! for_each_kv_rule {
             a_watch_compares_with_what_its_transaction_saw,
             a_watch_fails_with_its_transaction,
             ranges_read_together_see_what_each_read_alone_sees,
+            ranges_counted_hold_what_they_read_and_conflict_with_nothing,
         );
     };
 }
@@ -442,4 +445,50 @@ pub(crate) async fn ranges_read_together_see_what_each_read_alone_sees<K: Kv>(kv
         assert!(together[6].pairs.is_empty() && !together[6].more);
     }
     reader.get(b"k0001", true).await.unwrap();
+}
+
+pub(crate) async fn ranges_counted_hold_what_they_read_and_conflict_with_nothing<K: Kv>(kv: &K, env: &Env) {
+    // Counts as of the reader's version, within limits, in ranges the reader wrote in
+    // (its own writes counted) and not, ascending and descending.
+    let clock = &env.clock;
+    let pairs: Vec<(String, String)> = (0..60).map(|i| (format!("c{i:04}"), format!("v{i}"))).collect();
+    let refs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    put(kv, &refs).await;
+    clock.advance(Duration::from_millis(1));
+    let reader = kv.create_transaction().unwrap();
+    reader.read_version().await.unwrap();
+    let writer = kv.create_transaction().unwrap();
+    writer.clear(b"c0011");
+    writer.set(b"c0012a", b"late");
+    writer.commit().await.unwrap();
+    reader.set(b"c0030a", b"mine");
+    reader.clear(b"c0031");
+    let range = |begin: &str, end: &str| RangeRequest::new(begin.as_bytes().to_vec(), end.as_bytes().to_vec());
+    let requests = [
+        range("c0010", "c0013"),
+        range("c0014", "c0020").limit(2),
+        range("c0014", "c0020").limit(6),
+        range("c0014", "c0020").limit(7),
+        range("c0029", "c0033"),
+        range("c0029", "c0033").limit(2),
+        range("c0040", "c0050").limit(3).reversed(),
+        range("c0050", "c0040"),
+        range("c0100", "c0200"),
+        range("c0000", "c0060").limit(0),
+    ];
+    let counts = reader.count_ranges(&requests).await.unwrap();
+    for (request, count) in requests.iter().zip(&counts) {
+        let read = reader.get_range(request, true).await.unwrap();
+        assert_eq!(*count, RangeCount::of(&read), "{request:?}");
+    }
+    let count = |n, more| RangeCount { count: n, more };
+    assert_eq!(counts[0], count(3, false), "c0011 still there and c0012a not yet, as of the reader's version");
+    assert_eq!(&counts[1..4], [count(2, true), count(6, false), count(6, false)]);
+    assert_eq!(counts[4], count(4, false), "c0029, c0030, its own c0030a, c0032");
+    assert_eq!(counts[5], count(2, true));
+    assert_eq!(counts[6], count(3, true));
+    assert_eq!(&counts[7..], [count(0, false), count(0, false), count(0, false)]);
+    // Counting is a snapshot read: a change in a counted range does not fail the reader.
+    put(kv, &[("c0015", "changed")]).await;
+    reader.commit().await.unwrap();
 }

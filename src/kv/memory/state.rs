@@ -13,7 +13,7 @@ use crate::kv::buffer::{Base, Point, StoredKey, WatchSender};
 use crate::kv::journal::{JournalState, Mutation};
 use crate::kv::key_map::KeyMap;
 use crate::kv::write_set::WriteSet;
-use crate::kv::{CommitInfo, KvError, RangeResult, Version, TRANSACTION_LIFE_VERSIONS_MAX};
+use crate::kv::{CommitInfo, KvError, RangeCount, RangeResult, Version, TRANSACTION_LIFE_VERSIONS_MAX};
 use crate::time::MonotonicInstant;
 
 use super::{KvFaults, MemoryKvStats};
@@ -177,6 +177,30 @@ pub(super) fn stored_pairs<'a>(
         cursor.next();
     }
     RangeResult { pairs, more: false }
+}
+
+/// How many stored pairs visible at `read_version` lie in `[begin, end)` of `data`, at
+/// most `limit`: what [`stored_pairs`] would return, counted without copying them.
+pub(super) fn stored_count<'a>(
+    cursor: impl Iterator<Item = (&'a StoredKey, &'a Versions)>,
+    end: &[u8],
+    limit: Option<usize>,
+    read_version: Version,
+) -> RangeCount {
+    let limit = limit.unwrap_or(usize::MAX);
+    let mut count = 0;
+    for (key, versions) in cursor {
+        if key.as_slice() >= end {
+            break;
+        }
+        if value_in(versions, read_version).is_some() {
+            if count == limit {
+                return RangeCount { count, more: true };
+            }
+            count += 1;
+        }
+    }
+    RangeCount { count, more: false }
 }
 
 impl State {

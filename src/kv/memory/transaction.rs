@@ -14,11 +14,11 @@ use crate::kv::atomic::AtomicOp;
 use crate::kv::buffer::{merge, Buffer};
 use crate::kv::journal::DurableNotice;
 use crate::kv::{
-    CommitInfo, KvError, KvTransaction, RangeRequest, RangeResult, Version, TRANSACTION_LIFE_VERSIONS_MAX,
+    CommitInfo, KvError, KvTransaction, RangeCount, RangeRequest, RangeResult, Version, TRANSACTION_LIFE_VERSIONS_MAX,
 };
 use crate::time::Clock;
 
-use super::state::{stored_pairs, value_in, KeyHashes, LateCommit, State, Versions, Writes};
+use super::state::{stored_count, stored_pairs, value_in, KeyHashes, LateCommit, State, Versions, Writes};
 use super::{KvFaults, MemoryKv, GET_MANY_CHUNK};
 
 /// The latency to add to an operation's answer, if any.
@@ -114,6 +114,31 @@ impl Buffer {
             results.push(self.conflict_on_range(request, snapshot, pairs, more));
         }
         Ok(results)
+    }
+
+    /// How many pairs each of `requests` holds as this transaction sees them (snapshot
+    /// reads). A range it wrote nothing in is counted in place; any other is read.
+    pub(super) fn count_ranges(
+        &mut self,
+        state: &State,
+        requests: &[RangeRequest],
+    ) -> Result<Vec<RangeCount>, KvError> {
+        let read_version = self.read_version.unwrap_or_default();
+        let mut counts = Vec::with_capacity(requests.len());
+        for request in requests {
+            let (begin, end) = (request.begin.as_slice(), request.end.as_slice());
+            let in_place = begin < end
+                && request.limit != Some(0)
+                && !request.reverse
+                && !self.is_unreadable(begin, end)
+                && self.untouched(begin, end);
+            counts.push(if in_place {
+                stored_count(state.data.from(begin), end, request.limit, read_version)
+            } else {
+                RangeCount::of(&self.get_range(state, request, true)?)
+            });
+        }
+        Ok(counts)
     }
 
     /// The pairs of `request` as this transaction sees them, registering a serializable
@@ -371,6 +396,22 @@ impl KvTransaction for MemoryTransaction {
                 let requests = requests.to_vec();
                 Either::Right(self.after(wait, move |txn| {
                     txn.with_reads(requests.len(), true, |data, state| data.get_ranges(state, &requests, snapshot))
+                }))
+            }
+        }
+    }
+
+    fn count_ranges(&self, requests: &[RangeRequest]) -> impl Future<Output = Result<Vec<RangeCount>, KvError>> + Send {
+        match self.read_version_wait() {
+            None => {
+                let (result, latency) =
+                    self.with_reads(requests.len(), true, |data, state| data.count_ranges(state, requests));
+                Either::Left(self.delayed(result, latency))
+            }
+            Some(wait) => {
+                let requests = requests.to_vec();
+                Either::Right(self.after(wait, move |txn| {
+                    txn.with_reads(requests.len(), true, |data, state| data.count_ranges(state, &requests))
                 }))
             }
         }
