@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 /// The longest name, in bytes (all allowed characters are ASCII).
 pub const NAME_LEN_MAX: usize = 128;
@@ -60,8 +61,11 @@ fn validate(kind: &'static str, text: &str) -> Result<(), NameError> {
 macro_rules! name_type {
     ($(#[$doc:meta])* $name:ident, $kind:literal) => {
         $(#[$doc])*
+        ///
+        /// Shared text: a clone is a reference count, not a copy (a run's names travel
+        /// through several actors and records on every fire).
         #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub struct $name(String);
+        pub struct $name(Arc<str>);
 
         impl $name {
             /// Checks `text` against the name grammar.
@@ -71,7 +75,7 @@ macro_rules! name_type {
             pub fn new(text: impl Into<String>) -> Result<Self, NameError> {
                 let text = text.into();
                 validate($kind, &text)?;
-                Ok(Self(text))
+                Ok(Self(Arc::from(text)))
             }
 
             /// Whether `text` satisfies the name grammar.
@@ -100,14 +104,15 @@ macro_rules! name_type {
         impl FromStr for $name {
             type Err = NameError;
             fn from_str(text: &str) -> Result<Self, NameError> {
-                Self::new(text)
+                validate($kind, text)?;
+                Ok(Self(Arc::from(text)))
             }
         }
 
         impl TryFrom<&str> for $name {
             type Error = NameError;
             fn try_from(text: &str) -> Result<Self, NameError> {
-                Self::new(text)
+                text.parse()
             }
         }
 
@@ -125,11 +130,27 @@ macro_rules! name_type {
 
         impl<'de> serde::Deserialize<'de> for $name {
             fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                let text = String::deserialize(deserializer)?;
-                Self::new(text).map_err(serde::de::Error::custom)
+                // Borrowed where the format allows: one allocation, the shared text's.
+                deserializer.deserialize_str(NameVisitor($kind)).map(Self)
             }
         }
     };
+}
+
+/// Reads a name of `kind` as shared text, checked against the grammar.
+struct NameVisitor(&'static str);
+
+impl serde::de::Visitor<'_> for NameVisitor {
+    type Value = Arc<str>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "a {} name", self.0)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Arc<str>, E> {
+        validate(self.0, text).map_err(E::custom)?;
+        Ok(Arc::from(text))
+    }
 }
 
 name_type!(
