@@ -72,10 +72,8 @@ macro_rules! name_type {
             ///
             /// # Errors
             /// [`NameError`] saying what is wrong and where.
-            pub fn new(text: impl Into<String>) -> Result<Self, NameError> {
-                let text = text.into();
-                validate($kind, &text)?;
-                Ok(Self(Arc::from(text)))
+            pub fn new(text: impl AsRef<str>) -> Result<Self, NameError> {
+                text.as_ref().parse()
             }
 
             /// Whether `text` satisfies the name grammar.

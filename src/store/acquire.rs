@@ -30,7 +30,7 @@ use uuid::Uuid;
 use super::due::{DueFilter, DueHeads, DueOutlook, NodeShards, RawOutlook, ShardHead, StealRota, Vouching};
 use super::jobs::instant;
 use super::keys::{fnv, DUE_SHARDS};
-use super::records::{JobRecord, NodeView, RunRecord, TriggerKind, TriggerRecord};
+use super::records::{JobRecord, NodeView, RunRecord, TriggerKind, TriggerRecord, TriggerWas};
 use super::{
     codec, data_text, decode_job, decode_trigger, job_run_of, parse_data, KvJobStore, Prefetched, StoreError, Tx,
     BATCH_DATA_BUDGET,
@@ -614,13 +614,13 @@ impl<K: Kv> KvJobStore<K> {
         &self,
         tx: &Tx<'_, K::Transaction>,
         candidate: &Candidate,
-        old: &TriggerRecord,
+        was: TriggerWas,
         new: &TriggerRecord,
     ) {
         if candidate.home {
-            tx.put_trigger(Some(old), new, false);
+            tx.put_trigger_from(Some(was), new, false);
         } else {
-            self.put_trigger_and_wake(tx, Some(old), new, false);
+            self.put_trigger_from_and_wake(tx, Some(was), new, false);
         }
     }
 
@@ -676,8 +676,9 @@ impl<K: Kv> KvJobStore<K> {
             let fire_count = trigger.fire_count;
             #[cfg(feature = "test-hooks")]
             let fire_count = fire_count + u32::from(self.options.broken == Some(super::BrokenStore::SkipCounted));
-            let next = self.advance(&trigger, &schedule, decision.next_basis, request.now, fire_count);
-            self.put_taken_trigger(tx, candidate, &trigger, &next);
+            let was = trigger.was();
+            let next = self.advance(trigger, &schedule, decision.next_basis, request.now, fire_count);
+            self.put_taken_trigger(tx, candidate, was, &next);
             return Ok(None);
         };
         let (cause, attempt, retry_of, data) = match trigger.kind {
@@ -762,13 +763,14 @@ impl<K: Kv> KvJobStore<K> {
             acquired.fire_count += 1;
             tx.put_trigger(Some(&trigger), &acquired, false);
         } else {
-            let mut next = self.advance(&trigger, &schedule, decision.next_basis, request.now, trigger.fire_count + 1);
+            let (was, fire_count) = (trigger.was(), trigger.fire_count + 1);
+            let mut next = self.advance(trigger, &schedule, decision.next_basis, request.now, fire_count);
             next.previous_fire_us = Some(to_micros(scheduled));
             // Catching up (`RunAll`): its next fire is due already, and one acquisition
             // takes one fire per trigger.
             tally.due_again |= next.state == TriggerState::Waiting
                 && next.next_fire_us.is_some_and(|due| due <= to_micros(request.now));
-            self.put_taken_trigger(tx, candidate, &trigger, &next);
+            self.put_taken_trigger(tx, candidate, was, &next);
         }
         Ok(Some(AcquiredRun {
             run: job_run_of(&record)?,
@@ -856,7 +858,7 @@ impl<K: Kv> KvJobStore<K> {
     /// or now after a misfire): `Waiting` at the next fire, or `Complete`.
     fn advance(
         &self,
-        trigger: &TriggerRecord,
+        mut record: TriggerRecord,
         schedule: &JobSchedule,
         basis: DateTime<Utc>,
         now: DateTime<Utc>,
@@ -865,7 +867,6 @@ impl<K: Kv> KvJobStore<K> {
         let calendar = schedule.calendar.as_ref().and_then(|name| self.calendars.get(name));
         let previous = PreviousFire { scheduled_at: basis, completed_at: now, fire_count };
         let next = schedule.next_fire(&previous, calendar);
-        let mut record = trigger.clone();
         record.fire_count = fire_count;
         record.next_fire_us = next.map(to_micros);
         record.state = if next.is_some() { TriggerState::Waiting } else { TriggerState::Complete };

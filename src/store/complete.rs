@@ -256,7 +256,10 @@ impl<K: Kv> KvJobStore<K> {
             let result = CompletionResult { state: stored.state, recorded, retry_trigger, next_due };
             return Ok((result, false, stored.job.clone()));
         }
-        let mut ended = stored.clone();
+        // The record ends in place; what the rest reads of it (job, trigger, node, attempt,
+        // data) the end does not change.
+        let was = stored.state;
+        let mut ended = stored;
         ended.state = target;
         ended.finished_us = Some(to_micros(completion.finished_at));
         (ended.error_code, ended.error_message) = match &completion.outcome {
@@ -274,7 +277,8 @@ impl<K: Kv> KvJobStore<K> {
         if self.options.broken == Some(super::BrokenStore::CodesDropped) && ended.state == RunState::Failed {
             ended.error_code = None;
         }
-        tx.put_run(Some(&stored), &ended);
+        tx.put_run_ended(was, &ended);
+        let stored = ended;
         if cache.cancel_requested(tx, &stored.node, id).await? {
             tx.txn.clear(&self.keys.cancel(&stored.node, id));
         }

@@ -10,7 +10,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use super::acquire::mix64;
 use super::jobs::instant;
 use super::keys::{fnv, shard_of, DUE_SHARDS};
-use super::records::{NodeView, TriggerRecord};
+use super::records::{NodeView, TriggerRecord, TriggerWas};
 use super::{codec, KvJobStore, StoreError, Tx};
 use crate::job::TriggerState;
 use crate::kv::{run, Kv, KvTransaction, RangeRequest};
@@ -505,9 +505,25 @@ impl<K: Kv> KvJobStore<K> {
         new: &TriggerRecord,
         local: bool,
     ) {
-        tx.put_trigger(old, new, local);
-        let due = |t: &TriggerRecord| (t.state == TriggerState::Waiting).then_some(t.next_fire_us).flatten();
-        if local || due(new).is_none() || old.and_then(due) == due(new) {
+        if let Some(old) = old {
+            super::invariants::same_trigger(old, new);
+        }
+        self.put_trigger_from_and_wake(tx, old.map(TriggerRecord::was), new, local);
+    }
+
+    /// [`put_trigger_and_wake`](Self::put_trigger_and_wake) for a record changed in place,
+    /// given what it `was`.
+    pub(crate) fn put_trigger_from_and_wake(
+        &self,
+        tx: &Tx<'_, K::Transaction>,
+        was: Option<TriggerWas>,
+        new: &TriggerRecord,
+        local: bool,
+    ) {
+        tx.put_trigger_from(was, new, local);
+        let due = |state: TriggerState, next: Option<i64>| (state == TriggerState::Waiting).then_some(next).flatten();
+        let new_due = due(new.state, new.next_fire_us);
+        if local || new_due.is_none() || was.and_then(|was| due(was.state, was.next_fire_us)) == new_due {
             return;
         }
         let cache = self.homes.lock();

@@ -62,7 +62,7 @@ use crate::kv::{AsKvError, Kv, KvError, KvTransaction, RangeRequest, RetryOption
 use crate::name::{JobName, TriggerName};
 use crate::time::from_micros;
 use keys::{shard_of, Keyspace};
-use records::{JobRecord, RunRecord, SlotRecord, TriggerRecord};
+use records::{JobRecord, RunRecord, SlotRecord, TriggerRecord, TriggerWas};
 
 /// What a store operation can fail with.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -343,13 +343,22 @@ impl<T: KvTransaction> Tx<'_, T> {
     /// Writes `new` (replacing `old`), moving its due and blocked entries. `local` triggers
     /// (of jobs that run on every node) never enter the due index.
     pub(crate) fn put_trigger(&self, old: Option<&TriggerRecord>, new: &TriggerRecord, local: bool) {
-        invariants::trigger_write(old, new);
+        if let Some(old) = old {
+            invariants::same_trigger(old, new);
+        }
+        self.put_trigger_from(old.map(TriggerRecord::was), new, local);
+    }
+
+    /// [`put_trigger`](Self::put_trigger) for a record changed in place (the same job and
+    /// trigger), given what it `was`.
+    pub(crate) fn put_trigger_from(&self, was: Option<TriggerWas>, new: &TriggerRecord, local: bool) {
+        invariants::trigger_write(was, new);
         if local {
             // A local trigger's pause is part of the local jobs' listing.
             self.touch_local_jobs();
         }
-        if let Some(old) = old {
-            self.clear_trigger_indexes(old);
+        if let Some(was) = was {
+            self.clear_trigger_indexes(&new.job, &new.name, was);
         }
         match (new.state, new.next_fire_us) {
             (TriggerState::Waiting, Some(due)) if !local => {
@@ -368,16 +377,17 @@ impl<T: KvTransaction> Tx<'_, T> {
     }
 
     pub(crate) fn delete_trigger(&self, old: &TriggerRecord) {
-        self.clear_trigger_indexes(old);
+        self.clear_trigger_indexes(&old.job, &old.name, old.was());
         self.txn.clear(&self.keys.trigger(&old.job, &old.name));
     }
 
-    fn clear_trigger_indexes(&self, old: &TriggerRecord) {
-        if let (TriggerState::Waiting, Some(due)) = (old.state, old.next_fire_us) {
-            self.txn.clear(&self.keys.due(shard_of(&old.job, &old.name), due, &old.job, &old.name));
+    /// Clears the index entries of trigger `job`/`name` as it `was`.
+    fn clear_trigger_indexes(&self, job: &str, name: &str, was: TriggerWas) {
+        if let (TriggerState::Waiting, Some(due)) = (was.state, was.next_fire_us) {
+            self.txn.clear(&self.keys.due(shard_of(job, name), due, job, name));
         }
-        if old.state == TriggerState::Blocked {
-            self.txn.clear(&self.keys.blocked(&old.job, &old.name));
+        if was.state == TriggerState::Blocked {
+            self.txn.clear(&self.keys.blocked(job, name));
         }
     }
 
@@ -450,13 +460,29 @@ impl<T: KvTransaction> Tx<'_, T> {
     /// Writes `new` (replacing `old`, same id), with its running index entries while it
     /// runs, and its history index entries once it ended.
     pub(crate) fn put_run(&self, old: Option<&RunRecord>, new: &RunRecord) {
-        invariants::run_write(old, new);
+        invariants::run_write(old.map(|old| (old.id, old.state)), new);
         if let Some(old) = old.filter(|old| old.state == RunState::Running) {
             self.txn.clear(&self.keys.running(&old.node, old.id));
             self.txn.clear(&self.keys.job_running(&old.job, old.id));
         }
+        self.put_run_indexes(new);
+    }
+
+    /// Writes `run`, whose stored record was in state `was` and otherwise differs only in
+    /// its end (state, end time, error): a run ending, changed in place, not copied.
+    pub(crate) fn put_run_ended(&self, was: RunState, run: &RunRecord) {
+        invariants::run_write(Some((run.id, was)), run);
+        if was == RunState::Running {
+            self.txn.clear(&self.keys.running(&run.node, run.id));
+            self.txn.clear(&self.keys.job_running(&run.job, run.id));
+        }
+        self.put_run_indexes(run);
+    }
+
+    /// The run's record and the index entries of its state.
+    fn put_run_indexes(&self, new: &RunRecord) {
         if new.state.is_final() {
-            let summary = codec::encode(&new.summary());
+            let summary = codec::encode(&new.summary_view());
             self.txn.set(&self.keys.history_by_job(&new.job, new.scheduled_us, new.id), &summary);
             self.txn.set(&self.keys.history_by_time(new.scheduled_us, new.id), &summary);
         }
@@ -495,8 +521,8 @@ pub(crate) fn job_run_of(record: &RunRecord) -> Result<JobRun, StoreError> {
     let corrupt = |what: &str| StoreError::Corrupt(format!("run {}: bad {what}", record.id));
     Ok(JobRun {
         id: record.id,
-        job: JobName::new(record.job.clone()).map_err(|_| corrupt("job name"))?,
-        trigger: record.trigger.clone().map(TriggerName::new).transpose().map_err(|_| corrupt("trigger name"))?,
+        job: JobName::new(&record.job).map_err(|_| corrupt("job name"))?,
+        trigger: record.trigger.as_deref().map(TriggerName::new).transpose().map_err(|_| corrupt("trigger name"))?,
         scheduled_at: from_micros(record.scheduled_us).ok_or_else(|| corrupt("scheduled time"))?,
         cause: record.cause,
         attempt: record.attempt,

@@ -108,6 +108,26 @@ pub struct TriggerRecord {
     pub error: Option<String>,
 }
 
+impl TriggerRecord {
+    /// What a write replacing this record needs of it: its indexes and its transition.
+    pub fn was(&self) -> TriggerWas {
+        TriggerWas { uid: self.uid, state: self.state, next_fire_us: self.next_fire_us }
+    }
+}
+
+/// What a trigger record was before a write changed it in place (the same job and
+/// trigger): enough to clear its index entries and check its transition, without a copy
+/// of its text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TriggerWas {
+    /// See [`TriggerRecord::uid`].
+    pub uid: u64,
+    /// See [`TriggerRecord::state`].
+    pub state: TriggerState,
+    /// See [`TriggerRecord::next_fire_us`].
+    pub next_fire_us: Option<i64>,
+}
+
 /// `(4, job)`: the single active-run slot of a non-concurrent job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct SlotRecord {
@@ -211,14 +231,36 @@ impl RunRecord {
 
     /// What history indexes carry, so filtered queries need not read primary records.
     pub fn summary(&self) -> RunSummary {
-        RunSummary {
+        let RunSummaryView { state, has_error, node, trigger, finished_us } = self.summary_view();
+        RunSummary { state, has_error, node: node.to_owned(), trigger: trigger.map(str::to_owned), finished_us }
+    }
+
+    /// [`summary`](Self::summary) borrowing this record's text: what a completion encodes.
+    pub fn summary_view(&self) -> RunSummaryView<'_> {
+        RunSummaryView {
             state: self.state,
             has_error: self.error_code.is_some() || self.error_message.is_some(),
-            node: self.node.clone(),
-            trigger: self.trigger.clone(),
+            node: &self.node,
+            trigger: self.trigger.as_deref(),
             finished_us: self.finished_us,
         }
     }
+}
+
+/// A [`RunSummary`] borrowing its text, encoded as one: the same fields in the same order
+/// (a test checks that `RunSummary` decodes what it encodes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RunSummaryView<'a> {
+    /// See [`RunSummary::state`].
+    pub state: RunState,
+    /// See [`RunSummary::has_error`].
+    pub has_error: bool,
+    /// See [`RunSummary::node`].
+    pub node: &'a str,
+    /// See [`RunSummary::trigger`].
+    pub trigger: Option<&'a str>,
+    /// See [`RunSummary::finished_us`].
+    pub finished_us: Option<i64>,
 }
 
 /// The value of the history index entries: enough to filter without the run record.
@@ -334,6 +376,29 @@ mod tests {
         long.extend([1, 2, 3]);
         let error = SlotRecord::decode(&long).unwrap_err().to_string();
         assert!(error.contains("slot record") && error.contains("trailing"), "{error}");
+    }
+
+    #[test]
+    fn a_run_summary_reads_what_its_view_wrote() {
+        for (node, trigger) in [("node-1", Some("every-minute")), ("n", None)] {
+            let summary = RunSummary {
+                state: RunState::Failed,
+                has_error: true,
+                node: node.into(),
+                trigger: trigger.map(Into::into),
+                finished_us: Some(-7),
+            };
+            let view = RunSummaryView {
+                state: summary.state,
+                has_error: summary.has_error,
+                node,
+                trigger,
+                finished_us: summary.finished_us,
+            };
+            let bytes = codec::encode(&view);
+            assert_eq!(bytes, codec::encode(&summary));
+            assert_eq!(codec::decode::<RunSummary>(&bytes, "run summary").unwrap(), summary);
+        }
     }
 
     #[test]

@@ -119,7 +119,7 @@ pub struct LocalJobs {
 fn definition_of(job: &JobRecord, triggers: &[TriggerRecord]) -> Result<JobDefinition, StoreError> {
     let corrupt = |what: &str| StoreError::Corrupt(format!("job '{}': bad {what}", job.name));
     let mut def = JobDefinition::new(
-        JobName::new(job.name.clone()).map_err(|_| corrupt("name"))?,
+        JobName::new(&job.name).map_err(|_| corrupt("name"))?,
         JobTypeKey::new(job.job_type.clone()).map_err(|_| corrupt("type"))?,
     );
     def.data = parse_data(&job.data)?;
@@ -131,10 +131,8 @@ fn definition_of(job: &JobRecord, triggers: &[TriggerRecord]) -> Result<JobDefin
     def.description = job.description.clone();
     for trigger in triggers.iter().filter(|t| !t.kind.is_synthetic()) {
         let schedule: JobSchedule = trigger.schedule.parse().map_err(|_| corrupt("schedule"))?;
-        let mut t = JobTriggerDefinition::new(
-            TriggerName::new(trigger.name.clone()).map_err(|_| corrupt("trigger name"))?,
-            schedule,
-        );
+        let mut t =
+            JobTriggerDefinition::new(TriggerName::new(&trigger.name).map_err(|_| corrupt("trigger name"))?, schedule);
         t.data = if trigger.data.is_empty() { Default::default() } else { parse_data(&trigger.data)? };
         t.priority = trigger.priority;
         t.misfire = trigger.misfire;
@@ -514,7 +512,7 @@ impl<K: Kv> KvJobStore<K> {
                 let paused_triggers = triggers
                     .iter()
                     .filter(|t| t.paused && t.kind == TriggerKind::Defined)
-                    .map(|t| TriggerName::new(t.name.clone()).map_err(|e| StoreError::Corrupt(e.to_string())))
+                    .map(|t| TriggerName::new(&t.name).map_err(|e| StoreError::Corrupt(e.to_string())))
                     .collect::<Result<_, _>>()?;
                 jobs.push(LocalJob {
                     definition: definition_of(&job, &triggers)?,
