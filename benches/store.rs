@@ -126,7 +126,7 @@ fn pollers_benchmark(fires: usize) {
                         for run in runs {
                             let completion = Completion {
                                 run_id: run.run.id,
-                                node: node.clone(),
+                                node: node.as_str().into(),
                                 outcome: RunOutcome::Succeeded,
                                 finished_at: due,
                                 holds_trigger: run.holds_trigger,

@@ -304,7 +304,7 @@ fn completion(i: usize, scheduled: DateTime<Utc>, id: uuid::Uuid) -> Completion 
     };
     Completion {
         run_id: id,
-        node: format!("bench-node-{}", i % 3 + 1),
+        node: format!("bench-node-{}", i % 3 + 1).into(),
         outcome,
         finished_at: scheduled + TimeDelta::milliseconds(20 + (i % 2_000) as i64),
         holds_trigger: Some(false),

@@ -46,7 +46,7 @@ pub struct NodeShared<K: Kv> {
     pub(crate) store: KvJobStore<K>,
     pub(crate) registry: JobRegistry,
     pub(crate) options: SchedulerOptions,
-    pub(crate) node_id: String,
+    pub(crate) node_id: Arc<str>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) publisher: Arc<dyn EventPublisher>,
     pub(crate) middleware: Vec<Arc<dyn RunMiddleware>>,

@@ -69,8 +69,8 @@ pub type JobResult = Result<(), JobFailure>;
 pub struct RunContext {
     /// The run: id, job, trigger, scheduled time, cause, attempt, data.
     pub run: JobRun,
-    /// The node running it.
-    pub node: String,
+    /// The node running it (shared text: every run of the node holds the same).
+    pub node: Arc<str>,
     /// Fires when the run is canceled, times out, or the node stops. A job should return
     /// soon after; one that ignores it keeps running (and keeps its slot) until it returns.
     pub cancel: CancellationToken,

@@ -299,7 +299,7 @@ impl Node {
             store: config.store,
             registry: config.registry,
             options: config.options,
-            node_id: config.node_id,
+            node_id: config.node_id.into(),
             clock: config.clock.clone(),
             start_timer: config.start_timer,
             publisher: config.publisher,

@@ -447,7 +447,7 @@ impl<K: Kv> JobScheduler<K> {
             actor: actor.to_owned(),
             action,
             target: target.to_owned(),
-            node: self.shared.node_id.clone(),
+            node: self.shared.node_id.to_string(),
             error_code,
             error_message,
         };

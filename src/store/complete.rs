@@ -2,6 +2,7 @@
 //! of interval triggers, and retries; and starting runs by hand (`try_begin_run`).
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use futures_util::future::try_join3;
@@ -64,7 +65,7 @@ pub struct Completion {
     /// The run.
     pub run_id: Uuid,
     /// The node that ran it.
-    pub node: String,
+    pub node: Arc<str>,
     /// How it ended.
     pub outcome: RunOutcome,
     /// When.
@@ -240,9 +241,9 @@ impl<K: Kv> KvJobStore<K> {
             .await?
             .ok_or_else(|| SchedulingError::RunNotFound { run_id: id.to_string() })?;
         let target = completion.outcome.state();
-        if stored.state != RunState::Running || stored.node != completion.node {
+        if stored.state != RunState::Running || *stored.node != *completion.node {
             // A replay of our own committed completion, or a late one: keep history.
-            let recorded = maybe.0 && stored.state == target && stored.node == completion.node;
+            let recorded = maybe.0 && stored.state == target && *stored.node == *completion.node;
             // What the committed attempt made due is not known: say "now", so the node looks.
             let next_due = recorded.then_some(completion.finished_at);
             // The retry it wrote, if it planned one, has the name it would write now.

@@ -185,7 +185,7 @@ pub async fn complete<K: Kv>(
     outcome: RunOutcome,
     at: DateTime<Utc>,
 ) -> CompletionResult {
-    let completion = Completion { run_id: run, node: node.to_owned(), outcome, finished_at: at, holds_trigger: None };
+    let completion = Completion { run_id: run, node: node.into(), outcome, finished_at: at, holds_trigger: None };
     store.complete_run(&completion).await.unwrap()
 }
 
@@ -200,7 +200,7 @@ pub async fn complete_as_started<K: Kv>(
 ) -> CompletionResult {
     let completion = Completion {
         run_id: run.run.id,
-        node: node.to_owned(),
+        node: node.into(),
         outcome,
         finished_at: at,
         holds_trigger: run.holds_trigger,
