@@ -63,7 +63,7 @@ pub async fn every_run<K: Kv>(store: &KvJobStore<K>) -> Result<Vec<RunRecord>, S
             let begin = keys.run(Uuid::nil());
             let mut end = keys.run(Uuid::max());
             end.push(0);
-            let range = txn.get_range(&RangeRequest::new(begin, end), true).await?;
+            let range = txn.get_range(&RangeRequest::new(begin.into_vec(), end.into_vec()), true).await?;
             range.pairs.iter().map(|(_, v)| codec::decode::<RunRecord>(v, "run record")).collect::<Result<Vec<_>, _>>()
         }
     })

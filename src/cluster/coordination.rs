@@ -354,11 +354,11 @@ impl<K: Kv> ExecutionCoordinator<K> {
     }
 
     fn record_key(&self, key: &ExecutionKey, fire_us: i64) -> Vec<u8> {
-        self.keys.execution(key.service.as_str(), key.group.as_str(), key.job.as_str(), fire_us)
+        self.keys.execution(key.service.as_str(), key.group.as_str(), key.job.as_str(), fire_us).into_vec()
     }
 
     fn slot_key(&self, key: &ExecutionKey) -> Vec<u8> {
-        self.keys.execution_slot(key.service.as_str(), key.group.as_str(), key.job.as_str())
+        self.keys.execution_slot(key.service.as_str(), key.group.as_str(), key.job.as_str()).into_vec()
     }
 
     /// Asks to run the fire `request.key`: granted when no record of it exists, or when its
@@ -671,7 +671,7 @@ impl<K: Kv> ExecutionCoordinator<K> {
         limit: usize,
     ) -> Result<usize, SchedulingError> {
         let (begin, _) = self.keys.executions_of(service.as_str(), group.as_str(), job.as_str());
-        let end = self.keys.execution(service.as_str(), group.as_str(), job.as_str(), to_micros(before));
+        let end = self.keys.execution(service.as_str(), group.as_str(), job.as_str(), to_micros(before)).into_vec();
         let request = RangeRequest::new(begin, end).limit(limit);
         let request = &request;
         Ok(run(&self.kv, self.retry, |txn, _| async move {

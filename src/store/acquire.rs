@@ -265,7 +265,7 @@ impl ReadCache {
         names: impl Iterator<Item = &'n str>,
     ) -> Result<(), StoreError> {
         let missing: BTreeSet<&str> = names.filter(|name| !self.jobs.contains_key(*name)).collect();
-        let keys: Vec<Vec<u8>> = missing.iter().map(|name| tx.keys.job(name)).collect();
+        let keys: Vec<Vec<u8>> = missing.iter().map(|name| tx.keys.job(name).into_vec()).collect();
         let records = tx.txn.get_many(&keys, false).await?;
         for (name, bytes) in missing.into_iter().zip(records) {
             self.jobs.insert(name.to_owned(), decode_job(bytes)?.map(Arc::new));
@@ -489,7 +489,7 @@ impl<K: Kv> KvJobStore<K> {
         for (key, _) in &running.pairs {
             let id = self.keys.node_run_of(key)?;
             if !known.has(&id) {
-                unknown.push(self.keys.run(id));
+                unknown.push(self.keys.run(id).into_vec());
             }
         }
         // Read together: under store latency one read per run made a retry too old.
@@ -795,7 +795,7 @@ impl<K: Kv> KvJobStore<K> {
     ) -> Result<FireReads, StoreError> {
         let snapshot = self.broken_acquisition();
         let first = &ordered[..ordered.len().min(request.max)];
-        let keys = first.iter().map(|c| self.keys.trigger(&c.job, &c.trigger)).collect();
+        let keys = first.iter().map(|c| self.keys.trigger(&c.job, &c.trigger).into_vec()).collect();
         let (triggers, ()) =
             try_join(tx.prefetch(keys, snapshot), cache.prefetch_jobs(tx, first.iter().map(|c| c.job.as_str())))
                 .await?;
@@ -808,10 +808,10 @@ impl<K: Kv> KvJobStore<K> {
                 continue;
             }
             if let (_, Some(run_id)) = self.fire_of(request, trigger, candidate.due)? {
-                guards.push(self.keys.run(run_id));
+                guards.push(self.keys.run(run_id).into_vec());
                 let exclusive = cache.cached_job(&candidate.job).is_some_and(|job| !job.allow_concurrent);
                 if exclusive && exclusive_jobs.insert(candidate.job.as_str()) {
-                    slots.push(self.keys.slot(&candidate.job));
+                    slots.push(self.keys.slot(&candidate.job).into_vec());
                 }
             }
         }

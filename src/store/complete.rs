@@ -207,14 +207,14 @@ impl<K: Kv> KvJobStore<K> {
             .filter(|(completion, _)| completion.holds_trigger != Some(false))
             .filter_map(|(_, run)| {
                 let run = run?.as_ref()?;
-                Some(self.keys.trigger(&run.job, run.trigger.as_deref()?))
+                Some(self.keys.trigger(&run.job, run.trigger.as_deref()?).into_vec())
             })
             .collect();
         // The slots the runs of non-concurrent jobs free, each job's once.
         let mut exclusive_jobs = BTreeSet::new();
         let slots = stored()
             .filter(|run| run.exclusive && run.state == RunState::Running && exclusive_jobs.insert(run.job.as_str()))
-            .map(|run| self.keys.slot(&run.job))
+            .map(|run| self.keys.slot(&run.job).into_vec())
             .collect();
         let ((), triggers, slots) = try_join3(
             cache.prefetch_jobs(tx, jobs.into_iter()),

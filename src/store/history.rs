@@ -218,7 +218,7 @@ impl<K: Kv> KvJobStore<K> {
         let keys = index
             .pairs
             .iter()
-            .map(|(key, _)| Ok(self.keys.run(self.keys.node_run_of(key)?)))
+            .map(|(key, _)| Ok(self.keys.run(self.keys.node_run_of(key)?).into_vec()))
             .collect::<Result<Vec<_>, StoreError>>()?;
         let mut running = Vec::with_capacity(keys.len());
         for bytes in txn.get_many(&keys, true).await? {

@@ -118,6 +118,24 @@ pub struct Keyspace {
 /// A `[begin, end)` key range.
 pub type KeyRange = (Vec<u8>, Vec<u8>);
 
+/// A key: inline up to 64 bytes (a prefix, a tag, two names and a time or an id fit), on
+/// the heap beyond. Derefs to the bytes every `Kv` call takes.
+pub type Key = smallvec::SmallVec<[u8; 64]>;
+
+/// Packs a tuple into a [`Key`].
+struct KeyWriter<'a>(&'a mut Key);
+
+impl std::io::Write for KeyWriter<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 impl Keyspace {
     /// The keyspace under `prefix` (e.g. the packed tuple `("sundial", cluster)`).
     pub fn new(prefix: impl Into<Vec<u8>>) -> Self {
@@ -138,6 +156,14 @@ impl Keyspace {
             })
             .collect();
         Self { root, due_shards }
+    }
+
+    /// One key, built in place: most keys fit [`Key`]'s inline room, so building one
+    /// allocates nothing (a fire's transactions build about twenty).
+    fn point<T: TuplePack>(&self, t: &T) -> Key {
+        let mut key = Key::from_slice(self.root.bytes());
+        t.pack_root(&mut KeyWriter(&mut key)).expect("packing into memory cannot fail");
+        key
     }
 
     fn pack<T: TuplePack>(&self, t: &T) -> Vec<u8> {
@@ -175,13 +201,13 @@ impl Keyspace {
     }
 
     /// `(0)`: the layout version.
-    pub fn layout(&self) -> Vec<u8> {
-        self.pack(&(LAYOUT,))
+    pub fn layout(&self) -> Key {
+        self.point(&(LAYOUT,))
     }
 
     /// `(1, job)`.
-    pub fn job(&self, job: &str) -> Vec<u8> {
-        self.pack(&(JOB, job))
+    pub fn job(&self, job: &str) -> Key {
+        self.point(&(JOB, job))
     }
 
     /// Every job record.
@@ -196,8 +222,8 @@ impl Keyspace {
     }
 
     /// `(2, job, trigger)`.
-    pub fn trigger(&self, job: &str, trigger: &str) -> Vec<u8> {
-        self.pack(&(TRIGGER, job, trigger))
+    pub fn trigger(&self, job: &str, trigger: &str) -> Key {
+        self.point(&(TRIGGER, job, trigger))
     }
 
     /// Every trigger of `job`.
@@ -206,8 +232,8 @@ impl Keyspace {
     }
 
     /// `(3, shard, due_us, job, trigger)`.
-    pub fn due(&self, shard: u16, due_us: i64, job: &str, trigger: &str) -> Vec<u8> {
-        self.pack(&(DUE, i64::from(shard), due_us, job, trigger))
+    pub fn due(&self, shard: u16, due_us: i64, job: &str, trigger: &str) -> Key {
+        self.point(&(DUE, i64::from(shard), due_us, job, trigger))
     }
 
     /// Due entries of `shard` with due time ≤ `until_us`.
@@ -242,13 +268,13 @@ impl Keyspace {
     }
 
     /// `(4, job)`.
-    pub fn slot(&self, job: &str) -> Vec<u8> {
-        self.pack(&(SLOT, job))
+    pub fn slot(&self, job: &str) -> Key {
+        self.point(&(SLOT, job))
     }
 
     /// `(5, job, trigger)`.
-    pub fn blocked(&self, job: &str, trigger: &str) -> Vec<u8> {
-        self.pack(&(BLOCKED, job, trigger))
+    pub fn blocked(&self, job: &str, trigger: &str) -> Key {
+        self.point(&(BLOCKED, job, trigger))
     }
 
     /// Blocked triggers of `job`.
@@ -263,13 +289,13 @@ impl Keyspace {
     }
 
     /// `(6, run_id)`.
-    pub fn run(&self, run: Uuid) -> Vec<u8> {
-        self.pack(&(RUN, run))
+    pub fn run(&self, run: Uuid) -> Key {
+        self.point(&(RUN, run))
     }
 
     /// `(7, 0, job, scheduled_us, run_id)`.
-    pub fn history_by_job(&self, job: &str, scheduled_us: i64, run: Uuid) -> Vec<u8> {
-        self.pack(&(HISTORY, BY_JOB, job, scheduled_us, run))
+    pub fn history_by_job(&self, job: &str, scheduled_us: i64, run: Uuid) -> Key {
+        self.point(&(HISTORY, BY_JOB, job, scheduled_us, run))
     }
 
     /// History of `job` with scheduled time in `[from_us, to_us)`.
@@ -278,8 +304,8 @@ impl Keyspace {
     }
 
     /// `(7, 1, scheduled_us, run_id)`.
-    pub fn history_by_time(&self, scheduled_us: i64, run: Uuid) -> Vec<u8> {
-        self.pack(&(HISTORY, BY_TIME, scheduled_us, run))
+    pub fn history_by_time(&self, scheduled_us: i64, run: Uuid) -> Key {
+        self.point(&(HISTORY, BY_TIME, scheduled_us, run))
     }
 
     /// All history with scheduled time in `[from_us, to_us)`.
@@ -300,8 +326,8 @@ impl Keyspace {
     }
 
     /// `(8, node, run_id)`.
-    pub fn running(&self, node: &str, run: Uuid) -> Vec<u8> {
-        self.pack(&(RUNNING, node, run))
+    pub fn running(&self, node: &str, run: Uuid) -> Key {
+        self.point(&(RUNNING, node, run))
     }
 
     /// Running runs of `node`.
@@ -327,8 +353,8 @@ impl Keyspace {
     }
 
     /// `(9, node)`.
-    pub fn node(&self, node: &str) -> Vec<u8> {
-        self.pack(&(NODE, node))
+    pub fn node(&self, node: &str) -> Key {
+        self.point(&(NODE, node))
     }
 
     /// Every node record.
@@ -337,13 +363,13 @@ impl Keyspace {
     }
 
     /// `(10, resource)`.
-    pub fn lease(&self, resource: &str) -> Vec<u8> {
-        self.pack(&(LEASE, resource))
+    pub fn lease(&self, resource: &str) -> Key {
+        self.point(&(LEASE, resource))
     }
 
     /// `(11, node, run_id)`.
-    pub fn cancel(&self, node: &str, run: Uuid) -> Vec<u8> {
-        self.pack(&(CANCEL, node, run))
+    pub fn cancel(&self, node: &str, run: Uuid) -> Key {
+        self.point(&(CANCEL, node, run))
     }
 
     /// Cancel requests for `node`.
@@ -352,8 +378,8 @@ impl Keyspace {
     }
 
     /// `(12, job)`.
-    pub fn local_job(&self, job: &str) -> Vec<u8> {
-        self.pack(&(LOCAL_JOB, job))
+    pub fn local_job(&self, job: &str) -> Key {
+        self.point(&(LOCAL_JOB, job))
     }
 
     /// Every local job.
@@ -368,8 +394,8 @@ impl Keyspace {
     }
 
     /// `(14, job, run_id)`.
-    pub fn job_running(&self, job: &str, run: Uuid) -> Vec<u8> {
-        self.pack(&(JOB_RUNNING, job, run))
+    pub fn job_running(&self, job: &str, run: Uuid) -> Key {
+        self.point(&(JOB_RUNNING, job, run))
     }
 
     /// Running runs of `job`.
@@ -384,23 +410,23 @@ impl Keyspace {
     }
 
     /// `(13)`: the stored-run counter.
-    pub fn run_count(&self) -> Vec<u8> {
-        self.pack(&(RUN_COUNT,))
+    pub fn run_count(&self) -> Key {
+        self.point(&(RUN_COUNT,))
     }
 
     /// `(15)`: the local-jobs stamp, so a node rereads local jobs only when they changed.
-    pub fn local_jobs_stamp(&self) -> Vec<u8> {
-        self.pack(&(LOCAL_STAMP,))
+    pub fn local_jobs_stamp(&self) -> Key {
+        self.point(&(LOCAL_STAMP,))
     }
 
     /// `(16, node)`: the key `node` watches to hear of new due work in its home shards.
-    pub fn wake(&self, node: &str) -> Vec<u8> {
-        self.pack(&(WAKE, node))
+    pub fn wake(&self, node: &str) -> Key {
+        self.point(&(WAKE, node))
     }
 
     /// `(17, service, group, job, fire_us)`: the coordinated execution of one external fire.
-    pub fn execution(&self, service: &str, group: &str, job: &str, fire_us: i64) -> Vec<u8> {
-        self.pack(&(EXECUTION, service, group, job, fire_us))
+    pub fn execution(&self, service: &str, group: &str, job: &str, fire_us: i64) -> Key {
+        self.point(&(EXECUTION, service, group, job, fire_us))
     }
 
     /// Every coordinated execution of one job, in fire-time order.
@@ -409,13 +435,13 @@ impl Keyspace {
     }
 
     /// `(18, service, group, job)`: which execution of a `PerJob` job runs.
-    pub fn execution_slot(&self, service: &str, group: &str, job: &str) -> Vec<u8> {
-        self.pack(&(EXECUTION_SLOT, service, group, job))
+    pub fn execution_slot(&self, service: &str, group: &str, job: &str) -> Key {
+        self.point(&(EXECUTION_SLOT, service, group, job))
     }
 
     /// `(19, at_us, entry_id)`: one audit entry, in time order.
-    pub fn audit(&self, at_us: i64, id: Uuid) -> Vec<u8> {
-        self.pack(&(AUDIT, at_us, id))
+    pub fn audit(&self, at_us: i64, id: Uuid) -> Key {
+        self.point(&(AUDIT, at_us, id))
     }
 
     /// The time and id of an audit entry's key.
@@ -456,9 +482,10 @@ mod tests {
         let keys = Keyspace::new(b"\x02app\x00".to_vec());
         let run = Uuid::from_u128(7);
         let long = "j".repeat(200);
-        assert_eq!(keys.job(&long), keys.root.pack(&(JOB, long.as_str())));
-        assert_eq!(keys.due(5, -3, "a", "b"), keys.root.pack(&(DUE, 5i64, -3i64, "a", "b")));
-        assert_eq!(keys.run(run), keys.root.pack(&(RUN, run)));
+        assert_eq!(keys.job(&long).as_slice(), keys.root.pack(&(JOB, long.as_str())), "spilled to the heap");
+        assert_eq!(keys.due(5, -3, "a", "b").as_slice(), keys.root.pack(&(DUE, 5i64, -3i64, "a", "b")));
+        assert_eq!(keys.run(run).as_slice(), keys.root.pack(&(RUN, run)));
+        assert!(!keys.run(run).spilled() && !keys.due(5, -3, "a-job", "its-trigger").spilled(), "inline");
     }
 
     #[test]
@@ -505,12 +532,12 @@ mod tests {
     #[test]
     fn due_keys_sort_by_time_within_a_shard() {
         let keys = Keyspace::default_root();
-        let early = keys.due(3, -5, "b", "t");
-        let late = keys.due(3, 1_000, "a", "t");
+        let early = keys.due(3, -5, "b", "t").into_vec();
+        let late = keys.due(3, 1_000, "a", "t").into_vec();
         assert!(early < late);
         let (begin, end) = keys.due_until(3, 1_000);
         assert!(begin <= early && early < end && late < end);
-        assert!(keys.due(3, 1_001, "a", "t") >= end);
+        assert!(keys.due(3, 1_001, "a", "t").as_slice() >= end.as_slice());
         assert_eq!(keys.due_parts(&late).unwrap(), (1_000, Cow::Borrowed("a"), Cow::Borrowed("t")));
         assert_eq!(keys.due_time(&early).unwrap(), -5);
     }
@@ -528,7 +555,7 @@ mod tests {
         let keys = Keyspace::default_root();
         let run = Uuid::from_u128(7);
         let (b, e) = keys.running_on("node-1");
-        let k = keys.running(run_node(), run);
+        let k = keys.running(run_node(), run).into_vec();
         assert!(b <= k && k < e);
         assert_eq!(keys.node_run_of(&k).unwrap(), run);
         let (b, e) = keys.all();

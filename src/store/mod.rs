@@ -400,7 +400,7 @@ impl<T: KvTransaction> Tx<'_, T> {
         let keys = running
             .pairs
             .iter()
-            .map(|(key, _)| self.keys.node_run_of(key).map(|id| self.keys.run(id)))
+            .map(|(key, _)| self.keys.node_run_of(key).map(|id| self.keys.run(id).into_vec()))
             .collect::<Result<Vec<_>, _>>()?;
         // One round trip for all of them (a run on each node, for a local job).
         for bytes in self.txn.get_many(&keys, true).await? {
@@ -454,7 +454,7 @@ impl<T: KvTransaction> Tx<'_, T> {
         &self,
         ids: impl Iterator<Item = Uuid>,
     ) -> Result<Prefetched<Option<RunRecord>>, StoreError> {
-        self.prefetch(ids.map(|id| self.keys.run(id)).collect(), false).await?.try_map(decode_run)
+        self.prefetch(ids.map(|id| self.keys.run(id).into_vec()).collect(), false).await?.try_map(decode_run)
     }
 
     /// Writes `new` (replacing `old`, same id), with its running index entries while it

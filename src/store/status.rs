@@ -431,7 +431,7 @@ impl<K: Kv> KvJobStore<K> {
         let (prepared, decide, decided) = (&prepared, &decide, &decided);
         run(&self.kv, self.options.retry, |txn, maybe| async move {
             let tx = self.tx(txn);
-            let keys: Vec<Vec<u8>> = defs.iter().map(|def| self.keys.job(def.name.as_str())).collect();
+            let keys: Vec<Vec<u8>> = defs.iter().map(|def| self.keys.job(def.name.as_str()).into_vec()).collect();
             let olds = tx.txn.get_many(&keys, false).await?;
             let mut outcomes = Vec::with_capacity(defs.len());
             let mut wrote = vec![None; defs.len()];
