@@ -59,18 +59,13 @@ impl Job for Recorder {
     }
 }
 
-/// A registry with one job type, `job_type`, whose runs a [`Recorder`] records in `log`.
 #[tokio::test(start_paused = true)]
 async fn a_stopped_node_can_start_again_at_once_under_its_own_id() {
     // Actor names are process-wide: `stop` returns only when the node's actors and their
     // names are gone, so the same node starts again straight away, and runs on.
     let clock = Arc::new(TokioClock::new(t0()));
     let log: Log = Arc::default();
-    let (c, l) = (clock.clone(), log.clone());
-    let registry = JobRegistry::builder()
-        .add_job("tick", "cron * * * * * *".parse().unwrap(), move || Recorder { clock: c.clone(), log: l.clone() })
-        .build()
-        .unwrap();
+    let registry = every_second(&clock, &log);
     let (first, store) = start("again-node", registry.clone(), clock.clone()).await;
     first.serve();
     tokio::time::sleep(Duration::from_millis(2_100)).await;
@@ -86,6 +81,20 @@ async fn a_stopped_node_can_start_again_at_once_under_its_own_id() {
     }
 }
 
+/// A registry with one code job, `tick`, every second, whose runs a [`Recorder`] records
+/// in `log`.
+fn every_second(clock: &Arc<TokioClock>, log: &Log) -> JobRegistry {
+    let (clock, log) = (clock.clone(), log.clone());
+    JobRegistry::builder()
+        .add_job("tick", "cron * * * * * *".parse().unwrap(), move || Recorder {
+            clock: clock.clone(),
+            log: log.clone(),
+        })
+        .build()
+        .unwrap()
+}
+
+/// A registry with one job type, `job_type`, whose runs a [`Recorder`] records in `log`.
 fn recording(job_type: &str, clock: &Arc<TokioClock>, log: &Log) -> JobRegistry {
     let (clock, log) = (clock.clone(), log.clone());
     JobRegistry::builder()
@@ -109,11 +118,7 @@ async fn history(store: &Store, job: &str) -> Vec<sundial::job::JobRunInfo> {
 async fn a_code_cron_job_runs_every_second_on_time() {
     let clock = Arc::new(TokioClock::new(t0()));
     let log: Log = Arc::default();
-    let (c, l) = (clock.clone(), log.clone());
-    let registry = JobRegistry::builder()
-        .add_job("tick", "cron * * * * * *".parse().unwrap(), move || Recorder { clock: c.clone(), log: l.clone() })
-        .build()
-        .unwrap();
+    let registry = every_second(&clock, &log);
     let (scheduler, store) = start("cron-node", registry, clock.clone()).await;
     assert_eq!(scheduler.lifecycle(), Lifecycle::Starting);
     tokio::time::sleep(Duration::from_secs(2)).await;

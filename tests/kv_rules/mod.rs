@@ -405,20 +405,26 @@ pub(crate) async fn a_watch_fails_with_its_transaction<K: Kv>(kv: &K, env: &Env)
     assert_eq!(fired(&mut conflicted, env).await.unwrap().unwrap_err().code(), KvError::NOT_COMMITTED);
 }
 
-pub(crate) async fn ranges_read_together_see_what_each_read_alone_sees<K: Kv>(kv: &K, env: &Env) {
-    // Ascending, disjoint ranges with few and many keys between them, under a key deleted
-    // after the reader began (a version it must not see) and one written after it.
-    let clock = &env.clock;
-    let pairs: Vec<(String, String)> = (0..400).map(|i| (format!("k{i:04}"), format!("v{i}"))).collect();
+/// A transaction that read its version after `count` keys `{prefix}0000…` were written,
+/// before another removed `{prefix}0011` and added `{prefix}0012a` (changes it must not see).
+async fn reader_behind_a_change<K: Kv>(kv: &K, env: &Env, prefix: &str, count: usize) -> K::Transaction {
+    let pairs: Vec<(String, String)> = (0..count).map(|i| (format!("{prefix}{i:04}"), format!("v{i}"))).collect();
     let refs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     put(kv, &refs).await;
-    clock.advance(Duration::from_millis(1));
+    env.clock.advance(Duration::from_millis(1));
     let reader = kv.create_transaction().unwrap();
     reader.read_version().await.unwrap();
     let writer = kv.create_transaction().unwrap();
-    writer.clear(b"k0011");
-    writer.set(b"k0012a", b"late");
+    writer.clear(format!("{prefix}0011").as_bytes());
+    writer.set(format!("{prefix}0012a").as_bytes(), b"late");
     writer.commit().await.unwrap();
+    reader
+}
+
+pub(crate) async fn ranges_read_together_see_what_each_read_alone_sees<K: Kv>(kv: &K, env: &Env) {
+    // Ascending, disjoint ranges with few and many keys between them, under a key deleted
+    // after the reader began (a version it must not see) and one written after it.
+    let reader = reader_behind_a_change(kv, env, "k", 400).await;
     let range = |begin: &str, end: &str, limit: Option<usize>| {
         let request = RangeRequest::new(begin.as_bytes().to_vec(), end.as_bytes().to_vec());
         limit.map_or(request.clone(), |limit| request.limit(limit))
@@ -450,17 +456,7 @@ pub(crate) async fn ranges_read_together_see_what_each_read_alone_sees<K: Kv>(kv
 pub(crate) async fn ranges_counted_hold_what_they_read_and_conflict_with_nothing<K: Kv>(kv: &K, env: &Env) {
     // Counts as of the reader's version, within limits, in ranges the reader wrote in
     // (its own writes counted) and not, ascending and descending.
-    let clock = &env.clock;
-    let pairs: Vec<(String, String)> = (0..60).map(|i| (format!("c{i:04}"), format!("v{i}"))).collect();
-    let refs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    put(kv, &refs).await;
-    clock.advance(Duration::from_millis(1));
-    let reader = kv.create_transaction().unwrap();
-    reader.read_version().await.unwrap();
-    let writer = kv.create_transaction().unwrap();
-    writer.clear(b"c0011");
-    writer.set(b"c0012a", b"late");
-    writer.commit().await.unwrap();
+    let reader = reader_behind_a_change(kv, env, "c", 60).await;
     reader.set(b"c0030a", b"mine");
     reader.clear(b"c0031");
     let range = |begin: &str, end: &str| RangeRequest::new(begin.as_bytes().to_vec(), end.as_bytes().to_vec());
