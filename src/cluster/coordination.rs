@@ -461,14 +461,14 @@ impl<K: Kv> ExecutionCoordinator<K> {
                                 key.scheduled_at.to_rfc3339(),
                                 self.owner
                             ));
-                            txn.set(&holder_key, &codec::encode(&holder));
+                            txn.set_owned(&holder_key, codec::encode(&holder));
                         }
                     }
                 }
-                txn.set(slot_key, &codec::encode(&ExecutionSlot { execution_id: id, fire_us: key.fire_us() }));
+                txn.set_owned(slot_key, codec::encode(&ExecutionSlot { execution_id: id, fire_us: key.fire_us() }));
             }
             let takeover_of = current.map(|c| c.execution_id);
-            txn.set(record_key, &codec::encode(&ExecutionRecord { takeover_of, ..record.clone() }));
+            txn.set_owned(record_key, codec::encode(&ExecutionRecord { takeover_of, ..record.clone() }));
             Ok(Attempt::Granted { id, takeover_of })
         })
         .await;
@@ -538,7 +538,7 @@ impl<K: Kv> ExecutionCoordinator<K> {
                 Some(mut record) if record.execution_id == id && record.status == ExecutionStatus::Running => {
                     record.heartbeats += 1;
                     record.lease_expires_at = add_duration(now, record.lease);
-                    txn.set(record_key, &codec::encode(&record));
+                    txn.set_owned(record_key, codec::encode(&record));
                     Ok::<_, StoreError>(true)
                 }
                 _ => Ok(false),
@@ -594,7 +594,7 @@ impl<K: Kv> ExecutionCoordinator<K> {
             record.status = status;
             record.completed_at = Some(now);
             record.error_message.clone_from(error);
-            txn.set(record_key, &codec::encode(&record));
+            txn.set_owned(record_key, codec::encode(&record));
             if execution.mode == UniqueMode::PerJob {
                 let slot = txn.get(slot_key, false).await?;
                 let slot: Option<ExecutionSlot> = slot.map(|s| codec::decode(&s, "execution slot")).transpose()?;

@@ -190,7 +190,7 @@ impl<K: Kv> LeaderElection for KvLeaderElection<K> {
             }
             let term = current.as_ref().map_or(1, |l| l.term + 1);
             let record = LeaseRecord { holder: holder_ref.clone(), term, ttl_us, released: false, renewals: 0 };
-            txn.set(key, &codec::encode(&record));
+            txn.set_owned(key, codec::encode(&record));
             Ok(Attempt::Granted(term))
         })
         .await
@@ -292,7 +292,7 @@ impl<K: Kv> LeaderLease for KvLease<K> {
                     // wrote would change nothing an observer sees, and the observer would
                     // take over a lease renewed since.
                     lease.renewals = lease.renewals.wrapping_add(1);
-                    txn.set(key, &codec::encode(&lease));
+                    txn.set_owned(key, codec::encode(&lease));
                     Ok::<_, StoreError>(true)
                 }
                 _ => Ok(false),
@@ -348,7 +348,7 @@ async fn release_in_store<K: Kv>(
                 txn.get(key, false).await?.map(|b| codec::decode(&b, "lease record")).transpose()?;
             if let Some(mut lease) = current.filter(|l| l.holder == holder && l.term == term && !l.released) {
                 lease.released = true;
-                txn.set(key, &codec::encode(&lease));
+                txn.set_owned(key, codec::encode(&lease));
             }
             Ok::<_, StoreError>(())
         }

@@ -274,11 +274,16 @@ impl Buffer {
 
     /// Buffers `key = value`.
     pub(super) fn set(&mut self, key: &[u8], value: &[u8]) {
-        if !self.check_key(key) || !self.check_value(value) {
+        self.set_owned(key, value.to_vec());
+    }
+
+    /// [`set`](Self::set), keeping `value`'s buffer.
+    pub(super) fn set_owned(&mut self, key: &[u8], value: Vec<u8>) {
+        if !self.check_key(key) || !self.check_value(&value) {
             return;
         }
         self.size += key.len() + value.len();
-        self.points.insert(StoredKey::from_slice(key), Point { base: Base::Set(value.to_vec()), ops: Vec::new() });
+        self.points.insert(StoredKey::from_slice(key), Point { base: Base::Set(value), ops: Vec::new() });
         self.add_point_write_conflict(key);
     }
 

@@ -243,13 +243,14 @@ pub trait KvTransaction: Clone + Send + Sync + 'static {
     fn get(&self, key: &[u8], snapshot: bool) -> impl Future<Output = Result<Option<Vec<u8>>, KvError>> + Send;
 
     /// The values of `keys`, in order, read concurrently: one round trip on a remote
-    /// store rather than one per key. Each read as [`get`](Self::get) does it.
-    fn get_many(
+    /// store rather than one per key. Each read as [`get`](Self::get) does it. Keys are
+    /// anything that is bytes, so a caller need not copy keys it built inline.
+    fn get_many<Q: AsRef<[u8]> + Sync>(
         &self,
-        keys: &[Vec<u8>],
+        keys: &[Q],
         snapshot: bool,
     ) -> impl Future<Output = Result<Vec<Option<Vec<u8>>>, KvError>> + Send {
-        futures_util::future::try_join_all(keys.iter().map(move |key| self.get(key, snapshot)))
+        futures_util::future::try_join_all(keys.iter().map(move |key| self.get(key.as_ref(), snapshot)))
     }
 
     /// The pairs of `request`, merged with this transaction's writes. A serializable read
@@ -281,6 +282,13 @@ pub trait KvTransaction: Clone + Send + Sync + 'static {
 
     /// Sets `key` to `value`.
     fn set(&self, key: &[u8], value: &[u8]);
+
+    /// [`set`](Self::set), handing over the value's buffer: an engine that keeps values
+    /// until commit keeps this one without a copy. A store writes several encoded records
+    /// a fire, so the copy [`set`](Self::set) makes is an allocation a fire each.
+    fn set_owned(&self, key: &[u8], value: Vec<u8>) {
+        self.set(key, &value);
+    }
 
     /// Removes `key`.
     fn clear(&self, key: &[u8]);

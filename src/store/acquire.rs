@@ -19,8 +19,8 @@
 //! there that the caller does not know were taken by the earlier attempt and are returned,
 //! with `more` set (what else that attempt saw is not known).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -30,11 +30,9 @@ use uuid::Uuid;
 use super::due::{DueFilter, DueHeads, DueOutlook, NodeShards, RawOutlook, ShardHead, StealRota, Vouching};
 use super::jobs::instant;
 use super::keys::{fnv, DUE_SHARDS};
-use super::records::{JobRecord, NodeView, RunRecord, TriggerKind, TriggerRecord, TriggerWas};
-use super::{
-    codec, data_text, decode_job, decode_trigger, job_run_of, parse_data, KvJobStore, Prefetched, StoreError, Tx,
-    BATCH_DATA_BUDGET,
-};
+use super::read_cache::ReadCache;
+use super::records::{JobView, NodeView, RunRecord, TriggerKind, TriggerRecord, TriggerView, TriggerWas};
+use super::{codec, data_text, job_run_of, parse_data, KvJobStore, Prefetched, StoreError, Tx, BATCH_DATA_BUDGET};
 use crate::error::SchedulingError;
 use crate::job::{merge_data, JobRun, RunCause, RunState, TriggerState, ERROR_MESSAGE_LEN_MAX};
 use crate::kv::{run, Kv, KvTransaction, RangeRequest, VALUE_SIZE_MAX};
@@ -224,90 +222,12 @@ struct Candidates {
 
 /// What an acquisition read ahead for the fires it takes (see `prefetch_fires`).
 struct FireReads {
-    triggers: Prefetched<Option<TriggerRecord>>,
+    /// The triggers, as stored (each decoded as a [`TriggerView`] where used).
+    triggers: Prefetched,
     /// The run records of the fires' runs (present only if a fire already ran).
     guards: Prefetched,
     /// The slots of non-concurrent jobs.
     slots: Prefetched,
-}
-
-/// What one acquisition or completion transaction has already read or worked out, by
-/// name: the fires it takes (the runs it completes) mostly share a few jobs.
-/// Safe within one transaction, which never changes a job (the first read of each
-/// registers its conflict).
-#[derive(Default)]
-pub(super) struct ReadCache {
-    jobs: BTreeMap<String, Option<Arc<JobRecord>>>,
-    /// A job's data as a run's data (for triggers without data of their own).
-    job_data: BTreeMap<String, String>,
-    /// The runs each node has been asked to cancel (completions clear what they find).
-    cancels: BTreeMap<String, BTreeSet<Uuid>>,
-}
-
-impl ReadCache {
-    pub(super) async fn job<T: KvTransaction>(
-        &mut self,
-        tx: &Tx<'_, T>,
-        name: &str,
-    ) -> Result<Option<Arc<JobRecord>>, StoreError> {
-        if let Some(job) = self.jobs.get(name) {
-            return Ok(job.clone());
-        }
-        let job = tx.job(name).await?.map(Arc::new);
-        self.jobs.insert(name.to_owned(), job.clone());
-        Ok(job)
-    }
-
-    /// Reads the jobs of `names` not read yet, together.
-    pub(super) async fn prefetch_jobs<'n, T: KvTransaction>(
-        &mut self,
-        tx: &Tx<'_, T>,
-        names: impl Iterator<Item = &'n str>,
-    ) -> Result<(), StoreError> {
-        let missing: BTreeSet<&str> = names.filter(|name| !self.jobs.contains_key(*name)).collect();
-        let keys: Vec<Vec<u8>> = missing.iter().map(|name| tx.keys.job(name).into_vec()).collect();
-        let records = tx.txn.get_many(&keys, false).await?;
-        for (name, bytes) in missing.into_iter().zip(records) {
-            self.jobs.insert(name.to_owned(), decode_job(bytes)?.map(Arc::new));
-        }
-        Ok(())
-    }
-
-    /// The job `name`, if read already.
-    fn cached_job(&self, name: &str) -> Option<&JobRecord> {
-        self.jobs.get(name).and_then(|job| job.as_deref())
-    }
-
-    /// Whether `node` has been asked to cancel `run`. Reads the node's cancel requests
-    /// once per transaction, serializably: a request written concurrently conflicts with
-    /// this transaction, whose retry then sees it. Completions clear only requests that
-    /// exist: clearing every run's request key blindly wrote a key per run (for the store
-    /// to forget again) to remove one that almost never exists.
-    pub(super) async fn cancel_requested<T: KvTransaction>(
-        &mut self,
-        tx: &Tx<'_, T>,
-        node: &str,
-        run: Uuid,
-    ) -> Result<bool, StoreError> {
-        if !self.cancels.contains_key(node) {
-            let ids = tx.cancel_requests(node, false).await?;
-            self.cancels.insert(node.to_owned(), ids.into_iter().collect());
-        }
-        Ok(self.cancels.get(node).is_some_and(|ids| ids.contains(&run)))
-    }
-
-    /// Job data ← trigger data.
-    fn merged(&mut self, job: &JobRecord, trigger: &TriggerRecord) -> Result<String, StoreError> {
-        if !trigger.data.is_empty() {
-            return merged(job, trigger);
-        }
-        if let Some(data) = self.job_data.get(&job.name) {
-            return Ok(data.clone());
-        }
-        let data = merged(job, trigger)?;
-        self.job_data.insert(job.name.clone(), data.clone());
-        Ok(data)
-    }
 }
 
 /// What one acquisition did and saw.
@@ -507,7 +427,7 @@ impl<K: Kv> KvJobStore<K> {
             }
             let job = tx.job(&record.job).await?;
             adopted.push(AcquiredRun {
-                run: job_run_of(&record)?,
+                run: job_run_of(&record.view())?,
                 job_type: job.as_ref().map(|j| j.job_type.clone()).unwrap_or_default(),
                 timeout: job.as_ref().and_then(|j| j.timeout_us).map(Duration::from_micros),
                 exclusive: record.exclusive,
@@ -615,7 +535,7 @@ impl<K: Kv> KvJobStore<K> {
         tx: &Tx<'_, K::Transaction>,
         candidate: &Candidate,
         was: TriggerWas,
-        new: &TriggerRecord,
+        new: &TriggerView<'_>,
     ) {
         if candidate.home {
             tx.put_trigger_from(Some(was), new, false);
@@ -636,28 +556,29 @@ impl<K: Kv> KvJobStore<K> {
     ) -> Result<Option<AcquiredRun>, StoreError> {
         let snapshot = self.broken_acquisition();
         let key = self.keys.trigger(&candidate.job, &candidate.trigger);
-        let trigger = tx.get_prefetched(&mut reads.triggers, &key, snapshot, decode_trigger).await?;
-        let Some(trigger) = trigger else {
+        let bytes = tx.get_prefetched(&mut reads.triggers, &key, snapshot, Ok).await?;
+        let Some(bytes) = bytes else {
             // An index entry without its trigger: never written by this store; repair.
             tx.txn.clear(&candidate.key);
             return Ok(None);
         };
+        let trigger: TriggerView<'_> = codec::decode(&bytes, "trigger record")?;
         if trigger.state != TriggerState::Waiting || trigger.next_fire_us != Some(candidate.due) {
             // The snapshot showed an entry the trigger no longer has (another node moved
             // it since); clearing it is a no-op unless it is stale.
             tx.txn.clear(&candidate.key);
             return Ok(None);
         }
-        let Some(job) = cache.job(tx, &candidate.job).await? else {
+        let Some(job) = cache.jobs.get(tx, &candidate.job).await? else {
             tx.delete_trigger(&trigger);
             return Ok(None);
         };
-        if request.known_types.is_some_and(|types| !types.contains(&job.job_type)) {
+        if request.known_types.is_some_and(|types| !types.contains(job.job_type)) {
             let reason = format!("job type '{}' is not registered on node '{}'", job.job_type, request.node);
             self.put_error(tx, &trigger, reason);
             return Ok(None);
         }
-        let schedule = match self.schedules.get(&trigger.schedule) {
+        let schedule = match self.schedules.get(trigger.schedule) {
             Ok(schedule) => schedule,
             Err(e) => {
                 self.put_error(tx, &trigger, format!("stored schedule does not parse: {e}"));
@@ -682,13 +603,13 @@ impl<K: Kv> KvJobStore<K> {
             return Ok(None);
         };
         let (cause, attempt, retry_of, data) = match trigger.kind {
-            TriggerKind::Defined => (RunCause::Schedule, 1, None, cache.merged(&job, &trigger)?),
-            TriggerKind::Manual => (RunCause::Manual, 1, None, cache.merged(&job, &trigger)?),
+            TriggerKind::Defined => (RunCause::Schedule, 1, None, run_data(&job, &trigger)?),
+            TriggerKind::Manual => (RunCause::Manual, 1, None, run_data(&job, &trigger)?),
             TriggerKind::Retry { attempt, retry_of } => {
-                (RunCause::Retry, attempt, Some(retry_of), trigger.data.clone())
+                (RunCause::Retry, attempt, Some(retry_of), Cow::Borrowed(trigger.data))
             }
             TriggerKind::Recovery { attempt, retry_of, .. } => {
-                (RunCause::Recovery, attempt, retry_of, trigger.data.clone())
+                (RunCause::Recovery, attempt, retry_of, Cow::Borrowed(trigger.data))
             }
         };
         if data.len() > RUN_DATA_LEN_MAX {
@@ -701,37 +622,36 @@ impl<K: Kv> KvJobStore<K> {
         }
         let exclusive = !job.allow_concurrent;
         if exclusive {
-            let mut slot = tx.slot_prefetched(&mut reads.slots, &job.name).await?;
+            let mut slot = tx.slot_prefetched(&mut reads.slots, job.name).await?;
             if slot.holder.is_some() {
                 // The previous run still holds the slot: block, keeping the due time. The
                 // slot was read in this transaction, so a completion freeing it now
                 // conflicts with us, and one of us sees the other.
-                let mut blocked = trigger.clone();
-                blocked.state = TriggerState::Blocked;
-                tx.put_trigger(Some(&trigger), &blocked, false);
+                let blocked = TriggerRecord { state: TriggerState::Blocked, ..trigger };
+                tx.put_trigger_from(Some(trigger.was()), &blocked, false);
                 if !slot.blocked {
                     // The holder's release looks for blocked triggers.
                     slot.blocked = true;
-                    tx.put_slot(&job.name, &slot);
+                    tx.put_slot(job.name, &slot);
                 }
                 return Ok(None);
             }
             slot.holder = Some(run_id);
             slot.generation += 1;
-            tx.put_slot(&job.name, &slot);
+            tx.put_slot(job.name, &slot);
         }
         self.make_room(tx).await?;
         let record = RunRecord {
             id: run_id,
-            job: job.name.clone(),
-            trigger: Some(trigger.name.clone()),
+            job: job.name,
+            trigger: Some(trigger.name),
             scheduled_us: to_micros(scheduled),
             cause,
             attempt,
             retry_of,
-            data,
+            data: &data,
             state: RunState::Running,
-            node: request.node.to_owned(),
+            node: request.node,
             // A fire taken ahead starts at its scheduled time (its run waits for it).
             started_us: to_micros(request.now).max(to_micros(scheduled)),
             finished_us: None,
@@ -748,6 +668,7 @@ impl<K: Kv> KvJobStore<K> {
         }
         tx.put_run(None, &record);
         tally.written += record.data.len() + trigger.data.len();
+        let run = job_run_of(&record)?;
         self.count_runs_delta(tx, 1);
         // Only here does a run come to hold its trigger: a fixed-delay interval's.
         let holds_trigger = !trigger.kind.is_synthetic() && matches!(schedule.kind, ScheduleKind::Every { .. });
@@ -755,13 +676,15 @@ impl<K: Kv> KvJobStore<K> {
             tx.delete_trigger(&trigger);
         } else if holds_trigger {
             // Fixed delay: the next fire is computed when this run completes.
-            let mut acquired = trigger.clone();
-            acquired.state = TriggerState::Acquired;
-            acquired.running_run = Some(run_id);
-            acquired.next_fire_us = None;
-            acquired.previous_fire_us = Some(to_micros(scheduled));
-            acquired.fire_count += 1;
-            tx.put_trigger(Some(&trigger), &acquired, false);
+            let acquired = TriggerRecord {
+                state: TriggerState::Acquired,
+                running_run: Some(run_id),
+                next_fire_us: None,
+                previous_fire_us: Some(to_micros(scheduled)),
+                fire_count: trigger.fire_count + 1,
+                ..trigger
+            };
+            tx.put_trigger_from(Some(trigger.was()), &acquired, false);
         } else {
             let (was, fire_count) = (trigger.was(), trigger.fire_count + 1);
             let mut next = self.advance(trigger, &schedule, decision.next_basis, request.now, fire_count);
@@ -773,8 +696,8 @@ impl<K: Kv> KvJobStore<K> {
             self.put_taken_trigger(tx, candidate, was, &next);
         }
         Ok(Some(AcquiredRun {
-            run: job_run_of(&record)?,
-            job_type: job.job_type.clone(),
+            run,
+            job_type: job.job_type.to_owned(),
             timeout: job.timeout_us.map(Duration::from_micros),
             exclusive,
             holds_trigger: Some(holds_trigger),
@@ -795,23 +718,23 @@ impl<K: Kv> KvJobStore<K> {
     ) -> Result<FireReads, StoreError> {
         let snapshot = self.broken_acquisition();
         let first = &ordered[..ordered.len().min(request.max)];
-        let keys = first.iter().map(|c| self.keys.trigger(&c.job, &c.trigger).into_vec()).collect();
+        let keys = first.iter().map(|c| self.keys.trigger(&c.job, &c.trigger)).collect();
         let (triggers, ()) =
-            try_join(tx.prefetch(keys, snapshot), cache.prefetch_jobs(tx, first.iter().map(|c| c.job.as_str())))
+            try_join(tx.prefetch(keys, snapshot), cache.jobs.prefetch(tx, first.iter().map(|c| c.job.as_str())))
                 .await?;
-        let triggers = triggers.try_map(decode_trigger)?;
         // Guards and slots in the order the fires ask for them; each slot once.
         let (mut guards, mut slots, mut exclusive_jobs) = (Vec::new(), Vec::new(), BTreeSet::new());
-        for (candidate, trigger) in first.iter().zip(triggers.values()) {
-            let Some(Some(trigger)) = trigger else { continue };
+        for (candidate, bytes) in first.iter().zip(triggers.values()) {
+            let Some(Some(bytes)) = bytes else { continue };
+            let trigger: TriggerView<'_> = codec::decode(bytes, "trigger record")?;
             if trigger.state != TriggerState::Waiting || trigger.next_fire_us != Some(candidate.due) {
                 continue;
             }
-            if let (_, Some(run_id)) = self.fire_of(request, trigger, candidate.due)? {
-                guards.push(self.keys.run(run_id).into_vec());
-                let exclusive = cache.cached_job(&candidate.job).is_some_and(|job| !job.allow_concurrent);
+            if let (_, Some(run_id)) = self.fire_of(request, &trigger, candidate.due)? {
+                guards.push(self.keys.run(run_id));
+                let exclusive = cache.jobs.cached(&candidate.job)?.is_some_and(|job| !job.allow_concurrent);
                 if exclusive && exclusive_jobs.insert(candidate.job.as_str()) {
-                    slots.push(self.keys.slot(&candidate.job).into_vec());
+                    slots.push(self.keys.slot(&candidate.job));
                 }
             }
         }
@@ -821,10 +744,10 @@ impl<K: Kv> KvJobStore<K> {
     }
 
     /// What a due fire of `trigger` does (run, skip) and the id of the run it starts.
-    fn fire_of(
+    fn fire_of<S>(
         &self,
         request: &AcquireRequest<'_>,
-        trigger: &TriggerRecord,
+        trigger: &TriggerRecord<S>,
         due_us: i64,
     ) -> Result<(crate::rules::DueDecision, Option<Uuid>), StoreError> {
         let decision = on_due(trigger.misfire, instant(due_us)?, request.now, self.misfire_threshold(request));
@@ -856,14 +779,14 @@ impl<K: Kv> KvJobStore<K> {
 
     /// The trigger after a fire whose next is computed from `basis` (the scheduled time,
     /// or now after a misfire): `Waiting` at the next fire, or `Complete`.
-    fn advance(
+    fn advance<S>(
         &self,
-        mut record: TriggerRecord,
+        mut record: TriggerRecord<S>,
         schedule: &JobSchedule,
         basis: DateTime<Utc>,
         now: DateTime<Utc>,
         fire_count: u32,
-    ) -> TriggerRecord {
+    ) -> TriggerRecord<S> {
         let calendar = schedule.calendar.as_ref().and_then(|name| self.calendars.get(name));
         let previous = PreviousFire { scheduled_at: basis, completed_at: now, fire_count };
         let next = schedule.next_fire(&previous, calendar);
@@ -881,11 +804,9 @@ impl<K: Kv> KvJobStore<K> {
         (!self.calendars.contains(name)).then(|| format!("calendar '{name}' is not registered on node '{node}'"))
     }
 
-    fn put_error(&self, tx: &Tx<'_, K::Transaction>, trigger: &TriggerRecord, reason: String) {
-        let mut failed = trigger.clone();
-        failed.state = TriggerState::Error;
-        failed.error = Some(reason);
-        tx.put_trigger(Some(trigger), &failed, false);
+    fn put_error<S: AsRef<str>>(&self, tx: &Tx<'_, K::Transaction>, trigger: &TriggerRecord<S>, reason: String) {
+        let failed = TriggerRecord { state: TriggerState::Error, error: Some(reason), ..trigger.to_record() };
+        tx.put_trigger_from(Some(trigger.was()), &failed, false);
     }
 
     /// Adjusts the stored-run counter (an atomic add: never a conflict).
@@ -938,16 +859,69 @@ impl<K: Kv> KvJobStore<K> {
     }
 }
 
-/// Job data ← trigger data.
-fn merged(job: &JobRecord, trigger: &TriggerRecord) -> Result<String, StoreError> {
-    let job_data = parse_data(&job.data)?;
-    let trigger_data = if trigger.data.is_empty() { Default::default() } else { parse_data(&trigger.data)? };
-    Ok(data_text(&merge_data([&job_data, &trigger_data])))
+/// A run's data: the job's data under the trigger's (SPEC §3), as JSON text.
+///
+/// Data is stored as the canonical text [`data_text`] writes, which a merge with an empty
+/// object leaves as it is: when either side has nothing (most triggers, and most jobs),
+/// the run's data is the other's text as stored, parsed by neither.
+fn run_data<'a>(job: &JobView<'a>, trigger: &TriggerView<'a>) -> Result<Cow<'a, str>, StoreError> {
+    let nothing = |data: &str| data.is_empty() || data == EMPTY_DATA;
+    if nothing(trigger.data) {
+        return Ok(Cow::Borrowed(job.data));
+    }
+    if nothing(job.data) {
+        return Ok(Cow::Borrowed(trigger.data));
+    }
+    Ok(Cow::Owned(data_text(&merge_data([&parse_data(job.data)?, &parse_data(trigger.data)?]))))
 }
+
+/// An empty JSON object in [`data_text`]'s form.
+const EMPTY_DATA: &str = "{}";
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::job::JsonObject;
+    use crate::store::records::{self, JobRecord};
+
+    #[test]
+    fn run_data_is_the_merge_of_job_and_trigger_data_in_canonical_text() {
+        let texts = [
+            "",
+            "{}",
+            r#"{"a":1}"#,
+            r#"{"a":{"x":[1,2.5,-3e-7]},"b":"é\n\"q\""}"#,
+            r#"{"a":null,"c":true}"#,
+            r#"{"big":18446744073709551615,"neg":-9223372036854775808,"f":0.1}"#,
+        ];
+        let canonical =
+            |text: &str| if text.is_empty() { String::new() } else { data_text(&parse_data(text).unwrap()) };
+        for job_text in texts.iter().map(|t| canonical(t)).filter(|t| !t.is_empty()) {
+            for trigger_text in texts.iter().map(|t| canonical(t)) {
+                let job = JobRecord {
+                    name: "job".into(),
+                    job_type: "t".into(),
+                    data: job_text.clone(),
+                    allow_concurrent: false,
+                    run_on_every_instance: false,
+                    requests_recovery: false,
+                    retry: None,
+                    timeout_us: None,
+                    description: None,
+                    origin: crate::job::JobOrigin::Runtime,
+                    code_fingerprint: None,
+                    paused: false,
+                    revision: 0,
+                };
+                let trigger = TriggerRecord { data: trigger_text.clone(), ..records::waiting_trigger() };
+                let trigger_data =
+                    if trigger_text.is_empty() { JsonObject::new() } else { parse_data(&trigger_text).unwrap() };
+                let parsed = merge_data([&parse_data(&job_text).unwrap(), &trigger_data]);
+                let merged = run_data(&job.view(), &trigger.view()).unwrap();
+                assert_eq!(merged, data_text(&parsed), "{job_text} <- {trigger_text}");
+            }
+        }
+    }
 
     #[test]
     fn fire_ids_are_stable_v7_and_distinct() {

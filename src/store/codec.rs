@@ -17,19 +17,31 @@ fn config() -> impl bincode::config::Config {
     bincode::config::standard().with_limit::<DECODE_LIMIT>()
 }
 
-/// Bytes reserved for an encoded record (run and trigger records mostly fit).
-const ENCODE_ROOM: usize = 256;
+/// Appends what bincode writes to a vector (sized beforehand, so it never grows).
+struct Append<'a>(&'a mut Vec<u8>);
+
+impl bincode::enc::write::Writer for Append<'_> {
+    fn write(&mut self, bytes: &[u8]) -> Result<(), bincode::error::EncodeError> {
+        self.0.extend_from_slice(bytes);
+        Ok(())
+    }
+}
 
 /// Encodes `value` with the schema byte.
+///
+/// The value is measured first and encoded into a vector of exactly its size: one
+/// allocation, and a buffer a store keeps as it is (a vector with room to spare is
+/// reallocated when a store shrinks it to keep it, on every write).
 pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
-    // Room for most records at once, encoded in place after the schema byte: growing from
-    // nothing took half a dozen reallocations per record, and a copy, on every fire.
-    let mut out = Vec::with_capacity(ENCODE_ROOM);
+    // Encoding plain records cannot fail: no writer errors, no size limit on encode, and
+    // every record type is serializable.
+    let failed = |e: bincode::error::EncodeError| unreachable!("records always encode: {e}");
+    let mut size = bincode::enc::write::SizeWriter::default();
+    bincode::serde::encode_into_writer(value, &mut size, bincode::config::standard()).unwrap_or_else(failed);
+    let mut out = Vec::with_capacity(1 + size.bytes_written);
     out.push(SCHEMA_VERSION);
-    // Encoding plain records into a Vec cannot fail: no writer errors, no size limit on
-    // encode, and every record type is serializable.
-    bincode::serde::encode_into_std_write(value, &mut out, bincode::config::standard())
-        .unwrap_or_else(|e| unreachable!("records always encode: {e}"));
+    bincode::serde::encode_into_writer(value, Append(&mut out), bincode::config::standard()).unwrap_or_else(failed);
+    debug_assert_eq!(out.len(), out.capacity());
     out
 }
 
@@ -70,6 +82,7 @@ mod tests {
         let sample = Sample { name: "x".into(), count: 7, flag: Some(true) };
         let bytes = encode(&sample);
         assert_eq!(bytes[0], SCHEMA_VERSION);
+        assert_eq!(bytes.len(), bytes.capacity(), "encoded to size");
         assert_eq!(decode::<Sample>(&bytes, "sample").unwrap(), sample);
         let mut wrong_version = bytes.clone();
         wrong_version[0] = 9;

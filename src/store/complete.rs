@@ -8,10 +8,10 @@ use chrono::{DateTime, Utc};
 use futures_util::future::try_join3;
 use uuid::Uuid;
 
-use super::acquire::ReadCache;
 use super::jobs::{instant, one_shot_record, settle};
-use super::records::{JobRecord, RunRecord, TriggerKind, TriggerRecord};
-use super::{decode_trigger, job_run_of, parse_data, AcquiredRun, KvJobStore, Prefetched, StoreError, Tx};
+use super::read_cache::ReadCache;
+use super::records::{JobRecord, JobView, RunRecord, RunView, TriggerKind, TriggerRecord};
+use super::{codec, decode_trigger, job_run_of, parse_data, AcquiredRun, KvJobStore, Prefetched, StoreError, Tx};
 use crate::error::SchedulingError;
 use crate::job::{
     bounded, check_data, merge_data, JobRun, JsonObject, RunCause, RunState, TriggerState, ERROR_CODE_LEN_MAX,
@@ -100,7 +100,8 @@ pub struct CompletionResult {
 /// What a batch of completions read ahead (see `prefetch_completions`).
 #[derive(Default)]
 struct CompletionReads {
-    runs: Prefetched<Option<RunRecord>>,
+    /// The runs, as stored (each decoded as a [`RunView`] where used).
+    runs: Prefetched,
     triggers: Prefetched<Option<TriggerRecord>>,
     /// The slots of non-concurrent jobs.
     slots: Prefetched,
@@ -197,27 +198,31 @@ impl<K: Kv> KvJobStore<K> {
         completions: &[Completion],
         cache: &mut ReadCache,
     ) -> Result<CompletionReads, StoreError> {
-        let runs = tx.prefetch_runs(completions.iter().map(|c| c.run_id)).await?;
-        let stored = || runs.values().flatten().flatten();
-        let jobs: BTreeSet<&str> = stored().map(|run| run.job.as_str()).collect();
+        let runs = tx.prefetch(completions.iter().map(|c| tx.keys.run(c.run_id)).collect(), false).await?;
+        let views = runs
+            .values()
+            .map(|bytes| bytes.and_then(Option::as_deref).map(|bytes| codec::decode(bytes, "run record")).transpose())
+            .collect::<Result<Vec<Option<RunView<'_>>>, _>>()?;
+        let stored = || views.iter().flatten();
+        let jobs: BTreeSet<&str> = stored().map(|run| run.job).collect();
         // The triggers of the runs that may hold theirs (`finish_interval_trigger`).
         let triggers = completions
             .iter()
-            .zip(runs.values())
+            .zip(&views)
             .filter(|(completion, _)| completion.holds_trigger != Some(false))
             .filter_map(|(_, run)| {
-                let run = run?.as_ref()?;
-                Some(self.keys.trigger(&run.job, run.trigger.as_deref()?).into_vec())
+                let run = run.as_ref()?;
+                Some(self.keys.trigger(run.job, run.trigger?))
             })
             .collect();
         // The slots the runs of non-concurrent jobs free, each job's once.
         let mut exclusive_jobs = BTreeSet::new();
         let slots = stored()
-            .filter(|run| run.exclusive && run.state == RunState::Running && exclusive_jobs.insert(run.job.as_str()))
-            .map(|run| self.keys.slot(&run.job).into_vec())
+            .filter(|run| run.exclusive && run.state == RunState::Running && exclusive_jobs.insert(run.job))
+            .map(|run| self.keys.slot(run.job))
             .collect();
         let ((), triggers, slots) = try_join3(
-            cache.prefetch_jobs(tx, jobs.into_iter()),
+            cache.jobs.prefetch(tx, jobs.into_iter()),
             tx.prefetch(triggers, false),
             tx.prefetch(slots, false),
         )
@@ -236,34 +241,31 @@ impl<K: Kv> KvJobStore<K> {
         cache: &mut ReadCache,
     ) -> Result<(CompletionResult, bool, String), StoreError> {
         let id = completion.run_id;
-        let stored = tx
-            .run_prefetched(&mut reads.runs, id)
+        let bytes = tx
+            .get_prefetched(&mut reads.runs, &self.keys.run(id), false, Ok)
             .await?
             .ok_or_else(|| SchedulingError::RunNotFound { run_id: id.to_string() })?;
+        let stored: RunView<'_> = codec::decode(&bytes, "run record")?;
         let target = completion.outcome.state();
-        if stored.state != RunState::Running || *stored.node != *completion.node {
+        if stored.state != RunState::Running || stored.node != &*completion.node {
             // A replay of our own committed completion, or a late one: keep history.
-            let recorded = maybe.0 && stored.state == target && *stored.node == *completion.node;
+            let recorded = maybe.0 && stored.state == target && stored.node == &*completion.node;
             // What the committed attempt made due is not known: say "now", so the node looks.
             let next_due = recorded.then_some(completion.finished_at);
             // The retry it wrote, if it planned one, has the name it would write now.
             let retry_trigger = if recorded && target == RunState::Failed && !stored.local {
-                let job = cache.job(tx, &stored.job).await?;
+                let job = cache.jobs.get(tx, stored.job).await?;
                 job.and_then(|job| plan_retry(job.retry.as_ref(), stored.attempt, completion.finished_at))
                     .map(|_| retry_name(id))
             } else {
                 None
             };
             let result = CompletionResult { state: stored.state, recorded, retry_trigger, next_due };
-            return Ok((result, false, stored.job.clone()));
+            return Ok((result, false, stored.job.to_owned()));
         }
         // The record ends in place; what the rest reads of it (job, trigger, node, attempt,
         // data) the end does not change.
-        let was = stored.state;
-        let mut ended = stored;
-        ended.state = target;
-        ended.finished_us = Some(to_micros(completion.finished_at));
-        (ended.error_code, ended.error_message) = match &completion.outcome {
+        let (error_code, error_message) = match &completion.outcome {
             RunOutcome::Succeeded => (None, None),
             RunOutcome::Failed { code, message } => (
                 code.as_deref().map(|code| bounded(code, ERROR_CODE_LEN_MAX)),
@@ -274,21 +276,25 @@ impl<K: Kv> KvJobStore<K> {
                 Some(bounded(message, ERROR_MESSAGE_LEN_MAX)),
             ),
         };
-        #[cfg(feature = "test-hooks")]
-        if self.options.broken == Some(super::BrokenStore::CodesDropped) && ended.state == RunState::Failed {
-            ended.error_code = None;
-        }
+        let was = stored.state;
+        let ended = RunRecord {
+            state: target,
+            finished_us: Some(to_micros(completion.finished_at)),
+            error_code: error_code.as_deref().filter(|_| !self.drops_codes(target)),
+            error_message: error_message.as_deref(),
+            ..stored
+        };
         tx.put_run_ended(was, &ended);
         let stored = ended;
-        if cache.cancel_requested(tx, &stored.node, id).await? {
-            tx.txn.clear(&self.keys.cancel(&stored.node, id));
+        if cache.cancel_requested(tx, stored.node, id).await? {
+            tx.txn.clear(&self.keys.cancel(stored.node, id));
         }
-        let job = cache.job(tx, &stored.job).await?;
-        let (blocked_left, unblocked_due) = self.release(tx, &stored, job.as_deref(), &mut reads.slots).await?;
+        let job = cache.jobs.get(tx, stored.job).await?;
+        let (blocked_left, unblocked_due) = self.release(tx, &stored, job.as_ref(), &mut reads.slots).await?;
         let finished = completion.finished_at;
         let interval_due = match completion.holds_trigger {
             Some(false) => None,
-            _ => self.finish_interval_trigger(tx, &stored, job.as_deref(), finished, &mut reads.triggers).await?,
+            _ => self.finish_interval_trigger(tx, &stored, job.as_ref(), finished, &mut reads.triggers).await?,
         };
         let (mut retry_trigger, mut retry_due) = (None, None);
         if let (RunOutcome::Failed { .. }, false, Some(job)) = (&completion.outcome, stored.local, &job) {
@@ -298,7 +304,7 @@ impl<K: Kv> KvJobStore<K> {
         }
         let next_due = [unblocked_due, interval_due, retry_due].into_iter().flatten().min().map(instant).transpose()?;
         let result = CompletionResult { state: target, recorded: true, retry_trigger, next_due };
-        Ok((result, blocked_left, stored.job))
+        Ok((result, blocked_left, stored.job.to_owned()))
     }
 
     /// Frees the run's slot and returns up to one batch of blocked triggers to `Waiting`.
@@ -307,14 +313,14 @@ impl<K: Kv> KvJobStore<K> {
     pub(crate) async fn release(
         &self,
         tx: &Tx<'_, K::Transaction>,
-        run: &RunRecord,
-        job: Option<&JobRecord>,
+        run: &RunView<'_>,
+        job: Option<&JobView<'_>>,
         slots: &mut Prefetched,
     ) -> Result<(bool, Option<i64>), StoreError> {
         if !run.exclusive {
             return Ok((false, None));
         }
-        let mut slot = tx.slot_prefetched(slots, &run.job).await?;
+        let mut slot = tx.slot_prefetched(slots, run.job).await?;
         if slot.holder != Some(run.id) {
             return Ok((false, None));
         }
@@ -322,16 +328,30 @@ impl<K: Kv> KvJobStore<K> {
         // Nothing blocked behind this run (the usual case): no range read.
         let mut unblocked = (false, None);
         if slot.blocked && !self.loses_unblocks() {
-            unblocked = self.unblock(tx, &run.job, job).await?;
+            unblocked = self.unblock(tx, run.job, job).await?;
             slot.blocked = unblocked.0;
         }
         if job.is_some() {
-            tx.put_slot(&run.job, &slot);
+            tx.put_slot(run.job, &slot);
         } else {
             // The job was deleted while this run held its slot.
-            tx.txn.clear(&self.keys.slot(&run.job));
+            tx.txn.clear(&self.keys.slot(run.job));
         }
         Ok(unblocked)
+    }
+
+    /// Whether a run ending in `state` loses its error code: the deliberate bug
+    /// `CodesDropped` (feature `test-hooks`), for failed runs.
+    fn drops_codes(&self, state: RunState) -> bool {
+        #[cfg(feature = "test-hooks")]
+        {
+            self.options.broken == Some(super::BrokenStore::CodesDropped) && state == RunState::Failed
+        }
+        #[cfg(not(feature = "test-hooks"))]
+        {
+            let _ = state;
+            false
+        }
     }
 
     /// Whether releases leave blocked triggers blocked: the deliberate bug `UnblockLost`
@@ -355,7 +375,7 @@ impl<K: Kv> KvJobStore<K> {
         &self,
         tx: &Tx<'_, K::Transaction>,
         job_name: &str,
-        job: Option<&JobRecord>,
+        job: Option<&JobView<'_>>,
     ) -> Result<(bool, Option<i64>), StoreError> {
         let (begin, end) = self.keys.blocked_of(job_name);
         let blocked = tx.txn.get_range(&RangeRequest::new(begin, end).limit(self.options.unblock_batch), false).await?;
@@ -387,7 +407,7 @@ impl<K: Kv> KvJobStore<K> {
                 if tx.slot(job).await?.holder.is_some() {
                     return Ok::<_, StoreError>(false);
                 }
-                Ok(self.unblock(&tx, job, record.as_ref()).await?.0)
+                Ok(self.unblock(&tx, job, record.as_ref().map(JobRecord::view).as_ref()).await?.0)
             })
             .await?;
             if !more {
@@ -400,13 +420,13 @@ impl<K: Kv> KvJobStore<K> {
     pub(crate) async fn finish_interval_trigger(
         &self,
         tx: &Tx<'_, K::Transaction>,
-        run: &RunRecord,
-        job: Option<&JobRecord>,
+        run: &RunView<'_>,
+        job: Option<&JobView<'_>>,
         finished: DateTime<Utc>,
         triggers: &mut Prefetched<Option<TriggerRecord>>,
     ) -> Result<Option<i64>, StoreError> {
         let (Some(trigger_name), Some(job)) = (&run.trigger, job) else { return Ok(None) };
-        let Some(trigger) = tx.trigger_prefetched(triggers, &run.job, trigger_name).await? else { return Ok(None) };
+        let Some(trigger) = tx.trigger_prefetched(triggers, run.job, trigger_name).await? else { return Ok(None) };
         if trigger.state != TriggerState::Acquired || trigger.running_run != Some(run.id) {
             return Ok(None);
         }
@@ -414,7 +434,7 @@ impl<K: Kv> KvJobStore<K> {
         next.running_run = None;
         let error = match self.schedules.get(&trigger.schedule) {
             Ok(schedule) if matches!(schedule.kind, ScheduleKind::Every { .. }) => {
-                match self.missing_calendar(&schedule, &run.node) {
+                match self.missing_calendar(&schedule, run.node) {
                     Some(reason) => Some(reason),
                     None => {
                         let calendar = schedule.calendar.as_ref().and_then(|name| self.calendars.get(name));
@@ -457,19 +477,19 @@ impl<K: Kv> KvJobStore<K> {
     fn write_retry(
         &self,
         tx: &Tx<'_, K::Transaction>,
-        run: &RunRecord,
-        job: &JobRecord,
+        run: &RunView<'_>,
+        job: &JobView<'_>,
         uid: u64,
         failed_at: DateTime<Utc>,
     ) -> Result<Option<(String, DateTime<Utc>)>, StoreError> {
         let Some(plan) = plan_retry(job.retry.as_ref(), run.attempt, failed_at) else { return Ok(None) };
         let name = retry_name(run.id);
         let kind = TriggerKind::Retry { attempt: plan.attempt, retry_of: run.retry_of.unwrap_or(run.id) };
-        let data = parse_data(&run.data)?;
-        let record = one_shot_record(&run.job, &name, kind, &data, uid, plan.due);
+        let data = parse_data(run.data)?;
+        let record = one_shot_record(run.job, &name, kind, &data, uid, plan.due);
         #[cfg(feature = "test-hooks")]
         if self.options.broken == Some(super::BrokenStore::RetryUnindexed) {
-            tx.txn.set(&self.keys.trigger(&record.job, &record.name), &super::codec::encode(&record));
+            tx.txn.set_owned(&self.keys.trigger(&record.job, &record.name), super::codec::encode(&record));
             return Ok(Some((name, plan.due)));
         }
         self.put_trigger_and_wake(tx, None, &record, false);
@@ -502,7 +522,7 @@ impl<K: Kv> KvJobStore<K> {
             if maybe.0 {
                 if let Some(existing) = tx.run(run_id).await? {
                     return Ok(AcquiredRun {
-                        run: job_run_of(&existing)?,
+                        run: job_run_of(&existing.view())?,
                         job_type: record.job_type.clone(),
                         timeout,
                         holds_trigger: Some(false),
@@ -537,10 +557,10 @@ impl<K: Kv> KvJobStore<K> {
                 data,
             };
             let run = RunRecord::running(&job_run, node, now, exclusive, false);
-            tx.put_run(None, &run);
+            tx.put_run(None, &run.view());
             self.count_runs_delta(&tx, 1);
             Ok(AcquiredRun {
-                run: job_run_of(&run)?,
+                run: job_run_of(&run.view())?,
                 job_type: record.job_type.clone(),
                 timeout,
                 exclusive,

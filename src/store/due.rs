@@ -493,7 +493,7 @@ impl<K: Kv> KvJobStore<K> {
         Ok(self.home_shards(node, &others))
     }
 
-    /// Writes `new` (replacing `old`) as [`Tx::put_trigger`] does and, when that gives it a
+    /// Writes `new` (replacing `old`) as [`Tx::put_trigger_from`] does and, when that gives it a
     /// due entry it did not have, tells the node whose home shard holds the entry (by the
     /// node list this store's last acquisition saw) through its wake key, so it need not
     /// wait for its next poll, unless that is this store's own node. A store that never
@@ -513,11 +513,11 @@ impl<K: Kv> KvJobStore<K> {
 
     /// [`put_trigger_and_wake`](Self::put_trigger_and_wake) for a record changed in place,
     /// given what it `was`.
-    pub(crate) fn put_trigger_from_and_wake(
+    pub(crate) fn put_trigger_from_and_wake<S: AsRef<str> + serde::Serialize>(
         &self,
         tx: &Tx<'_, K::Transaction>,
         was: Option<TriggerWas>,
-        new: &TriggerRecord,
+        new: &TriggerRecord<S>,
         local: bool,
     ) {
         tx.put_trigger_from(was, new, local);
@@ -528,7 +528,8 @@ impl<K: Kv> KvJobStore<K> {
         }
         let cache = self.homes.lock();
         let Some(cached) = cache.as_ref() else { return };
-        let home = cached.homes.get(usize::from(shard_of(&new.job, &new.name))).map(|&i| cached.nodes[i].as_str());
+        let shard = shard_of(new.job.as_ref(), new.name.as_ref());
+        let home = cached.homes.get(usize::from(shard)).map(|&i| cached.nodes[i].as_str());
         // This store's own node (the first of the list) learns of its own writes without
         // its watch: the handle and the run's end wake its poller.
         if let Some(node) = home.filter(|home| Some(*home) != cached.nodes.first().map(String::as_str)) {

@@ -348,7 +348,7 @@ fn matches(query: &JobRunQuery, summary: &RunSummary) -> bool {
 
 pub(crate) fn run_info(record: &RunRecord) -> Result<JobRunInfo, StoreError> {
     Ok(JobRunInfo {
-        run: job_run_of(record)?,
+        run: job_run_of(&record.view())?,
         state: record.state,
         node: record.node.clone(),
         started_at: instant(record.started_us)?,

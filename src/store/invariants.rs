@@ -13,7 +13,7 @@ use uuid::Uuid;
 /// Checks a run record write: a run is born `Running`; afterwards it only moves along
 /// [`RunState::can_transition_to`] (a final run is never rewritten to another state), under
 /// its own id; it has an end time exactly when it ended, and an attempt number from 1.
-pub(crate) fn run_write(old: Option<(Uuid, RunState)>, new: &RunRecord) {
+pub(crate) fn run_write<S>(old: Option<(Uuid, RunState)>, new: &RunRecord<S>) {
     match old {
         None => {
             assert!(new.state == RunState::Running, "invariant: run {} is created {:?}, not Running", new.id, new.state)
@@ -55,13 +55,14 @@ pub(crate) fn same_trigger(old: &TriggerRecord, new: &TriggerRecord) {
 /// incarnation (the same `uid`; a new definition makes a new one) it only moves along
 /// [`TriggerState::can_transition_to`]; a waiting trigger has a due time, and one in
 /// `Error` says why.
-pub(crate) fn trigger_write(old: Option<TriggerWas>, new: &TriggerRecord) {
+pub(crate) fn trigger_write<S: AsRef<str>>(old: Option<TriggerWas>, new: &TriggerRecord<S>) {
+    let (job, name) = (new.job.as_ref(), new.name.as_ref());
     if let Some(old) = old {
         assert!(
             old.uid != new.uid || old.state == new.state || old.state.can_transition_to(new.state),
             "invariant: trigger {}/{} moves {:?} → {:?}",
-            new.job,
-            new.name,
+            job,
+            name,
             old.state,
             new.state
         );
@@ -69,14 +70,14 @@ pub(crate) fn trigger_write(old: Option<TriggerWas>, new: &TriggerRecord) {
     assert!(
         new.state != TriggerState::Waiting || new.next_fire_us.is_some(),
         "invariant: trigger {}/{} is Waiting with no due time",
-        new.job,
-        new.name
+        job,
+        name
     );
     assert!(
         new.state != TriggerState::Error || new.error.is_some(),
         "invariant: trigger {}/{} is in Error without a reason",
-        new.job,
-        new.name
+        job,
+        name
     );
 }
 
@@ -85,7 +86,6 @@ mod tests {
     use super::*;
     use crate::job::{JobRun, RunCause};
     use crate::name::JobName;
-    use crate::store::records::TriggerKind;
     use chrono::DateTime;
 
     fn running() -> RunRecord {
@@ -108,24 +108,7 @@ mod tests {
     }
 
     fn waiting() -> TriggerRecord {
-        TriggerRecord {
-            job: "job".into(),
-            name: "t".into(),
-            schedule: "cron * * * * * *".into(),
-            data: String::new(),
-            priority: 5,
-            misfire: Default::default(),
-            description: None,
-            kind: TriggerKind::Defined,
-            state: TriggerState::Waiting,
-            paused: false,
-            next_fire_us: Some(1),
-            previous_fire_us: None,
-            fire_count: 0,
-            uid: 1,
-            running_run: None,
-            error: None,
-        }
+        crate::store::records::waiting_trigger()
     }
 
     fn panics(f: impl FnOnce() + std::panic::UnwindSafe) -> bool {

@@ -36,6 +36,7 @@ mod invariants;
 mod jobs;
 mod nodes;
 mod prefetch;
+mod read_cache;
 mod schedules;
 mod status;
 
@@ -43,6 +44,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use serde::Serialize;
 use uuid::Uuid;
 
 pub use acquire::{fire_run_id, AcquireRequest, AcquiredRun, Acquisition, RunSet};
@@ -61,8 +63,8 @@ use crate::job::{JobRun, JsonObject, RunState, TriggerState};
 use crate::kv::{AsKvError, Kv, KvError, KvTransaction, RangeRequest, RetryOptions};
 use crate::name::{JobName, TriggerName};
 use crate::time::from_micros;
-use keys::{shard_of, Keyspace};
-use records::{JobRecord, RunRecord, SlotRecord, TriggerRecord, TriggerWas};
+use keys::{shard_of, Key, Keyspace};
+use records::{JobRecord, RunRecord, RunView, SlotRecord, TriggerRecord, TriggerWas};
 
 /// What a store operation can fail with.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -270,7 +272,7 @@ pub(crate) struct Tx<'a, T: KvTransaction> {
 
 impl<T: KvTransaction> Tx<'_, T> {
     /// Reads `keys` concurrently (serializably unless `snapshot`), for [`Tx::get_prefetched`].
-    pub(crate) async fn prefetch(&self, keys: Vec<Vec<u8>>, snapshot: bool) -> Result<Prefetched, StoreError> {
+    pub(crate) async fn prefetch(&self, keys: Vec<Key>, snapshot: bool) -> Result<Prefetched, StoreError> {
         let values = self.txn.get_many(&keys, snapshot).await?;
         Ok(Prefetched::new(keys, values))
     }
@@ -299,7 +301,7 @@ impl<T: KvTransaction> Tx<'_, T> {
     /// local now or may have been local before.
     pub(crate) fn put_job(&self, job: &JobRecord) {
         self.touch_local_jobs();
-        self.txn.set(&self.keys.job(&job.name), &codec::encode(job));
+        self.txn.set_owned(&self.keys.job(&job.name), codec::encode(job));
         let local = self.keys.local_job(&job.name);
         if job.run_on_every_instance {
             self.txn.set(&local, b"");
@@ -340,35 +342,33 @@ impl<T: KvTransaction> Tx<'_, T> {
         range.pairs.iter().map(|(_, v)| codec::decode(v, "trigger record")).collect()
     }
 
-    /// Writes `new` (replacing `old`), moving its due and blocked entries. `local` triggers
-    /// (of jobs that run on every node) never enter the due index.
-    pub(crate) fn put_trigger(&self, old: Option<&TriggerRecord>, new: &TriggerRecord, local: bool) {
-        if let Some(old) = old {
-            invariants::same_trigger(old, new);
-        }
-        self.put_trigger_from(old.map(TriggerRecord::was), new, local);
-    }
-
-    /// [`put_trigger`](Self::put_trigger) for a record changed in place (the same job and
-    /// trigger), given what it `was`.
-    pub(crate) fn put_trigger_from(&self, was: Option<TriggerWas>, new: &TriggerRecord, local: bool) {
+    /// Writes `new`, replacing the record that `was` (the same job and trigger; `None`
+    /// for a new trigger), and moves its due and blocked entries. `local` triggers (of
+    /// jobs that run on every node) never enter the due index.
+    pub(crate) fn put_trigger_from<S: AsRef<str> + Serialize>(
+        &self,
+        was: Option<TriggerWas>,
+        new: &TriggerRecord<S>,
+        local: bool,
+    ) {
         invariants::trigger_write(was, new);
         if local {
             // A local trigger's pause is part of the local jobs' listing.
             self.touch_local_jobs();
         }
+        let (job, name) = (new.job.as_ref(), new.name.as_ref());
         if let Some(was) = was {
-            self.clear_trigger_indexes(&new.job, &new.name, was);
+            self.clear_trigger_indexes(job, name, was);
         }
         match (new.state, new.next_fire_us) {
             (TriggerState::Waiting, Some(due)) if !local => {
-                let shard = shard_of(&new.job, &new.name);
-                self.txn.set(&self.keys.due(shard, due, &new.job, &new.name), &due_value(new));
+                let shard = shard_of(job, name);
+                self.txn.set(&self.keys.due(shard, due, job, name), &due_value(new));
             }
-            (TriggerState::Blocked, _) => self.txn.set(&self.keys.blocked(&new.job, &new.name), b""),
+            (TriggerState::Blocked, _) => self.txn.set(&self.keys.blocked(job, name), b""),
             _ => {}
         }
-        self.txn.set(&self.keys.trigger(&new.job, &new.name), &codec::encode(new));
+        self.txn.set_owned(&self.keys.trigger(job, name), codec::encode(new));
     }
 
     /// Marks the local jobs as changed. An atomic add: writers never conflict on it.
@@ -376,9 +376,10 @@ impl<T: KvTransaction> Tx<'_, T> {
         self.txn.atomic_op(&self.keys.local_jobs_stamp(), &1u64.to_le_bytes(), crate::kv::AtomicOp::Add);
     }
 
-    pub(crate) fn delete_trigger(&self, old: &TriggerRecord) {
-        self.clear_trigger_indexes(&old.job, &old.name, old.was());
-        self.txn.clear(&self.keys.trigger(&old.job, &old.name));
+    pub(crate) fn delete_trigger<S: AsRef<str>>(&self, old: &TriggerRecord<S>) {
+        let (job, name) = (old.job.as_ref(), old.name.as_ref());
+        self.clear_trigger_indexes(job, name, old.was());
+        self.txn.clear(&self.keys.trigger(job, name));
     }
 
     /// Clears the index entries of trigger `job`/`name` as it `was`.
@@ -426,7 +427,7 @@ impl<T: KvTransaction> Tx<'_, T> {
     }
 
     pub(crate) fn put_slot(&self, job: &str, slot: &SlotRecord) {
-        self.txn.set(&self.keys.slot(job), &codec::encode(slot));
+        self.txn.set_owned(&self.keys.slot(job), codec::encode(slot));
     }
 
     /// The runs `node` has been asked to cancel.
@@ -454,12 +455,12 @@ impl<T: KvTransaction> Tx<'_, T> {
         &self,
         ids: impl Iterator<Item = Uuid>,
     ) -> Result<Prefetched<Option<RunRecord>>, StoreError> {
-        self.prefetch(ids.map(|id| self.keys.run(id).into_vec()).collect(), false).await?.try_map(decode_run)
+        self.prefetch(ids.map(|id| self.keys.run(id)).collect(), false).await?.try_map(decode_run)
     }
 
     /// Writes `new` (replacing `old`, same id), with its running index entries while it
     /// runs, and its history index entries once it ended.
-    pub(crate) fn put_run(&self, old: Option<&RunRecord>, new: &RunRecord) {
+    pub(crate) fn put_run(&self, old: Option<&RunRecord>, new: &RunView<'_>) {
         invariants::run_write(old.map(|old| (old.id, old.state)), new);
         if let Some(old) = old.filter(|old| old.state == RunState::Running) {
             self.txn.clear(&self.keys.running(&old.node, old.id));
@@ -470,27 +471,27 @@ impl<T: KvTransaction> Tx<'_, T> {
 
     /// Writes `run`, whose stored record was in state `was` and otherwise differs only in
     /// its end (state, end time, error): a run ending, changed in place, not copied.
-    pub(crate) fn put_run_ended(&self, was: RunState, run: &RunRecord) {
+    pub(crate) fn put_run_ended(&self, was: RunState, run: &RunView<'_>) {
         invariants::run_write(Some((run.id, was)), run);
         if was == RunState::Running {
-            self.txn.clear(&self.keys.running(&run.node, run.id));
-            self.txn.clear(&self.keys.job_running(&run.job, run.id));
+            self.txn.clear(&self.keys.running(run.node, run.id));
+            self.txn.clear(&self.keys.job_running(run.job, run.id));
         }
         self.put_run_indexes(run);
     }
 
     /// The run's record and the index entries of its state.
-    fn put_run_indexes(&self, new: &RunRecord) {
+    fn put_run_indexes(&self, new: &RunView<'_>) {
         if new.state.is_final() {
             let summary = codec::encode(&new.summary_view());
-            self.txn.set(&self.keys.history_by_job(&new.job, new.scheduled_us, new.id), &summary);
-            self.txn.set(&self.keys.history_by_time(new.scheduled_us, new.id), &summary);
+            self.txn.set(&self.keys.history_by_job(new.job, new.scheduled_us, new.id), &summary);
+            self.txn.set_owned(&self.keys.history_by_time(new.scheduled_us, new.id), summary);
         }
         if new.state == RunState::Running {
-            self.txn.set(&self.keys.running(&new.node, new.id), b"");
-            self.txn.set(&self.keys.job_running(&new.job, new.id), b"");
+            self.txn.set(&self.keys.running(new.node, new.id), b"");
+            self.txn.set(&self.keys.job_running(new.job, new.id), b"");
         }
-        self.txn.set(&self.keys.run(new.id), &codec::encode(new));
+        self.txn.set_owned(&self.keys.run(new.id), codec::encode(new));
     }
 }
 
@@ -500,7 +501,7 @@ impl records::RunRecord {
     /// # Errors
     /// [`StoreError::Corrupt`] when a stored field does not decode.
     pub fn job_run(&self) -> Result<JobRun, StoreError> {
-        job_run_of(self)
+        job_run_of(&self.view())
     }
 }
 
@@ -517,24 +518,24 @@ fn decode_run(bytes: Option<Vec<u8>>) -> Result<Option<RunRecord>, StoreError> {
 }
 
 /// Rebuilds the public run from its record.
-pub(crate) fn job_run_of(record: &RunRecord) -> Result<JobRun, StoreError> {
+pub(crate) fn job_run_of(record: &RunView<'_>) -> Result<JobRun, StoreError> {
     let corrupt = |what: &str| StoreError::Corrupt(format!("run {}: bad {what}", record.id));
     Ok(JobRun {
         id: record.id,
-        job: JobName::new(&record.job).map_err(|_| corrupt("job name"))?,
-        trigger: record.trigger.as_deref().map(TriggerName::new).transpose().map_err(|_| corrupt("trigger name"))?,
+        job: JobName::new(record.job).map_err(|_| corrupt("job name"))?,
+        trigger: record.trigger.map(TriggerName::new).transpose().map_err(|_| corrupt("trigger name"))?,
         scheduled_at: from_micros(record.scheduled_us).ok_or_else(|| corrupt("scheduled time"))?,
         cause: record.cause,
         attempt: record.attempt,
         retry_of: record.retry_of,
-        data: parse_data(&record.data).map_err(|_| corrupt("data"))?,
+        data: parse_data(record.data).map_err(|_| corrupt("data"))?,
     })
 }
 
 /// The value of a due-index entry: the trigger's priority (i32 LE), then 1 for a one-shot
 /// trigger the engine made (enqueue, retry, recovery), 0 for a scheduled one. Acquisition
 /// orders and filters candidates from it without reading the triggers.
-fn due_value(trigger: &TriggerRecord) -> [u8; 5] {
+fn due_value<S>(trigger: &TriggerRecord<S>) -> [u8; 5] {
     let mut value = [0u8; 5];
     value[..4].copy_from_slice(&trigger.priority.to_le_bytes());
     value[4] = u8::from(trigger.kind.is_synthetic());

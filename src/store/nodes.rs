@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use uuid::Uuid;
 
 use super::jobs::one_shot_record;
-use super::records::{LeaseRecord, NodeRecord, RunRecord, TriggerKind};
+use super::records::{JobRecord, LeaseRecord, NodeRecord, RunRecord, TriggerKind};
 use super::Fence;
 use super::{codec, parse_data, KvJobStore, Prefetched, StoreError, BATCH_DATA_BUDGET};
 use crate::error::SchedulingError;
@@ -121,7 +121,7 @@ impl<K: Kv> KvJobStore<K> {
                 draining,
                 caught_up: caught_up && !draining,
             };
-            txn.set(&key, &codec::encode(&record));
+            txn.set_owned(&key, codec::encode(&record));
             let tx = self.tx(txn);
             if !old.as_ref().is_some_and(NodeRecord::owns_shards) && record.owns_shards() {
                 // It takes shards from the others (joining, or back after being declared
@@ -167,7 +167,7 @@ impl<K: Kv> KvJobStore<K> {
                 let mut record: NodeRecord = codec::decode(&bytes, "node record")?;
                 let owned_shards = record.owns_shards();
                 change(&mut record);
-                tx.txn.set(&key, &codec::encode(&record));
+                tx.txn.set_owned(&key, codec::encode(&record));
                 if owned_shards && !record.owns_shards() {
                     self.wake_other_nodes(&tx, node).await?;
                 }
@@ -288,7 +288,7 @@ impl<K: Kv> KvJobStore<K> {
                 }
                 record.alive = false;
                 record.times_declared_lost += 1;
-                tx.txn.set(&key, &codec::encode(&record));
+                tx.txn.set_owned(&key, codec::encode(&record));
                 self.wake_other_nodes(&tx, node).await?;
             }
             let mut result = ReapResult { declared: true, ..ReapResult::default() };
@@ -441,13 +441,14 @@ impl<K: Kv> KvJobStore<K> {
         lost.state = RunState::Lost;
         lost.finished_us = Some(to_micros(now));
         lost.error_message = Some(why.to_owned());
-        tx.put_run(Some(&stored), &lost);
+        tx.put_run(Some(&stored), &lost.view());
         tx.txn.clear(&self.keys.cancel(node, id));
         let job = tx.job(&stored.job).await?;
-        if self.release(tx, &stored, job.as_ref(), &mut Prefetched::default()).await?.0 {
+        let job = job.as_ref().map(JobRecord::view);
+        if self.release(tx, &stored.view(), job.as_ref(), &mut Prefetched::default()).await?.0 {
             unblock.push(stored.job.clone());
         }
-        self.finish_interval_trigger(tx, &stored, job.as_ref(), now, &mut Prefetched::default()).await?;
+        self.finish_interval_trigger(tx, &stored.view(), job.as_ref(), now, &mut Prefetched::default()).await?;
         let mut written = stored.data.len();
         if job.as_ref().is_some_and(|j| j.requests_recovery) && !stored.local {
             result.recovery_triggers.push(self.write_recovery(tx, &stored, recovery_uid(base, id), now)?);

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use super::keys::fnv;
+use super::keys::{fnv, Key};
 
 /// Values of keys, in the order the work asks for them. Each is handed out once; a key
 /// asked for again (the same trigger or run met twice in one batch), or a key listed twice,
@@ -13,8 +13,9 @@ use super::keys::fnv;
 /// reads it again, and so sees what it wrote since.
 #[derive(Debug)]
 pub(crate) struct Prefetched<V = Option<Vec<u8>>> {
-    /// (key, value): `None` once handed out, and for a key listed earlier too.
-    entries: Vec<(Vec<u8>, Option<V>)>,
+    /// (key, value): `None` once handed out, and for a key listed earlier too. Keys are
+    /// kept as they were built, inline: a batch lists thousands.
+    entries: Vec<(Key, Option<V>)>,
     /// Entries before this one were handed out or passed over.
     next: usize,
 }
@@ -27,7 +28,7 @@ impl<V> Default for Prefetched<V> {
 
 impl<V> Prefetched<V> {
     /// `values[i]` is the value of `keys[i]`.
-    pub(crate) fn new(keys: Vec<Vec<u8>>, values: Vec<V>) -> Self {
+    pub(crate) fn new(keys: Vec<Key>, values: Vec<V>) -> Self {
         // By fingerprint: cheaper than comparing keys, and a collision only costs a read.
         let mut seen = BTreeSet::new();
         let first: Vec<bool> = keys.iter().map(|key| seen.insert(fnv(&[key]))).collect();
@@ -71,8 +72,8 @@ impl<V> Prefetched<V> {
 mod tests {
     use super::*;
 
-    fn keys(names: &[&str]) -> Vec<Vec<u8>> {
-        names.iter().map(|n| n.as_bytes().to_vec()).collect()
+    fn keys(names: &[&str]) -> Vec<Key> {
+        names.iter().map(|n| Key::from_slice(n.as_bytes())).collect()
     }
 
     #[test]

@@ -8,14 +8,18 @@ use super::codec;
 use crate::job::{JobOrigin, MisfirePolicy, RetryPolicy, RunCause, RunState, TriggerState};
 
 /// `(1, job)`: a job definition with its origin and paused state.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct JobRecord {
+///
+/// `S` is its text: `String` in a record of its own, `&str` in a [`JobView`] decoded from
+/// stored bytes without copying them (acquisitions and completions read the job of every
+/// fire). Both encode alike.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord<S = String> {
     /// The job name.
-    pub name: String,
+    pub name: S,
     /// The registered type key that runs it.
-    pub job_type: String,
+    pub job_type: S,
     /// Job data, JSON object text.
-    pub data: String,
+    pub data: S,
     /// Runs may overlap.
     pub allow_concurrent: bool,
     /// A local job: every node runs it on its own clock.
@@ -27,15 +31,39 @@ pub struct JobRecord {
     /// Run timeout, microseconds.
     pub timeout_us: Option<u64>,
     /// Free text.
-    pub description: Option<String>,
+    pub description: Option<S>,
     /// Where the definition came from.
     pub origin: JobOrigin,
     /// The code definition's fingerprint (code and overridden jobs).
-    pub code_fingerprint: Option<String>,
+    pub code_fingerprint: Option<S>,
     /// Paused: no trigger of the job fires.
     pub paused: bool,
     /// Increases with every rewrite of the definition.
     pub revision: u64,
+}
+
+/// A [`JobRecord`] borrowing its text: decoded from stored bytes, or lent by a record.
+pub type JobView<'a> = JobRecord<&'a str>;
+
+impl<S: AsRef<str>> JobRecord<S> {
+    /// This record as a [`JobView`].
+    pub fn view(&self) -> JobView<'_> {
+        JobRecord {
+            name: self.name.as_ref(),
+            job_type: self.job_type.as_ref(),
+            data: self.data.as_ref(),
+            allow_concurrent: self.allow_concurrent,
+            run_on_every_instance: self.run_on_every_instance,
+            requests_recovery: self.requests_recovery,
+            retry: self.retry,
+            timeout_us: self.timeout_us,
+            description: self.description.as_ref().map(AsRef::as_ref),
+            origin: self.origin,
+            code_fingerprint: self.code_fingerprint.as_ref().map(AsRef::as_ref),
+            paused: self.paused,
+            revision: self.revision,
+        }
+    }
 }
 
 /// What created a trigger, which decides the cause of its runs.
@@ -71,22 +99,26 @@ impl TriggerKind {
 }
 
 /// `(2, job, trigger)`: a trigger and its progress.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TriggerRecord {
+///
+/// `S` is its text: `String` in a record of its own, `&str` in a [`TriggerView`] decoded
+/// from stored bytes without copying them (an acquisition reads and rewrites the trigger
+/// of every fire). Both encode alike.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TriggerRecord<S = String> {
     /// The job.
-    pub job: String,
+    pub job: S,
     /// The trigger name.
-    pub name: String,
+    pub name: S,
     /// The schedule, in its text form.
-    pub schedule: String,
+    pub schedule: S,
     /// Trigger data, JSON object text.
-    pub data: String,
+    pub data: S,
     /// Priority; higher first.
     pub priority: i32,
     /// Misfire policy.
     pub misfire: MisfirePolicy,
     /// Free text.
-    pub description: Option<String>,
+    pub description: Option<S>,
     /// What made it.
     pub kind: TriggerKind,
     /// Its state.
@@ -105,13 +137,71 @@ pub struct TriggerRecord {
     /// The run an `Every` trigger waits for while `Acquired`.
     pub running_run: Option<Uuid>,
     /// Why it is in `Error`.
-    pub error: Option<String>,
+    pub error: Option<S>,
 }
 
-impl TriggerRecord {
+/// A [`TriggerRecord`] borrowing its text: decoded from stored bytes, or lent by a record.
+pub type TriggerView<'a> = TriggerRecord<&'a str>;
+
+/// A `Waiting` every-second cron trigger `t` of job `job`, due at 1 µs, for tests.
+#[cfg(test)]
+pub(crate) fn waiting_trigger() -> TriggerRecord {
+    TriggerRecord {
+        job: "job".into(),
+        name: "t".into(),
+        schedule: "cron * * * * * *".into(),
+        data: String::new(),
+        priority: 5,
+        misfire: Default::default(),
+        description: None,
+        kind: TriggerKind::Defined,
+        state: TriggerState::Waiting,
+        paused: false,
+        next_fire_us: Some(1),
+        previous_fire_us: None,
+        fire_count: 0,
+        uid: 1,
+        running_run: None,
+        error: None,
+    }
+}
+
+impl<S: AsRef<str>> TriggerRecord<S> {
     /// What a write replacing this record needs of it: its indexes and its transition.
     pub fn was(&self) -> TriggerWas {
         TriggerWas { uid: self.uid, state: self.state, next_fire_us: self.next_fire_us }
+    }
+
+    /// This record as a [`TriggerView`].
+    pub fn view(&self) -> TriggerView<'_> {
+        self.map_text(|text| text.as_ref())
+    }
+
+    /// This record with text of its own.
+    pub fn to_record(&self) -> TriggerRecord {
+        self.map_text(|text| text.as_ref().to_owned())
+    }
+
+    /// This record with each text field converted by `f`.
+    fn map_text<'a, T>(&'a self, f: impl Fn(&'a S) -> T) -> TriggerRecord<T> {
+        TriggerRecord {
+            job: f(&self.job),
+            name: f(&self.name),
+            schedule: f(&self.schedule),
+            data: f(&self.data),
+            priority: self.priority,
+            misfire: self.misfire,
+            description: self.description.as_ref().map(&f),
+            kind: self.kind,
+            state: self.state,
+            paused: self.paused,
+            next_fire_us: self.next_fire_us,
+            previous_fire_us: self.previous_fire_us,
+            fire_count: self.fire_count,
+            uid: self.uid,
+            running_run: self.running_run,
+            error: self.error.as_ref().map(&f),
+        }
     }
 }
 
@@ -164,14 +254,18 @@ impl SlotRecord {
 }
 
 /// `(6, run_id)`: one run in history.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunRecord {
+///
+/// `S` is its text: `String` in a record of its own, `&str` in a [`RunView`] decoded from
+/// stored bytes without copying them (a completion reads and rewrites the run of every
+/// fire). Both encode alike.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord<S = String> {
     /// Run id.
     pub id: Uuid,
     /// The job.
-    pub job: String,
+    pub job: S,
     /// The trigger that fired (none for `trigger` by hand).
-    pub trigger: Option<String>,
+    pub trigger: Option<S>,
     /// When it was due.
     pub scheduled_us: i64,
     /// Why it ran.
@@ -181,24 +275,27 @@ pub struct RunRecord {
     /// The first attempt's id, on retries.
     pub retry_of: Option<Uuid>,
     /// Merged data, JSON object text.
-    pub data: String,
+    pub data: S,
     /// State.
     pub state: RunState,
     /// The node running it.
-    pub node: String,
+    pub node: S,
     /// When it started.
     pub started_us: i64,
     /// When it finished.
     pub finished_us: Option<i64>,
     /// The error code of a failed, canceled or lost run.
-    pub error_code: Option<String>,
+    pub error_code: Option<S>,
     /// The error message.
-    pub error_message: Option<String>,
+    pub error_message: Option<S>,
     /// It holds its job's slot.
     pub exclusive: bool,
     /// A local job's run (not acquired through the store).
     pub local: bool,
 }
+
+/// A [`RunRecord`] borrowing its text: decoded from stored bytes, or lent by a record.
+pub type RunView<'a> = RunRecord<&'a str>;
 
 impl RunRecord {
     /// A run starting now on `node`.
@@ -228,6 +325,30 @@ impl RunRecord {
             local,
         }
     }
+}
+
+impl<S: AsRef<str>> RunRecord<S> {
+    /// This record as a [`RunView`].
+    pub fn view(&self) -> RunView<'_> {
+        RunRecord {
+            id: self.id,
+            job: self.job.as_ref(),
+            trigger: self.trigger.as_ref().map(AsRef::as_ref),
+            scheduled_us: self.scheduled_us,
+            cause: self.cause,
+            attempt: self.attempt,
+            retry_of: self.retry_of,
+            data: self.data.as_ref(),
+            state: self.state,
+            node: self.node.as_ref(),
+            started_us: self.started_us,
+            finished_us: self.finished_us,
+            error_code: self.error_code.as_ref().map(AsRef::as_ref),
+            error_message: self.error_message.as_ref().map(AsRef::as_ref),
+            exclusive: self.exclusive,
+            local: self.local,
+        }
+    }
 
     /// What history indexes carry, so filtered queries need not read primary records.
     pub fn summary(&self) -> RunSummary {
@@ -240,8 +361,8 @@ impl RunRecord {
         RunSummaryView {
             state: self.state,
             has_error: self.error_code.is_some() || self.error_message.is_some(),
-            node: &self.node,
-            trigger: self.trigger.as_deref(),
+            node: self.node.as_ref(),
+            trigger: self.trigger.as_ref().map(AsRef::as_ref),
             finished_us: self.finished_us,
         }
     }
@@ -399,6 +520,31 @@ mod tests {
             assert_eq!(bytes, codec::encode(&summary));
             assert_eq!(codec::decode::<RunSummary>(&bytes, "run summary").unwrap(), summary);
         }
+    }
+
+    #[test]
+    fn a_job_view_reads_what_a_job_record_wrote() {
+        let record: JobRecord = JobRecord {
+            name: "nightly".into(),
+            job_type: "report".into(),
+            data: r#"{"a":1}"#.into(),
+            allow_concurrent: false,
+            run_on_every_instance: true,
+            requests_recovery: true,
+            retry: Some(RetryPolicy::fixed(3, std::time::Duration::from_secs(2)).unwrap()),
+            timeout_us: Some(5_000_000),
+            description: Some("the nightly report".into()),
+            origin: JobOrigin::Overridden,
+            code_fingerprint: Some("f00d".into()),
+            paused: true,
+            revision: 9,
+        };
+        let bytes = codec::encode(&record);
+        let view: JobView<'_> = codec::decode(&bytes, "job record").unwrap();
+        assert_eq!(view, record.view());
+        let bare = JobRecord { retry: None, timeout_us: None, description: None, code_fingerprint: None, ..record };
+        let bytes = codec::encode(&bare);
+        assert_eq!(codec::decode::<JobView<'_>>(&bytes, "job record").unwrap(), bare.view());
     }
 
     #[test]

@@ -558,7 +558,7 @@ impl<K: Kv> KvJobStore<K> {
             }
             self.make_room(&tx).await?;
             let record = RunRecord::running(job_run, node, now, false, true);
-            tx.put_run(None, &record);
+            tx.put_run(None, &record.view());
             self.count_runs_delta(&tx, 1);
             Ok(true)
         })

@@ -291,7 +291,11 @@ impl MemoryTransaction {
     }
 
     /// [`get_many`](KvTransaction::get_many)'s reads, performed now, and their latency.
-    pub(super) fn get_many_now(&self, keys: &[Vec<u8>], snapshot: bool) -> (Result<Values, KvError>, Latency) {
+    pub(super) fn get_many_now<Q: AsRef<[u8]>>(
+        &self,
+        keys: &[Q],
+        snapshot: bool,
+    ) -> (Result<Values, KvError>, Latency) {
         // A chunk at a time: holding the store's lock for thousands of reads would stall
         // every other client (on a node: the completer behind the poller, or the reverse).
         let mut values = Vec::with_capacity(keys.len());
@@ -299,7 +303,7 @@ impl MemoryTransaction {
         for chunk in keys.chunks(GET_MANY_CHUNK) {
             let (result, latency) = self.with_reads(chunk.len(), false, |data, state| {
                 chunk.iter().try_for_each(|key| {
-                    values.push(data.get(state, key, snapshot)?);
+                    values.push(data.get(state, key.as_ref(), snapshot)?);
                     Ok(())
                 })
             });
@@ -344,9 +348,9 @@ impl KvTransaction for MemoryTransaction {
         }
     }
 
-    fn get_many(
+    fn get_many<Q: AsRef<[u8]> + Sync>(
         &self,
-        keys: &[Vec<u8>],
+        keys: &[Q],
         snapshot: bool,
     ) -> impl Future<Output = Result<Vec<Option<Vec<u8>>>, KvError>> + Send {
         match self.read_version_wait() {
@@ -355,7 +359,7 @@ impl KvTransaction for MemoryTransaction {
                 Either::Left(self.delayed(result, latency))
             }
             Some(wait) => {
-                let keys = keys.to_vec();
+                let keys: Vec<Vec<u8>> = keys.iter().map(|key| key.as_ref().to_vec()).collect();
                 Either::Right(self.after(wait, move |txn| txn.get_many_now(&keys, snapshot)))
             }
         }
@@ -419,6 +423,10 @@ impl KvTransaction for MemoryTransaction {
 
     fn set(&self, key: &[u8], value: &[u8]) {
         self.write(|data| data.set(key, value));
+    }
+
+    fn set_owned(&self, key: &[u8], value: Vec<u8>) {
+        self.write(|data| data.set_owned(key, value));
     }
 
     fn clear(&self, key: &[u8]) {

@@ -616,16 +616,22 @@ impl KvTransaction for PgTransaction {
     }
 
     async fn get(&self, key: &[u8], snapshot: bool) -> Result<Option<Vec<u8>>, KvError> {
-        Ok(self.get_many(&[key.to_vec()], snapshot).await?.pop().flatten())
+        Ok(self.get_many(&[key], snapshot).await?.pop().flatten())
     }
 
-    async fn get_many(&self, keys: &[Vec<u8>], snapshot: bool) -> Result<Vec<Option<Vec<u8>>>, KvError> {
+    async fn get_many<Q: AsRef<[u8]> + Sync>(
+        &self,
+        keys: &[Q],
+        snapshot: bool,
+    ) -> Result<Vec<Option<Vec<u8>>>, KvError> {
         {
             let buffer = self.inner.buffer.lock();
             if buffer.finished {
                 return Err(KvError::new(KvError::USED_DURING_COMMIT));
             }
-            let unreadable = |key: &Vec<u8>| buffer.unreadable.iter().any(|(b, e)| b <= key && key < e);
+            let unreadable = |key: &Q| {
+                buffer.unreadable.iter().any(|(b, e)| b.as_slice() <= key.as_ref() && key.as_ref() < e.as_slice())
+            };
             if keys.iter().any(unreadable) {
                 return Err(KvError::new(KvError::ACCESSED_UNREADABLE));
             }
@@ -633,13 +639,14 @@ impl KvTransaction for PgTransaction {
         let session = self.session().await?;
         let depends: Vec<bool> = {
             let buffer = self.inner.buffer.lock();
-            keys.iter().map(|key| buffer.depends_on_store(key)).collect()
+            keys.iter().map(|key| buffer.depends_on_store(key.as_ref())).collect()
         };
-        let needed: Vec<&[u8]> = keys.iter().zip(&depends).filter(|(_, d)| **d).map(|(k, _)| k.as_slice()).collect();
+        let needed: Vec<&[u8]> = keys.iter().zip(&depends).filter(|(_, d)| **d).map(|(k, _)| k.as_ref()).collect();
         let mut stored = self.stored(&session, &needed).await?.into_iter();
         let mut buffer = self.inner.buffer.lock();
         let mut values = Vec::with_capacity(keys.len());
         for (key, depends) in keys.iter().zip(depends) {
+            let key = key.as_ref();
             let value = if depends {
                 let value = stored.next().flatten();
                 if !snapshot {
@@ -740,6 +747,10 @@ impl KvTransaction for PgTransaction {
 
     fn set(&self, key: &[u8], value: &[u8]) {
         self.write(|buffer| buffer.set(key, value));
+    }
+
+    fn set_owned(&self, key: &[u8], value: Vec<u8>) {
+        self.write(|buffer| buffer.set_owned(key, value));
     }
 
     fn clear(&self, key: &[u8]) {
