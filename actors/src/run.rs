@@ -141,11 +141,11 @@ async fn run_job<K: Kv>(Run { args, cancel }: &Run<K>) -> (RunOutcome, DateTime<
             drop(armed);
         })
     };
-    // The start time only goes into events: without a publisher nothing reads the clock
-    // or does anything else when the job starts.
-    let started_at: Arc<OnceLock<DateTime<Utc>>> = Arc::default();
-    let on_start = shared.publisher.is_enabled().then(|| {
-        let (shared, run, started_at) = (shared.clone(), run.clone(), started_at.clone());
+    // The start time only goes into events: without a publisher nothing reads the clock,
+    // keeps a start time or does anything else when the job starts.
+    let started_at = shared.publisher.is_enabled().then(Arc::<OnceLock<DateTime<Utc>>>::default);
+    let on_start = started_at.clone().map(|started_at| {
+        let (shared, run) = (shared.clone(), run.clone());
         Box::new(move || -> BoxFuture<'static, ()> {
             let at = shared.clock.now();
             let _ = started_at.set(at);
@@ -159,15 +159,16 @@ async fn run_job<K: Kv>(Run { args, cancel }: &Run<K>) -> (RunOutcome, DateTime<
         // acquisition and start only through a bug: fail the run loudly.
         None => {
             let at = shared.clock.now();
-            let _ = started_at.set(at);
             publish_started(shared, run, at).await;
-            RunOutcome::Failed {
+            let outcome = RunOutcome::Failed {
                 code: Some(sundial::error::ErrorCode::JobTypeNotFound.as_str().to_owned()),
                 message: "job type not registered on this node".into(),
-            }
+            };
+            return (outcome, at);
         }
     };
-    (outcome, started_at.get().copied().unwrap_or_else(|| shared.clock.now()))
+    let started_at = started_at.and_then(|at| at.get().copied());
+    (outcome, started_at.unwrap_or_else(|| shared.clock.now()))
 }
 
 /// Records the run's end (after the other runs due at its instant have started: the run
