@@ -400,10 +400,13 @@ pub struct RunSummary {
 }
 
 /// `(9, node)`: a node and its heartbeat.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeRecord {
+///
+/// `S` is its id's text: `String` in a record of its own, `&str` in a [`NodeView`]
+/// decoded without copying it (every acquisition reads them all). Both encode alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRecord<S = String> {
     /// Node id.
-    pub node: String,
+    pub node: S,
     /// Increases with every heartbeat; observers time how long it stays unchanged.
     pub heartbeat_seq: u64,
     /// Wall time of the last heartbeat, on the node's clock. Liveness never trusts it; the
@@ -425,36 +428,12 @@ pub struct NodeRecord {
     pub caught_up: bool,
 }
 
-impl NodeRecord {
+/// A [`NodeRecord`] borrowing its id.
+pub type NodeView<'a> = NodeRecord<&'a str>;
+
+impl<S> NodeRecord<S> {
     /// Whether the node is one of those the due shards are shared out among (alive and
     /// not draining).
-    pub fn owns_shards(&self) -> bool {
-        self.alive && !self.draining
-    }
-}
-
-/// A [`NodeRecord`] decoded without copying its id: every acquisition reads them all.
-/// The same fields in the same order (a test checks it decodes what `NodeRecord` encodes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-pub struct NodeView<'a> {
-    /// Node id.
-    pub node: &'a str,
-    /// See [`NodeRecord::heartbeat_seq`].
-    pub heartbeat_seq: u64,
-    /// See [`NodeRecord::heartbeat_us`].
-    pub heartbeat_us: i64,
-    /// See [`NodeRecord::alive`].
-    pub alive: bool,
-    /// See [`NodeRecord::times_declared_lost`].
-    pub times_declared_lost: u64,
-    /// See [`NodeRecord::draining`].
-    pub draining: bool,
-    /// See [`NodeRecord::caught_up`].
-    pub caught_up: bool,
-}
-
-impl NodeView<'_> {
-    /// See [`NodeRecord::owns_shards`].
     pub fn owns_shards(&self) -> bool {
         self.alive && !self.draining
     }
@@ -549,7 +528,7 @@ mod tests {
 
     #[test]
     fn a_node_view_reads_what_a_node_record_wrote() {
-        let record = NodeRecord {
+        let record: NodeRecord = NodeRecord {
             node: "node-7".into(),
             heartbeat_seq: 300,
             heartbeat_us: -5,
