@@ -85,24 +85,24 @@ pub async fn execute(
     timeout: Option<Duration>,
     middleware: Vec<Arc<dyn RunMiddleware>>,
 ) -> RunOutcome {
-    let ready = || -> BoxFuture<'static, ()> { Box::pin(std::future::ready(())) };
-    let gates = RunGates { start: ready(), slots: None, end: ready(), on_start: None };
+    let gates = RunGates { start: std::future::ready(()), slots: None, end: std::future::ready(()), on_start: None };
     prepare(job, ctx, cancel, middleware, gates, timeout).await
 }
 
 /// Called as a run's job starts; the future it returns runs alongside the job.
 pub type StartHook = Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send>;
 
-/// What a prepared run waits for around its job.
-pub struct RunGates {
+/// What a prepared run waits for around its job. The gates are any futures (boxed ones by
+/// default): a node passes its own types, so a run allocates nothing for its gates.
+pub struct RunGates<Start = BoxFuture<'static, ()>, End = BoxFuture<'static, ()>> {
     /// Ends at the run's start instant, or at once when the run is canceled before it.
-    pub start: BoxFuture<'static, ()>,
+    pub start: Start,
     /// The node's run slots: after `start`, the job waits for a free one and holds it
     /// until it returns (a run canceled while waiting never starts its job).
     pub slots: Option<Arc<RunSlots>>,
     /// Awaited after the job returns, before the run's end is reported: a node lets the
     /// other runs due at the same instant start first.
-    pub end: BoxFuture<'static, ()>,
+    pub end: End,
     /// Called as the job starts (never for a run canceled before its start); the future
     /// it returns runs alongside the job and ends before the run does (the run's start
     /// event, published while the job already runs).
@@ -118,14 +118,18 @@ pub struct RunGates {
 ///
 /// Everything that can be done before the scheduled instant is, and the run needs no other
 /// task: at an instant where thousands of runs start, each costs one task poll.
-pub fn prepare(
+pub fn prepare<Start, End>(
     mut job: Box<dyn DynJob>,
     ctx: RunContext,
     cancel: RunCancel,
     middleware: Vec<Arc<dyn RunMiddleware>>,
-    gates: RunGates,
+    gates: RunGates<Start, End>,
     timeout: Option<Duration>,
-) -> impl Future<Output = RunOutcome> + Send + 'static {
+) -> impl Future<Output = RunOutcome> + Send + 'static
+where
+    Start: Future<Output = ()> + Send + 'static,
+    End: Future<Output = ()> + Send + 'static,
+{
     let run = &ctx.run;
     let span = tracing::info_span!(
         "run",

@@ -126,20 +126,19 @@ async fn run_job<K: Kv>(Run { args, cancel }: &Run<K>) -> (RunOutcome, DateTime<
     // Armed until the gate opens (just before the job starts), or the run is dropped.
     let armed = shared.starts.arm(run.scheduled_at);
     // The job's end is reported once the runs due with it have started.
-    let end: BoxFuture<'static, ()> = Box::pin(armed.instant().settled());
+    let end = armed.instant().settled();
     let early = (run.scheduled_at - shared.clock.now()).to_std().unwrap_or_default();
-    let gate: BoxFuture<'static, ()> = if early.is_zero() {
-        Box::pin(async move { drop(armed) })
-    } else {
-        let (sleep, token) = (shared.start_timer.sleep(early), cancel.token());
-        Box::pin(async move {
+    let wait = (!early.is_zero()).then(|| (shared.start_timer.sleep(early), cancel.token()));
+    // The gates are the run's own future types, not boxed: they live in the run's task.
+    let gate = async move {
+        if let Some((sleep, token)) = wait {
             tokio::select! {
                 biased;
                 () = sleep => {}
                 () = token.cancelled() => {}
             }
-            drop(armed);
-        })
+        }
+        drop(armed);
     };
     // The start time only goes into events: without a publisher nothing reads the clock,
     // keeps a start time or does anything else when the job starts.

@@ -27,6 +27,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use futures_util::future::try_join;
 use uuid::Uuid;
 
+use super::candidate::{Candidate, KeyText};
 use super::due::{DueFilter, DueHeads, DueOutlook, NodeShards, RawOutlook, ShardHead, StealRota, Vouching};
 use super::jobs::instant;
 use super::keys::{fnv, DUE_SHARDS};
@@ -178,20 +179,6 @@ pub(super) fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
-}
-
-struct Candidate {
-    /// From one of this node's home shards (taken before stolen ones).
-    home: bool,
-    /// Order among stolen candidates: a hash of (node, trigger), so nodes that steal at
-    /// the same time pick different fires.
-    spread: u64,
-    priority: i32,
-    due: i64,
-    job: String,
-    trigger: String,
-    key: Vec<u8>,
-    shard: u16,
 }
 
 /// What an acquisition's fires added up to.
@@ -514,8 +501,8 @@ impl<K: Kv> KvJobStore<K> {
                 let priority = super::due_value_parts(&value).0;
                 let (due, job, trigger) = self.keys.due_parts(&key)?;
                 let spread = if home { 0 } else { fnv(&[request.node.as_bytes(), job.as_bytes(), trigger.as_bytes()]) };
-                let (job, trigger) = (job.into_owned(), trigger.into_owned());
-                candidates.push(Candidate { home, spread, priority, due, job, trigger, key, shard });
+                let (job, trigger) = (KeyText::of(&key, job), KeyText::of(&key, trigger));
+                candidates.push(Candidate { home, spread, priority, due, key, job, trigger, shard });
             }
         }
         // Home fires by priority then due time; then stolen ones, by priority and then in
@@ -555,7 +542,7 @@ impl<K: Kv> KvJobStore<K> {
         tally: &mut BatchTally,
     ) -> Result<Option<AcquiredRun>, StoreError> {
         let snapshot = self.broken_acquisition();
-        let key = self.keys.trigger(&candidate.job, &candidate.trigger);
+        let key = self.keys.trigger(candidate.job(), candidate.trigger());
         let bytes = tx.get_prefetched(&mut reads.triggers, &key, snapshot, Ok).await?;
         let Some(bytes) = bytes else {
             // An index entry without its trigger: never written by this store; repair.
@@ -569,7 +556,7 @@ impl<K: Kv> KvJobStore<K> {
             tx.txn.clear(&candidate.key);
             return Ok(None);
         }
-        let Some(job) = cache.jobs.get(tx, &candidate.job).await? else {
+        let Some(job) = cache.jobs.get(tx, candidate.job()).await? else {
             tx.delete_trigger(&trigger);
             return Ok(None);
         };
@@ -718,10 +705,9 @@ impl<K: Kv> KvJobStore<K> {
     ) -> Result<FireReads, StoreError> {
         let snapshot = self.broken_acquisition();
         let first = &ordered[..ordered.len().min(request.max)];
-        let keys = first.iter().map(|c| self.keys.trigger(&c.job, &c.trigger)).collect();
+        let keys = first.iter().map(|c| self.keys.trigger(c.job(), c.trigger())).collect();
         let (triggers, ()) =
-            try_join(tx.prefetch(keys, snapshot), cache.jobs.prefetch(tx, first.iter().map(|c| c.job.as_str())))
-                .await?;
+            try_join(tx.prefetch(keys, snapshot), cache.jobs.prefetch(tx, first.iter().map(Candidate::job))).await?;
         // Guards and slots in the order the fires ask for them; each slot once.
         let (mut guards, mut slots, mut exclusive_jobs) = (Vec::new(), Vec::new(), BTreeSet::new());
         for (candidate, bytes) in first.iter().zip(triggers.values()) {
@@ -732,9 +718,9 @@ impl<K: Kv> KvJobStore<K> {
             }
             if let (_, Some(run_id)) = self.fire_of(request, &trigger, candidate.due)? {
                 guards.push(self.keys.run(run_id));
-                let exclusive = cache.jobs.cached(&candidate.job)?.is_some_and(|job| !job.allow_concurrent);
-                if exclusive && exclusive_jobs.insert(candidate.job.as_str()) {
-                    slots.push(self.keys.slot(&candidate.job));
+                let exclusive = cache.jobs.cached(candidate.job())?.is_some_and(|job| !job.allow_concurrent);
+                if exclusive && exclusive_jobs.insert(candidate.job()) {
+                    slots.push(self.keys.slot(candidate.job()));
                 }
             }
         }

@@ -28,6 +28,7 @@ pub mod records;
 
 mod acquire;
 mod audit;
+mod candidate;
 mod complete;
 mod due;
 mod fence;

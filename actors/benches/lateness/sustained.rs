@@ -25,6 +25,11 @@ pub(crate) fn sustained(runtime: &tokio::runtime::Runtime, plan: &Plan) {
         for (label, s) in &ours {
             println!("sustained-result\t{label}\t{:.0}\t{:.1}\t{}", s.ran_per_second, s.pct(0.99), s.missed);
         }
+        // What a build's fire costs, to compare builds and allocators run in turns.
+        for (label, s) in &ours {
+            println!("{label}: {}", where_the_time_goes(s.cpu_per_fire_us, s.engine_per_fire_us));
+            store_lock(s);
+        }
         return;
     }
     let peer = runtime.block_on(apalis_cron(load, seconds));
@@ -94,18 +99,8 @@ fn store_report(ours: &Summary, workers: usize, load: usize) {
             stats.conflicts as f64 / fires,
             stats.read_only_commits
         );
-        // The lock is held by one client at a time: its hold per fire bounds the fires per
-        // second whatever the cores, and the waits are threads blocked behind it.
-        let (held, waited) =
-            (stats.lock_held.as_secs_f64() * 1e6 / fires, stats.lock_waited.as_secs_f64() * 1e6 / fires);
-        let running = fires / ours.ran_per_second;
-        println!(
-            "store lock: held {held:.1} µs a fire ({:.0} % of the time the node ran; the lock alone allows at \
-             most {:.0} fires/s), waited for {waited:.1} µs a fire",
-            stats.lock_held.as_secs_f64() / running * 100.0,
-            1e6 / held
-        );
     }
+    store_lock(ours);
     if ours.cpu_per_fire_us.is_finite() {
         // The most the workers could run at this cost, all of them busy all the time: what
         // the work per fire allows, apart from how it is spread over the cores.
@@ -115,6 +110,24 @@ fn store_report(ours: &Summary, workers: usize, load: usize) {
              needs at most {:.1} µs per fire",
             ours.cpu_per_fire_us,
             workers as f64 * 1e6 / load as f64
+        );
+    }
+}
+
+/// How long the store's lock was held and waited for, a fire. The lock is held by one
+/// client at a time: its hold per fire bounds the fires per second whatever the cores, and
+/// the waits are threads blocked behind it.
+fn store_lock(ours: &Summary) {
+    if let Some((stats, fires)) = ours.store {
+        let fires = fires.max(1) as f64;
+        let (held, waited) =
+            (stats.lock_held.as_secs_f64() * 1e6 / fires, stats.lock_waited.as_secs_f64() * 1e6 / fires);
+        let running = fires / ours.ran_per_second;
+        println!(
+            "store lock: held {held:.1} µs a fire ({:.0} % of the time the node ran; the lock alone allows at \
+             most {:.0} fires/s), waited for {waited:.1} µs a fire",
+            stats.lock_held.as_secs_f64() / running * 100.0,
+            1e6 / held
         );
     }
 }
