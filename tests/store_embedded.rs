@@ -28,7 +28,8 @@ fn store(dir: &TempDir, options: StoreOptions) -> (KvJobStore<MemoryKv>, Embedde
 
 async fn everything(kv: &MemoryKv) -> Vec<(Vec<u8>, Vec<u8>)> {
     let t = kv.create_transaction().unwrap();
-    t.get_range(&RangeRequest::new(Vec::new(), vec![0xff]), true).await.unwrap().pairs
+    let pairs = t.get_range(&RangeRequest::new(Vec::new(), vec![0xff]), true).await.unwrap().pairs;
+    pairs.into_iter().map(|(key, value)| (key.into_vec(), value.into_vec())).collect()
 }
 
 macro_rules! on_embedded {

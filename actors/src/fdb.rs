@@ -19,7 +19,7 @@ use std::time::Duration;
 use foundationdb::options::{ConflictRangeType, DatabaseOption, MutationType, StreamingMode};
 use foundationdb::{Database, FdbError, RangeOption, Transaction};
 use parking_lot::Mutex;
-use sundial::kv::{AtomicOp, CommitInfo, Kv, KvError, KvTransaction, RangeRequest, RangeResult, Version};
+use sundial::kv::{kv_pair, AtomicOp, CommitInfo, Kv, KvError, KvTransaction, RangeRequest, RangeResult, Version};
 use sundial::time::{Clock, MonotonicInstant};
 
 pub use foundationdb;
@@ -196,7 +196,7 @@ impl KvTransaction for FdbTransaction {
             loop {
                 let future = this.with(|t| t.get_range(&option, iteration, snapshot))?;
                 let values = future.await.map_err(kv_error)?;
-                result.pairs.extend(values.iter().map(|kv| (kv.key().to_vec(), kv.value().to_vec())));
+                result.pairs.extend(values.iter().map(|kv| kv_pair(kv.key(), kv.value())));
                 let limit_reached = request.limit.is_some_and(|limit| result.pairs.len() >= limit);
                 if !values.more() || limit_reached {
                     result.more = values.more();

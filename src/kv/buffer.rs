@@ -8,7 +8,7 @@
 
 use super::atomic::{self, AtomicOp};
 use super::write_set::WriteSet;
-use super::{key_after, KvError, RangeRequest, RangeResult, Version, KEY_SIZE_MAX, VALUE_SIZE_MAX};
+use super::{key_after, KvError, KvPair, RangeRequest, RangeResult, Version, KEY_SIZE_MAX, VALUE_SIZE_MAX};
 
 /// A stored key, inline up to 48 bytes (our tuple keys mostly are): B-tree searches then
 /// compare keys in contiguous memory instead of chasing one heap pointer per comparison,
@@ -253,13 +253,13 @@ impl Buffer {
         &mut self,
         request: &RangeRequest,
         snapshot: bool,
-        pairs: Vec<(Vec<u8>, Vec<u8>)>,
+        pairs: Vec<KvPair>,
         more: bool,
     ) -> RangeResult {
         if !snapshot {
             let (begin, end) = (request.begin.as_slice(), request.end.as_slice());
             let (conflict_begin, conflict_end) = match (more, pairs.last()) {
-                (true, Some((last, _))) if request.reverse => (last.clone(), end.to_vec()),
+                (true, Some((last, _))) if request.reverse => (last.to_vec(), end.to_vec()),
                 (true, Some((last, _))) => (begin.to_vec(), key_after(last)),
                 _ => (begin.to_vec(), end.to_vec()),
             };

@@ -198,11 +198,24 @@ impl RangeRequest {
     }
 }
 
+/// A key or a value a range read returns: inline up to 64 bytes, on the heap beyond.
+/// The store's keys and its index values fit, so a read of thousands of due entries
+/// copies no pair to the heap. Derefs to the bytes.
+pub type KvBytes = smallvec::SmallVec<[u8; 64]>;
+
+/// A key and its value, as a range read returns them.
+pub type KvPair = (KvBytes, KvBytes);
+
+/// `key` and `value`, copied into a [`KvPair`].
+pub fn kv_pair(key: &[u8], value: &[u8]) -> KvPair {
+    (KvBytes::from_slice(key), KvBytes::from_slice(value))
+}
+
 /// The pairs of a range read.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RangeResult {
     /// Key-value pairs, in the requested order.
-    pub pairs: Vec<(Vec<u8>, Vec<u8>)>,
+    pub pairs: Vec<KvPair>,
     /// Whether the limit cut the result short (more keys remain in the range).
     pub more: bool,
 }

@@ -479,7 +479,7 @@ impl<K: Kv> KvJobStore<K> {
             .map(|&(shard, head)| {
                 // From the head: the entries before it are fires this node leaves waiting.
                 let (_, end) = self.keys.due_until(shard, until(shard));
-                let range = RangeRequest::new(head.key.clone(), end);
+                let range = RangeRequest::new(head.key.to_vec(), end);
                 // Without scheduled fires, the waiting scheduled entries are skipped: read
                 // past them so they cannot hide one-shot fires behind them.
                 if request.scheduled {

@@ -81,7 +81,7 @@ impl<K: Kv> KvJobStore<K> {
                 }
             }
             match page.pairs.last() {
-                Some((last, _)) if page.more => end = last.clone(),
+                Some((last, _)) if page.more => end = last.to_vec(),
                 _ => return Ok(found),
             }
         }
@@ -125,7 +125,7 @@ impl<K: Kv> KvJobStore<K> {
                 let mut cleared: Vec<Vec<u8>> = Vec::with_capacity(listing.pairs.len());
                 for (key, _) in &listing.pairs {
                     txn.clear(key);
-                    cleared.push(key.clone());
+                    cleared.push(key.to_vec());
                 }
                 let before = std::mem::take(&mut *earlier.lock());
                 let mut count = cleared.len();

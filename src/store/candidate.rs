@@ -2,6 +2,8 @@
 
 use std::borrow::Cow;
 
+use crate::kv::KvBytes;
+
 /// A due fire an acquisition may take: its due entry and what orders it among the others.
 pub(super) struct Candidate {
     /// From one of this node's home shards (taken before stolen ones).
@@ -12,7 +14,7 @@ pub(super) struct Candidate {
     pub(super) priority: i32,
     pub(super) due: i64,
     /// The due entry's key, which holds the job's and the trigger's names.
-    pub(super) key: Vec<u8>,
+    pub(super) key: KvBytes,
     pub(super) job: KeyText,
     pub(super) trigger: KeyText,
     pub(super) shard: u16,

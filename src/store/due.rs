@@ -13,7 +13,7 @@ use super::keys::{fnv, shard_of, DUE_SHARDS};
 use super::records::{NodeView, TriggerRecord, TriggerWas};
 use super::{codec, KvJobStore, StoreError, Tx};
 use crate::job::TriggerState;
-use crate::kv::{run, Kv, KvTransaction, RangeRequest};
+use crate::kv::{run, Kv, KvBytes, KvTransaction, RangeRequest};
 use futures_util::future::BoxFuture;
 
 /// What is due next, for one node: see [`KvJobStore::due_outlook`].
@@ -326,7 +326,7 @@ pub(super) struct ShardHead {
     /// Its due time (µs).
     pub(super) due: i64,
     /// Its key: reading the shard from here skips the entries before it.
-    pub(super) key: Vec<u8>,
+    pub(super) key: KvBytes,
 }
 
 impl<K: Kv> KvJobStore<K> {
@@ -366,8 +366,9 @@ impl<K: Kv> KvJobStore<K> {
                     }
                     last = Some(key);
                 }
-                if let Some(mut after) = last.filter(|_| read.more) {
+                if let Some(after) = last.filter(|_| read.more) {
                     // The next page starts just after the last entry read.
+                    let mut after = after.into_vec();
                     after.push(0);
                     next.push((shard, after, self.keys.due_shard(shard).1));
                 }
@@ -411,7 +412,9 @@ impl<K: Kv> KvJobStore<K> {
         let share = limit.div_ceil(counted.len().max(1)).max(1);
         let ranges: Vec<RangeRequest> = counted
             .iter()
-            .map(|&(shard, head)| RangeRequest::new(head.key.clone(), self.keys.due_until(shard, until).1).limit(share))
+            .map(|&(shard, head)| {
+                RangeRequest::new(head.key.to_vec(), self.keys.due_until(shard, until).1).limit(share)
+            })
             .collect();
         let counts = tx.txn.count_ranges(&ranges).await?;
         let mut count: usize = counts.iter().map(|c| c.count).sum();
@@ -595,7 +598,7 @@ mod tests {
     fn heads_hold_for_the_filter_they_were_read_with_by_version_or_by_jobs() {
         let busy = BTreeSet::from(["a".to_owned()]);
         let other = BTreeSet::from(["b".to_owned()]);
-        let head = ShardHead { due: 5, key: vec![1] };
+        let head = ShardHead { due: 5, key: KvBytes::from_slice(&[1]) };
         let heads = |filter| DueHeads::of_homes(vec![true], vec![Some(head.clone())], filter);
         let versioned = DueFilter { scheduled: true, busy_jobs: &busy, busy_version: Some(3) };
         let read = heads(versioned);

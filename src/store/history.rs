@@ -189,7 +189,7 @@ impl<K: Kv> KvJobStore<K> {
                 }
             }
             match page.pairs.last() {
-                Some((last, _)) if page.more => end = last.clone(),
+                Some((last, _)) if page.more => end = last.to_vec(),
                 _ => break,
             }
         }

@@ -62,7 +62,7 @@ pub(crate) async fn get<K: Kv>(kv: &K, key: &str) -> Option<String> {
 }
 
 pub(crate) fn keys(result: &sundial::kv::RangeResult) -> Vec<String> {
-    result.pairs.iter().map(|(k, _)| String::from_utf8(k.clone()).unwrap()).collect()
+    result.pairs.iter().map(|(k, _)| String::from_utf8(k.to_vec()).unwrap()).collect()
 }
 
 pub(crate) fn code(result: Result<sundial::kv::CommitInfo, KvError>) -> i32 {

@@ -130,6 +130,11 @@ pub(crate) fn script() -> impl Strategy<Value = Vec<Step>> {
     prop::collection::vec(step, 1..80)
 }
 
+/// A range read's pairs as the model keeps them.
+fn owned(pairs: Vec<sundial::kv::KvPair>) -> Vec<(Key, Value)> {
+    pairs.into_iter().map(|(key, value)| (key.into_vec(), value.into_vec())).collect()
+}
+
 /// What a read returned.
 #[derive(Debug, Clone, PartialEq)]
 enum Seen {
@@ -312,7 +317,7 @@ pub(crate) async fn run_script<K: Kv>(kv: &K, clock: &ManualClock, script: &[Ste
                             request = request.reversed();
                         }
                         let result = txn.get_range(&request, *snapshot).await.unwrap();
-                        Some(Seen::Pairs(result.pairs, result.more))
+                        Some(Seen::Pairs(owned(result.pairs), result.more))
                     }
                     Op::Ranges { ranges, snapshot } => {
                         let requests: Vec<RangeRequest> = ranges
@@ -326,7 +331,7 @@ pub(crate) async fn run_script<K: Kv>(kv: &K, clock: &ManualClock, script: &[Ste
                             })
                             .collect();
                         let results = txn.get_ranges(&requests, *snapshot).await.unwrap();
-                        Some(Seen::Ranges(results.into_iter().map(|r| (r.pairs, r.more)).collect()))
+                        Some(Seen::Ranges(results.into_iter().map(|r| (owned(r.pairs), r.more)).collect()))
                     }
                     Op::Set { key, value } => {
                         txn.set(key, value);

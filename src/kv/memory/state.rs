@@ -13,7 +13,7 @@ use crate::kv::buffer::{Base, Point, StoredKey, WatchSender};
 use crate::kv::journal::{JournalState, Mutation};
 use crate::kv::key_map::KeyMap;
 use crate::kv::write_set::WriteSet;
-use crate::kv::{CommitInfo, KvError, RangeCount, RangeResult, Version, TRANSACTION_LIFE_VERSIONS_MAX};
+use crate::kv::{kv_pair, CommitInfo, KvError, RangeCount, RangeResult, Version, TRANSACTION_LIFE_VERSIONS_MAX};
 use crate::time::MonotonicInstant;
 
 use super::{KvFaults, MemoryKvStats};
@@ -172,7 +172,7 @@ pub(super) fn stored_pairs<'a>(
             if pairs.len() == limit {
                 return RangeResult { pairs, more: true };
             }
-            pairs.push((key.to_vec(), value.to_vec()));
+            pairs.push(kv_pair(key, value));
         }
         cursor.next();
     }

@@ -14,7 +14,8 @@ use crate::kv::atomic::AtomicOp;
 use crate::kv::buffer::{merge, Buffer};
 use crate::kv::journal::DurableNotice;
 use crate::kv::{
-    CommitInfo, KvError, KvTransaction, RangeCount, RangeRequest, RangeResult, Version, TRANSACTION_LIFE_VERSIONS_MAX,
+    CommitInfo, KvBytes, KvError, KvTransaction, RangeCount, RangeRequest, RangeResult, Version,
+    TRANSACTION_LIFE_VERSIONS_MAX,
 };
 use crate::time::Clock;
 
@@ -188,7 +189,7 @@ impl Buffer {
                     more = true;
                     break;
                 }
-                pairs.push((key.to_vec(), value));
+                pairs.push((KvBytes::from_slice(key), KvBytes::from_vec(value)));
             }
         }
         Ok(self.conflict_on_range(request, snapshot, pairs, more))

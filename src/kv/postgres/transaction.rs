@@ -13,8 +13,8 @@ use tokio_postgres::types::ToSql;
 use super::super::atomic::{self, AtomicOp};
 use super::super::buffer::{merge, Base, Buffer};
 use super::super::{
-    key_after, CommitInfo, KvError, KvTransaction, RangeRequest, RangeResult, Version, TRANSACTION_LIFE_VERSIONS_MAX,
-    TRANSACTION_SIZE_MAX, VERSIONS_PER_SECOND,
+    key_after, kv_pair, CommitInfo, KvBytes, KvError, KvPair, KvTransaction, RangeRequest, RangeResult, Version,
+    TRANSACTION_LIFE_VERSIONS_MAX, TRANSACTION_SIZE_MAX, VERSIONS_PER_SECOND,
 };
 use super::PgKv;
 use crate::time::MonotonicInstant;
@@ -100,7 +100,7 @@ impl Drop for Session {
 }
 
 /// Pairs read from the server, and whether its limit cut them short.
-type Page = (Vec<(Vec<u8>, Vec<u8>)>, bool);
+type Page = (Vec<KvPair>, bool);
 
 /// The `LIMIT` that answers a read of at most `limit` pairs: one more, to know whether
 /// more remain (`None`: no limit).
@@ -109,7 +109,7 @@ fn one_more(limit: Option<usize>) -> Option<i64> {
 }
 
 /// `pairs` read with [`one_more`]'s limit, cut back to `limit`.
-fn page(mut pairs: Vec<(Vec<u8>, Vec<u8>)>, limit: Option<usize>) -> Page {
+fn page(mut pairs: Vec<KvPair>, limit: Option<usize>) -> Page {
     let more = limit.is_some_and(|limit| pairs.len() > limit);
     if let (true, Some(limit)) = (more, limit) {
         pairs.truncate(limit);
@@ -381,7 +381,7 @@ impl PgTransaction {
         let statement = self.prepared(session, query).await?;
         let asked = one_more(limit);
         let rows = self.read(session, session.client()?.query(&statement, &[&begin, &end, &asked])).await?;
-        Ok(page(rows.into_iter().map(|row| (row.get(0), row.get(1))).collect(), limit))
+        Ok(page(rows.iter().map(|row| kv_pair(row.get(0), row.get(1))).collect(), limit))
     }
 
     /// Stored pairs of untouched ranges, `reverse` all or none, in one statement.
@@ -401,11 +401,11 @@ impl PgTransaction {
         let ends: Vec<&[u8]> = requests.iter().map(|r| r.end.as_slice()).collect();
         let asked: Vec<Option<i64>> = requests.iter().map(|r| one_more(r.limit)).collect();
         let rows = self.read(session, session.client()?.query(&statement, &[&begins, &ends, &asked])).await?;
-        let mut pairs: Vec<Vec<(Vec<u8>, Vec<u8>)>> = vec![Vec::new(); requests.len()];
+        let mut pairs: Vec<Vec<KvPair>> = vec![Vec::new(); requests.len()];
         for row in rows {
             let index: i64 = row.get(0);
             if let Some(pairs) = usize::try_from(index - 1).ok().and_then(|i| pairs.get_mut(i)) {
-                pairs.push((row.get(1), row.get(2)));
+                pairs.push(kv_pair(row.get(1), row.get(2)));
             }
         }
         Ok(pairs.into_iter().zip(requests).map(|(pairs, request)| page(pairs, request.limit)).collect())
@@ -422,7 +422,7 @@ impl PgTransaction {
             let (stored, stored_more) = self.stored_range(session, &low, &high, page, request.reverse).await?;
             // The part of the range this page covers: through its last key when more remain.
             let (covered_low, covered_high) = match (stored_more, stored.last()) {
-                (true, Some((last, _))) if request.reverse => (last.clone(), high.clone()),
+                (true, Some((last, _))) if request.reverse => (last.to_vec(), high.clone()),
                 (true, Some((last, _))) => (low.clone(), key_after(last)),
                 _ => (low.clone(), high.clone()),
             };
@@ -440,7 +440,7 @@ impl PgTransaction {
                     if pairs.len() == limit {
                         return Ok((pairs, true));
                     }
-                    pairs.push((key.to_vec(), value));
+                    pairs.push((KvBytes::from_slice(key), KvBytes::from_vec(value)));
                 }
             }
             if !stored_more {

@@ -302,6 +302,6 @@ pub async fn zero_limits_and_empty_ranges_read_and_clear_nothing<K: Kv>(store: &
     })
     .await
     .unwrap();
-    let keys: Vec<Vec<u8>> = left.into_iter().map(|(key, _)| key).collect();
+    let keys: Vec<Vec<u8>> = left.into_iter().map(|(key, _)| key.into_vec()).collect();
     assert_eq!(keys, vec![a, b, c], "nothing was cleared");
 }
