@@ -42,7 +42,7 @@ pub(crate) struct RunArgs<K: Kv> {
     pub(crate) local: bool,
 }
 
-/// A run actor's state: the run, until `post_start` takes it. Ractor hands an ended
+/// A run actor's state: the run, until `post_start` ends it. Ractor hands an ended
 /// actor's state to its supervisor, the poller, which every fire waits for: the run is
 /// dropped on its own task instead, once it ended or was killed.
 pub(crate) struct RunState_<K: Kv>(Option<Run<K>>);
@@ -85,10 +85,13 @@ impl<K: Kv> Actor for RunActor<K> {
 
     /// The whole run: waits for its instant, runs the job, records its end, and stops.
     async fn post_start(&self, myself: ActorRef<RunMsg>, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
-        if let Some(mut run) = state.0.take() {
-            let (outcome, started_at) = run_job(&run).await;
+        // The run stays in the state while it runs, not in this future: ractor boxes the
+        // future, and a smaller box is a cheaper allocation on the system allocator.
+        if let Some(run) = state.0.as_mut() {
+            let (outcome, started_at) = run_job(run).await;
             finish(&mut run.args, outcome, started_at).await;
         }
+        state.0 = None;
         // The poller frees the run's slot when it learns this actor terminated.
         myself.stop(None);
         Ok(())

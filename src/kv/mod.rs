@@ -206,6 +206,12 @@ pub type KvBytes = smallvec::SmallVec<[u8; 64]>;
 /// A key and its value, as a range read returns them.
 pub type KvPair = (KvBytes, KvBytes);
 
+/// How many pairs a range read makes room for at first: as many as fit in 1 KiB. Most
+/// reads return a shard's first due entry or a few index keys, and a first buffer past
+/// 1 KiB would cost each read a trip through the system allocator's slow path (glibc
+/// keeps freed blocks per thread up to 1,032 bytes).
+pub const FIRST_PAIRS: usize = 1024 / std::mem::size_of::<KvPair>();
+
 /// `key` and `value`, copied into a [`KvPair`].
 pub fn kv_pair(key: &[u8], value: &[u8]) -> KvPair {
     (KvBytes::from_slice(key), KvBytes::from_slice(value))

@@ -13,7 +13,9 @@ use crate::kv::buffer::{Base, Point, StoredKey, WatchSender};
 use crate::kv::journal::{JournalState, Mutation};
 use crate::kv::key_map::KeyMap;
 use crate::kv::write_set::WriteSet;
-use crate::kv::{kv_pair, CommitInfo, KvError, RangeCount, RangeResult, Version, TRANSACTION_LIFE_VERSIONS_MAX};
+use crate::kv::{
+    kv_pair, CommitInfo, KvError, RangeCount, RangeResult, Version, FIRST_PAIRS, TRANSACTION_LIFE_VERSIONS_MAX,
+};
 use crate::time::MonotonicInstant;
 
 use super::{KvFaults, MemoryKvStats};
@@ -161,9 +163,7 @@ pub(super) fn stored_pairs<'a>(
     read_version: Version,
 ) -> RangeResult {
     let limit = limit.unwrap_or(usize::MAX);
-    // Room for a short read at once: most reads are a shard's first entry or a few index
-    // keys, and growing from nothing reallocates three times by 16.
-    let mut pairs = Vec::with_capacity(limit.min(16));
+    let mut pairs = Vec::with_capacity(limit.min(FIRST_PAIRS));
     while let Some((key, versions)) = cursor.peek() {
         if key.as_slice() >= end {
             break;

@@ -14,7 +14,7 @@ use crate::kv::atomic::AtomicOp;
 use crate::kv::buffer::{merge, Buffer};
 use crate::kv::journal::DurableNotice;
 use crate::kv::{
-    CommitInfo, KvBytes, KvError, KvTransaction, RangeCount, RangeRequest, RangeResult, Version,
+    CommitInfo, KvBytes, KvError, KvTransaction, RangeCount, RangeRequest, RangeResult, Version, FIRST_PAIRS,
     TRANSACTION_LIFE_VERSIONS_MAX,
 };
 use crate::time::Clock;
@@ -166,7 +166,7 @@ impl Buffer {
             return Ok(self.conflict_on_range(request, snapshot, pairs, more));
         }
         let limit = request.limit.unwrap_or(usize::MAX);
-        let mut pairs = Vec::with_capacity(limit.min(16));
+        let mut pairs = Vec::with_capacity(limit.min(FIRST_PAIRS));
         let mut more = false;
         // Merge stored keys with this transaction's point writes, in order. A stored
         // key comes with its versions, so it is not looked up again.
