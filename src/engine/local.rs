@@ -9,10 +9,11 @@
 //! skipped because the job is still running here computes its next fire from now.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use rustc_hash::FxBuildHasher;
 use uuid::Uuid;
 
 use crate::calendar::Calendars;
@@ -20,7 +21,7 @@ use crate::job::{merge_data, JobDefinition, JobRun, RunCause};
 use crate::name::{CalendarName, JobName, TriggerName};
 use crate::rules::{on_due, plan_retry};
 use crate::schedule::{JobSchedule, PreviousFire, ScheduleKind};
-use crate::store::LocalJob;
+use crate::store::{JobSet, LocalJob};
 
 /// A local run to start now.
 #[derive(Debug, Clone, PartialEq)]
@@ -91,16 +92,16 @@ pub struct LocalTriggers {
     /// started: a job that becomes local while one runs here counts it; and whether each
     /// holds (held) its job's slot in the store.
     /// With each, the mark the caller noted it with (see [`Self::holds_back`]).
-    store_runs: BTreeMap<Uuid, (JobName, bool, u64)>,
+    store_runs: hashbrown::HashMap<Uuid, (JobName, bool, u64), FxBuildHasher>,
     /// Runs of non-concurrent jobs taken from the store whose slots the cluster took back
     /// while they ran here (see [`Self::note_declared_lost`]), with their jobs.
     given_back: BTreeMap<Uuid, JobName>,
     /// The jobs of `store_runs` that hold their slot, with how many runs each: kept as runs
     /// start and end, so that [`Self::held_jobs`] costs nothing per acquisition however
     /// many runs a node holds.
-    slot_jobs: BTreeMap<JobName, u32>,
-    /// The same jobs' names, as acquisitions take them.
-    slot_job_names: BTreeSet<String>,
+    slot_jobs: hashbrown::HashMap<JobName, u32, FxBuildHasher>,
+    /// The same jobs, as acquisitions take them.
+    slot_job_names: JobSet,
     /// Changes whenever the held jobs may have changed ([`Self::held_version`]).
     held_version: u64,
     /// Changes whenever a job may have left the held jobs ([`Self::held_left`]).
@@ -452,9 +453,9 @@ impl LocalTriggers {
 
     /// The jobs [`Self::is_busy`] on this node now: the node must not start another run of
     /// them from the store (scheduled, enqueued, manual, retry, recovery) meanwhile.
-    pub fn busy_jobs(&self) -> BTreeSet<String> {
+    pub fn busy_jobs(&self) -> JobSet {
         let local = self.jobs.iter().filter(|(_, j)| j.is_busy()).map(|(name, _)| name);
-        local.chain(self.given_back.values()).map(ToString::to_string).collect()
+        local.chain(self.given_back.values()).cloned().collect()
     }
 
     /// The jobs whose fires in the store this node leaves waiting now: [`Self::busy_jobs`],
@@ -464,7 +465,7 @@ impl LocalTriggers {
     /// run's end is about to write (a conflict with the node's own completion); left
     /// waiting, it is taken once the run has ended (see [`Self::holds_back`]). Borrowed,
     /// not built, unless a local job or a run given back is busy here.
-    pub fn held_jobs(&self) -> Cow<'_, BTreeSet<String>> {
+    pub fn held_jobs(&self) -> Cow<'_, JobSet> {
         let busy = self.busy_jobs();
         if busy.is_empty() {
             return Cow::Borrowed(&self.slot_job_names);
@@ -516,7 +517,7 @@ impl LocalTriggers {
         if exclusive {
             let count = self.slot_jobs.entry(job.clone()).or_default();
             if *count == 0 {
-                self.slot_job_names.insert(job.to_string());
+                self.slot_job_names.insert(job.clone());
             }
             *count += 1;
         }
@@ -595,6 +596,10 @@ mod tests {
 
     fn t(s: i64) -> DateTime<Utc> {
         DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap()
+    }
+
+    fn job_set(names: &[&str]) -> JobSet {
+        names.iter().map(|name| JobName::new(name).unwrap()).collect()
     }
 
     fn local(name: &str, schedule: &str, allow_concurrent: bool) -> LocalJob {
@@ -708,7 +713,7 @@ mod tests {
         local.note_started(Uuid::from_u128(101), &a, true, 0);
         local.note_started(Uuid::from_u128(102), &JobName::new("elsewhere").unwrap(), true, 0);
         local.note_started(Uuid::from_u128(103), &JobName::new("c").unwrap(), false, 0);
-        assert_eq!(local.busy_jobs(), BTreeSet::from(["a".to_owned()]), "c runs concurrently");
+        assert_eq!(local.busy_jobs(), job_set(&["a"]), "c runs concurrently");
         let fires = local.poll_due(t(1), Duration::from_secs(60), &cal, &mut id);
         assert_eq!(fires.len(), 1, "only c fires while a's store run runs here");
         local.note_ended(Uuid::from_u128(101));
@@ -728,9 +733,9 @@ mod tests {
         local.note_started(run_b, &b, false, 8);
         local.note_started(run_l, &l, true, 9);
         assert!(local.held_version() > version && local.held_left() == left, "jobs joined, none left");
-        let held = BTreeSet::from(["a".to_owned(), "l".to_owned()]);
+        let held = job_set(&["a", "l"]);
         assert_eq!(*local.held_jobs(), held, "b runs concurrently");
-        assert_eq!(local.busy_jobs(), BTreeSet::from(["l".to_owned()]), "a's slot is in the store");
+        assert_eq!(local.busy_jobs(), job_set(&["l"]), "a's slot is in the store");
         assert_eq!((local.holds_back(run_a), local.holds_back(run_b)), (Some(7), None), "with its mark");
         // A second run of `a` (taken after this node was declared lost and back): `a` stays
         // held until both ended.
@@ -741,7 +746,7 @@ mod tests {
         let left = local.held_left();
         local.note_ended(run_a2);
         assert!(local.held_left() > left, "a left");
-        assert_eq!((&*local.held_jobs(), local.holds_back(run_a)), (&BTreeSet::from(["l".to_owned()]), None));
+        assert_eq!((&*local.held_jobs(), local.holds_back(run_a)), (&job_set(&["l"]), None));
         assert!(matches!(local.held_jobs(), Cow::Owned(_)), "with a local job busy, built");
         local.note_ended(run_l);
         assert!(matches!(local.held_jobs(), Cow::Borrowed(jobs) if jobs.is_empty()), "else borrowed");
@@ -759,7 +764,7 @@ mod tests {
         local.note_started(run_b, &b, false, 0);
         assert!(local.busy_jobs().is_empty(), "their slots are held in the store");
         local.note_declared_lost();
-        assert_eq!(local.busy_jobs(), BTreeSet::from(["a".to_owned()]), "b runs concurrently");
+        assert_eq!(local.busy_jobs(), job_set(&["a"]), "b runs concurrently");
         assert!(local.is_busy(&a) && !local.is_busy(&b));
         assert!(local.is_given_back(run_a) && !local.is_given_back(run_b));
         // A run taken after the node learned it was lost holds its slot in the store again.

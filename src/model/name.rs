@@ -120,6 +120,13 @@ macro_rules! name_type {
             }
         }
 
+        // Equality, order and hash are the text's: sets and maps of names can be asked by `&str`.
+        impl std::borrow::Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
         impl serde::Serialize for $name {
             fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
                 serializer.serialize_str(&self.0)

@@ -28,7 +28,7 @@ use futures_util::future::try_join;
 use uuid::Uuid;
 
 use super::candidate::{Candidate, KeyText};
-use super::due::{DueFilter, DueHeads, DueOutlook, NodeShards, RawOutlook, ShardHead, StealRota, Vouching};
+use super::due::{DueFilter, DueHeads, DueOutlook, JobSet, NodeShards, RawOutlook, ShardHead, StealRota, Vouching};
 use super::jobs::instant;
 use super::keys::{fnv, DUE_SHARDS};
 use super::read_cache::ReadCache;
@@ -105,7 +105,7 @@ pub struct AcquireRequest<'a> {
     /// Jobs whose fires this node must leave waiting now: non-concurrent jobs with a run on
     /// this node that holds no slot in the store (a local job's, judged per node; one kept
     /// after this node was declared lost). Other nodes may take them.
-    pub busy_jobs: &'a BTreeSet<String>,
+    pub busy_jobs: &'a JobSet,
     /// A version of `busy_jobs` that changes whenever the set does, when the caller keeps
     /// one: the heads this acquisition returns then remember the version, not a copy of
     /// the set. `None` compares the sets.

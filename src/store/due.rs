@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
+use rustc_hash::FxBuildHasher;
 
 use super::acquire::mix64;
 use super::jobs::instant;
@@ -14,6 +15,7 @@ use super::records::{NodeView, TriggerRecord, TriggerWas};
 use super::{codec, KvJobStore, StoreError, Tx};
 use crate::job::TriggerState;
 use crate::kv::{run, Kv, KvBytes, KvTransaction, RangeRequest};
+use crate::name::JobName;
 use futures_util::future::BoxFuture;
 
 /// What is due next, for one node: see [`KvJobStore::due_outlook`].
@@ -230,14 +232,74 @@ pub struct DueFilter<'a> {
     pub scheduled: bool,
     /// Jobs whose fires it leaves waiting (see
     /// [`AcquireRequest::busy_jobs`](super::AcquireRequest::busy_jobs)).
-    pub busy_jobs: &'a BTreeSet<String>,
+    pub busy_jobs: &'a JobSet,
     /// A version of `busy_jobs` from whoever keeps it, changed whenever the set changes
     /// (see [`AcquireRequest::busy_version`](super::AcquireRequest::busy_version)); `None`
     /// compares the sets themselves.
     pub busy_version: Option<u64>,
 }
 
-static NO_JOBS: BTreeSet<String> = BTreeSet::new();
+static NO_JOBS: JobSet = JobSet::new();
+
+/// A set of job names, asked by name once per due entry an acquisition reads: hashed, so
+/// that asking costs one hash and one comparison however many jobs it holds (a node
+/// running thousands of non-concurrent jobs holds thousands).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobSet(hashbrown::HashSet<JobName, FxBuildHasher>);
+
+impl JobSet {
+    /// No jobs.
+    pub const fn new() -> Self {
+        Self(hashbrown::HashSet::with_hasher(FxBuildHasher))
+    }
+
+    /// Whether `job` is in the set.
+    pub fn contains(&self, job: &str) -> bool {
+        self.0.contains(job)
+    }
+
+    /// Adds `job`; whether it was not there.
+    pub fn insert(&mut self, job: JobName) -> bool {
+        self.0.insert(job)
+    }
+
+    /// Removes `job`; whether it was there.
+    pub fn remove(&mut self, job: &str) -> bool {
+        self.0.remove(job)
+    }
+
+    /// Whether the set holds no job.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// How many jobs the set holds.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether every job of this set is in `other`.
+    pub fn is_subset(&self, other: &JobSet) -> bool {
+        self.0.is_subset(&other.0)
+    }
+
+    /// The jobs, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = &JobName> {
+        self.0.iter()
+    }
+}
+
+impl FromIterator<JobName> for JobSet {
+    fn from_iter<I: IntoIterator<Item = JobName>>(jobs: I) -> Self {
+        Self(jobs.into_iter().collect())
+    }
+}
+
+impl Extend<JobName> for JobSet {
+    fn extend<I: IntoIterator<Item = JobName>>(&mut self, jobs: I) {
+        self.0.extend(jobs);
+    }
+}
 
 impl DueFilter<'_> {
     /// Every due entry.
@@ -276,7 +338,7 @@ pub struct DueHeads {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum BusyJobs {
     Version(u64),
-    Jobs(BTreeSet<String>),
+    Jobs(JobSet),
 }
 
 impl BusyJobs {
@@ -300,7 +362,7 @@ impl DueHeads {
     /// Heads of no shard, for the engine's tests.
     #[cfg(test)]
     pub(crate) fn none() -> DueHeads {
-        DueHeads { homes: Vec::new(), heads: Vec::new(), scheduled: true, busy: BusyJobs::Jobs(BTreeSet::new()) }
+        DueHeads { homes: Vec::new(), heads: Vec::new(), scheduled: true, busy: BusyJobs::Jobs(JobSet::new()) }
     }
 
     /// The home shards' heads among `heads` (every shard's), read with `filter`.
@@ -596,8 +658,8 @@ mod tests {
 
     #[test]
     fn heads_hold_for_the_filter_they_were_read_with_by_version_or_by_jobs() {
-        let busy = BTreeSet::from(["a".to_owned()]);
-        let other = BTreeSet::from(["b".to_owned()]);
+        let busy = JobSet::from_iter([JobName::new("a").unwrap()]);
+        let other = JobSet::from_iter([JobName::new("b").unwrap()]);
         let head = ShardHead { due: 5, key: KvBytes::from_slice(&[1]) };
         let heads = |filter| DueHeads::of_homes(vec![true], vec![Some(head.clone())], filter);
         let versioned = DueFilter { scheduled: true, busy_jobs: &busy, busy_version: Some(3) };

@@ -50,7 +50,7 @@ use uuid::Uuid;
 
 pub use acquire::{fire_run_id, AcquireRequest, AcquiredRun, Acquisition, RunSet};
 pub use complete::{Completion, CompletionResult, RunOutcome};
-pub use due::{steal_read_due, steal_read_trusts, DueFilter, DueHeads, DueOutlook, StealRota};
+pub use due::{steal_read_due, steal_read_trusts, DueFilter, DueHeads, DueOutlook, JobSet, StealRota};
 pub use fence::Fence;
 pub use history::{RETENTION_BATCH, SCAN_BUDGET};
 pub use nodes::{ClusterState, Heartbeat, LeaderState, ReapResult};

@@ -100,7 +100,7 @@ pub async fn known_shard_heads_spare_reads_and_are_read_again_when_they_may_not_
     assert_eq!(hidden_extra, 0, "the heads were used, not read again");
     let heads = hidden.heads.expect("returned with the outlook");
     // Another filter: read again.
-    let busy = BTreeSet::from(["h".to_owned()]);
+    let busy = JobSet::from_iter([JobName::new("h").unwrap()]);
     let mut other_filter = ahead("a", secs(11), Some(&heads));
     other_filter.busy_jobs = &busy;
     let taken = store.acquire_with_outlook(&other_filter, day, 1_000).await.unwrap();
@@ -149,7 +149,7 @@ pub async fn fires_the_node_leaves_waiting_neither_wake_it_nor_hide_others<K: Kv
 
     let every = store.due_outlook("a", DueFilter::EVERY, day, 1_000).await.unwrap();
     assert_eq!((every.first, every.count), (Some(secs(10)), 151));
-    let busy_jobs = BTreeSet::from(["busy".to_owned()]);
+    let busy_jobs = JobSet::from_iter([JobName::new("busy").unwrap()]);
     let filter = DueFilter { scheduled: true, busy_jobs: &busy_jobs, busy_version: None };
     let outlook = store.due_outlook("a", filter, day, 1_000).await.unwrap();
     assert_eq!((outlook.first, outlook.count), (Some(secs(20)), 1), "the busy job's fires left out");

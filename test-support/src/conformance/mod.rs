@@ -34,14 +34,14 @@ use sundial::schedule::format_instant;
 use sundial::store::keys::shard_of;
 use sundial::store::records::{JobRecord, TriggerRecord};
 use sundial::store::{
-    codec, AcquireRequest, AcquiredRun, Completion, CompletionResult, DueFilter, DueOutlook, JobStatus, KvJobStore,
-    LocalJobs, RunOutcome, StoreError,
+    codec, AcquireRequest, AcquiredRun, Completion, CompletionResult, DueFilter, DueOutlook, JobSet, JobStatus,
+    KvJobStore, LocalJobs, RunOutcome, StoreError,
 };
 use sundial::time::from_micros;
 use uuid::Uuid;
 
 /// No busy local jobs.
-pub(crate) static NO_JOBS: BTreeSet<String> = BTreeSet::new();
+pub(crate) static NO_JOBS: JobSet = JobSet::new();
 
 /// Calls `$m!` with the name of every scenario that takes a default store (the history
 /// cap scenario needs `max_runs: Some(3)` and is run on its own). The cluster view's
