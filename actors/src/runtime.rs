@@ -6,7 +6,10 @@
 //! (wake-affine placement), where the two then share one CPU for several milliseconds
 //! until the load balancer moves one. On the 2-core development machine that made the
 //! last of 10,000 runs due together start about twice as late in a third of the runs of
-//! the lateness benchmark. A worker pinned to its own CPU is always woken there.
+//! the lateness benchmark, when the gate woke a burst's runs all at once and the workers
+//! slept on the lock of tokio's shared queue. The gate now releases them through a relay
+//! that keeps them in the workers' own queues ([`crate::gate::RELAY_LANES`]), so workers
+//! rarely park within a burst; a worker pinned to its own CPU is always woken there.
 //!
 //! The price: a pinned worker woken on an idle CPU waits for that CPU to wake up, where an
 //! unpinned one often runs at once on the CPU of the thread that woke it; at light loads
