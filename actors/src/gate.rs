@@ -232,13 +232,9 @@ mod tests {
         let gate = Arc::new(Gate::default());
         let mut waiters = registered(&gate, RELAY_LANES * 5).await;
         // Whole runs of a lane gone, including its first waiter and its last.
-        let mut dropped = Vec::new();
-        for slot in [0, RELAY_LANES, RELAY_LANES * 2 + 3, RELAY_LANES * 3 + 3, RELAY_LANES * 4 + 3, 5] {
-            dropped.push(slot);
-        }
-        dropped.sort_unstable();
-        for slot in dropped.iter().rev() {
-            waiters.remove(*slot).abort();
+        let dropped = [0, 5, RELAY_LANES, RELAY_LANES * 2 + 3, RELAY_LANES * 3 + 3, RELAY_LANES * 4 + 3];
+        for slot in dropped.into_iter().rev() {
+            waiters.remove(slot).abort();
         }
         // Aborted tasks drop their waits.
         while gate.waiting.lock().iter().filter(|w| w.gone).count() < dropped.len() {
