@@ -185,6 +185,17 @@ async fn unavailability_and_partitions() {
     assert_eq!(t.get(b"k", false).await.unwrap_err().code(), KvError::TRANSACTION_TIMED_OUT);
     kv.set_unavailable(false);
     assert_eq!(get(&node1, "k").await.as_deref(), Some("from 2"));
+    // A transaction's later reads are refused too, though its read version is fixed.
+    let t = node1.create_transaction().unwrap();
+    t.get(b"k", false).await.unwrap();
+    kv.set_partitioned("node-1", true);
+    assert_eq!(t.get(b"k", false).await.unwrap_err().code(), KvError::TRANSACTION_TIMED_OUT);
+    kv.set_partitioned("node-1", false);
+    let t = node2.create_transaction().unwrap();
+    t.get(b"k", false).await.unwrap();
+    kv.set_unavailable(true);
+    assert_eq!(t.get_many(&[b"k"], false).await.unwrap_err().code(), KvError::TRANSACTION_TIMED_OUT);
+    kv.set_unavailable(false);
 }
 
 /// Records every injected delay instead of sleeping.
@@ -391,12 +402,19 @@ async fn the_lock_is_measured_only_when_asked() {
         let kv = MemoryKv::with_options(Arc::new(Ticking::default()), Arc::new(NoSleep), options);
         put(&kv, &[("a", "1"), ("b", "2")]).await;
         assert_eq!(get(&kv, "a").await.as_deref(), Some("1"), "the store works the same either way");
+        let after_first_reads = kv.stats();
+        // A transaction's second read holds the lock shared: its read version is fixed.
+        let t = kv.create_transaction().unwrap();
+        assert_eq!(t.get(b"a", false).await.unwrap().as_deref(), Some(&b"1"[..]));
+        assert_eq!(t.get(b"b", false).await.unwrap().as_deref(), Some(&b"2"[..]));
         let stats = kv.stats();
         if measure_lock {
             // Each hold reads the clock when it begins and when it ends: a tick at least.
             assert!(stats.lock_held >= Duration::from_micros(2), "two holds at least: {:?}", stats.lock_held);
+            assert_eq!(after_first_reads.lock_shared, Duration::ZERO, "first reads hold it exclusively");
+            assert!(stats.lock_shared >= Duration::from_micros(1), "the second read's: {:?}", stats.lock_shared);
         } else {
-            assert_eq!(stats.lock_held, Duration::ZERO);
+            assert_eq!((stats.lock_held, stats.lock_shared), (Duration::ZERO, Duration::ZERO));
         }
         assert_eq!(stats.lock_waited, Duration::ZERO, "one client never waits");
     }

@@ -255,6 +255,7 @@ fn store_since(before: MemoryKvStats, after: MemoryKvStats) -> MemoryKvStats {
         read_only_commits: after.read_only_commits - before.read_only_commits,
         conflicts: after.conflicts - before.conflicts,
         lock_held: after.lock_held.saturating_sub(before.lock_held),
+        lock_shared: after.lock_shared.saturating_sub(before.lock_shared),
         lock_waited: after.lock_waited.saturating_sub(before.lock_waited),
         ..after
     }

@@ -219,6 +219,18 @@ impl MemoryTransaction {
         if data.finished {
             return (Err(KvError::new(KvError::USED_DURING_COMMIT)), None);
         }
+        // A transaction's later reads share the store with other readers: only its first
+        // read registers a read version, which writes the state.
+        if let Some(read_version) = data.read_version {
+            if let Some(state) = kv.enter_shared() {
+                if kv.now_version(&state) - read_version <= TRANSACTION_LIFE_VERSIONS_MAX {
+                    if ranges {
+                        kv.shared.shared_reads.ranges_read.fetch_add(reads as u64, Ordering::Relaxed);
+                    }
+                    return (f(&mut data, &state), None);
+                }
+            }
+        }
         let mut state = match kv.enter() {
             Ok(state) => state,
             Err((mut state, error)) => {
