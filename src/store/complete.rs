@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use futures_util::future::try_join3;
+use futures_util::future::try_join4;
 use uuid::Uuid;
 
 use super::jobs::{instant, one_shot_record, settle};
@@ -105,6 +105,9 @@ struct CompletionReads {
     triggers: Prefetched<Option<TriggerRecord>>,
     /// The slots of non-concurrent jobs.
     slots: Prefetched,
+    /// The per-job running index's entries of the runs holding their slot (snapshot
+    /// reads): only stores written before have them.
+    job_entries: Prefetched,
 }
 
 impl<K: Kv> KvJobStore<K> {
@@ -221,13 +224,18 @@ impl<K: Kv> KvJobStore<K> {
             .filter(|run| run.exclusive && run.state == RunState::Running && exclusive_jobs.insert(run.job))
             .map(|run| self.keys.slot(run.job))
             .collect();
-        let ((), triggers, slots) = try_join3(
+        let job_entries = stored()
+            .filter(|run| run.exclusive && run.state == RunState::Running)
+            .map(|run| self.keys.job_running(run.job, run.id))
+            .collect();
+        let ((), triggers, slots, job_entries) = try_join4(
             cache.jobs.prefetch(tx, jobs.into_iter()),
             tx.prefetch(triggers, false),
             tx.prefetch(slots, false),
+            tx.prefetch(job_entries, true),
         )
         .await?;
-        Ok(CompletionReads { triggers: triggers.try_map(decode_trigger)?, slots, runs })
+        Ok(CompletionReads { triggers: triggers.try_map(decode_trigger)?, slots, runs, job_entries })
     }
 
     /// One completion inside `tx`: (result, more blocked triggers left, the job's name).
@@ -284,7 +292,13 @@ impl<K: Kv> KvJobStore<K> {
             error_message: error_message.as_deref(),
             ..stored
         };
-        tx.put_run_ended(was, &ended);
+        // Only this run's own start writes its entry: a snapshot read tells whether it did.
+        let job_entry = !stored.exclusive
+            || tx
+                .get_prefetched(&mut reads.job_entries, &self.keys.job_running(stored.job, id), true, Ok)
+                .await?
+                .is_some();
+        tx.put_run_ended(was, &ended, job_entry);
         let stored = ended;
         if cache.cancel_requested(tx, stored.node, id).await? {
             tx.txn.clear(&self.keys.cancel(stored.node, id));

@@ -210,20 +210,22 @@ impl<K: Kv> KvJobStore<K> {
         from_us: i64,
         to_us: i64,
     ) -> Result<Vec<Running>, StoreError> {
-        let (begin, end) = match &query.job {
-            Some(job) => self.keys.running_of_job(job.as_str()),
-            None => self.keys.running_everywhere(),
+        let ids = match &query.job {
+            Some(job) => super::running_of_job(txn, &self.keys, job.as_str(), true).await?,
+            None => {
+                let (begin, end) = self.keys.running_everywhere();
+                let index = txn.get_range(&RangeRequest::new(begin, end), true).await?;
+                index.pairs.iter().map(|(key, _)| self.keys.node_run_of(key)).collect::<Result<Vec<_>, _>>()?
+            }
         };
-        let index = txn.get_range(&RangeRequest::new(begin, end), true).await?;
-        let keys = index
-            .pairs
-            .iter()
-            .map(|(key, _)| Ok(self.keys.run(self.keys.node_run_of(key)?).into_vec()))
-            .collect::<Result<Vec<_>, StoreError>>()?;
+        let keys: Vec<_> = ids.into_iter().map(|id| self.keys.run(id).into_vec()).collect();
         let mut running = Vec::with_capacity(keys.len());
         for bytes in txn.get_many(&keys, true).await? {
             let Some(bytes) = bytes else { continue };
             let record: RunRecord = codec::decode(&bytes, "run record")?;
+            if record.state != RunState::Running {
+                continue;
+            }
             let summary = record.summary();
             if (from_us..to_us).contains(&record.scheduled_us) && matches(query, &summary) {
                 running.push(Running { scheduled_us: record.scheduled_us, id: record.id, summary });

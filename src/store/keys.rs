@@ -12,14 +12,16 @@
 //!                                                              shard = hash(job, trigger) % 64;
 //!                                                              value = priority, one-shot flag
 //! (4, job)                                      SlotRecord     the active-run slot of a
-//!                                                              non-concurrent job
+//!                                                              non-concurrent job: its holder
+//!                                                              is the job's running run
 //! (5, job, trigger)                             ''             Blocked triggers of a job
 //! (6, run_id)                                   RunRecord      run history
 //! (7, 0, job, scheduled_us, run_id)             RunSummary     finished runs by job
 //! (7, 1, scheduled_us, run_id)                  RunSummary     finished runs by scheduled time
 //!                                                              (written once, when the run
 //!                                                              ends; history queries take
-//!                                                              running runs from (8)/(14))
+//!                                                              running runs from (8), (14)
+//!                                                              and (4))
 //! (7, 2, …)                                     (retired)      was finished runs by end time;
 //!                                                              retention now walks (7, 1)
 //! (8, node, run_id)                             ''             Running runs per node
@@ -28,7 +30,12 @@
 //! (11, node, run_id)                            ''             cancel requests per node
 //! (12, job)                                     ''             local jobs (run on every node)
 //! (13)                                          i64 LE         number of stored runs (atomic add)
-//! (14, job, run_id)                             ''             Running runs per job
+//! (14, job, run_id)                             ''             Running runs per job that hold
+//!                                                              no slot (a concurrent or local
+//!                                                              job's; a non-concurrent job's
+//!                                                              one is its slot's holder, and
+//!                                                              stores written before hold
+//!                                                              entries of those too)
 //! (15)                                          u64 LE         local jobs' change stamp (atomic add)
 //! (16, node)                                    u64 LE         the node's wake key (atomic add): it
 //!                                                              watches it, and looks at the due
@@ -49,7 +56,7 @@ use foundationdb_tuple::{PackResult, Subspace, TupleDepth, TuplePack, TupleUnpac
 use uuid::Uuid;
 
 use super::StoreError;
-use crate::kv::strinc;
+use crate::kv::{key_after, strinc};
 
 /// Bytes most keys take after the root prefix (ids, times and names).
 const KEY_ROOM: usize = 72;
@@ -272,6 +279,17 @@ impl Keyspace {
         self.point(&(SLOT, job))
     }
 
+    /// The slots of the jobs from `first` to `last` (in name order, both included).
+    pub fn slots_between(&self, first: &str, last: &str) -> KeyRange {
+        (self.slot(first).into_vec(), key_after(&self.slot(last)))
+    }
+
+    /// The job of a `(4, job)` key.
+    pub fn slot_job_of(&self, key: &[u8]) -> Result<String, StoreError> {
+        let (_, job): (i64, String) = self.unpack(key)?;
+        Ok(job)
+    }
+
     /// `(5, job, trigger)`.
     pub fn blocked(&self, job: &str, trigger: &str) -> Key {
         self.point(&(BLOCKED, job, trigger))
@@ -403,10 +421,10 @@ impl Keyspace {
         self.range_of(&(JOB_RUNNING, job))
     }
 
-    /// The job of a `(14, job, run_id)` key.
-    pub fn running_job_of(&self, key: &[u8]) -> Result<String, StoreError> {
-        let (_, job, _): (i64, String, Uuid) = self.unpack(key)?;
-        Ok(job)
+    /// The job and the run of a `(14, job, run_id)` key.
+    pub fn job_running_of(&self, key: &[u8]) -> Result<(String, Uuid), StoreError> {
+        let (_, job, run): (i64, String, Uuid) = self.unpack(key)?;
+        Ok((job, run))
     }
 
     /// `(13)`: the stored-run counter.

@@ -393,20 +393,20 @@ impl<T: KvTransaction> Tx<'_, T> {
         }
     }
 
+    /// The ids of `job`'s running runs ([`running_of_job`]).
+    pub(crate) async fn running_of_job(&self, job: &str, snapshot: bool) -> Result<Vec<Uuid>, StoreError> {
+        running_of_job(&self.txn, self.keys, job, snapshot).await
+    }
+
     /// Whether a `Running` run of `job` is local when `local` is false, or not local
-    /// when it is true. The running index is read serializably (a run starting meanwhile
+    /// when it is true. Its running runs are read serializably (a run starting meanwhile
     /// conflicts); each run's kind never changes, so its record is a snapshot read.
     pub(crate) async fn runs_of_the_other_kind(&self, job: &str, local: bool) -> Result<bool, StoreError> {
-        let (begin, end) = self.keys.running_of_job(job);
-        let running = self.txn.get_range(&RangeRequest::new(begin, end), false).await?;
-        let keys = running
-            .pairs
-            .iter()
-            .map(|(key, _)| self.keys.node_run_of(key).map(|id| self.keys.run(id).into_vec()))
-            .collect::<Result<Vec<_>, _>>()?;
+        let ids = self.running_of_job(job, false).await?;
+        let keys: Vec<_> = ids.into_iter().map(|id| self.keys.run(id).into_vec()).collect();
         // One round trip for all of them (a run on each node, for a local job).
         for bytes in self.txn.get_many(&keys, true).await? {
-            if decode_run(bytes)?.is_some_and(|run| run.local != local) {
+            if decode_run(bytes)?.is_some_and(|run| run.state == RunState::Running && run.local != local) {
                 return Ok(true);
             }
         }
@@ -472,11 +472,15 @@ impl<T: KvTransaction> Tx<'_, T> {
 
     /// Writes `run`, whose stored record was in state `was` and otherwise differs only in
     /// its end (state, end time, error): a run ending, changed in place, not copied.
-    pub(crate) fn put_run_ended(&self, was: RunState, run: &RunView<'_>) {
+    /// `job_entry`: whether the run has an entry in the per-job running index, which only
+    /// the runs that hold no slot have, and those of stores written before.
+    pub(crate) fn put_run_ended(&self, was: RunState, run: &RunView<'_>, job_entry: bool) {
         invariants::run_write(Some((run.id, was)), run);
         if was == RunState::Running {
             self.txn.clear(&self.keys.running(run.node, run.id));
-            self.txn.clear(&self.keys.job_running(run.job, run.id));
+            if job_entry {
+                self.txn.clear(&self.keys.job_running(run.job, run.id));
+            }
         }
         self.put_run_indexes(run);
     }
@@ -490,10 +494,36 @@ impl<T: KvTransaction> Tx<'_, T> {
         }
         if new.state == RunState::Running {
             self.txn.set(&self.keys.running(new.node, new.id), b"");
-            self.txn.set(&self.keys.job_running(new.job, new.id), b"");
+            // A run holding its job's slot is found as the slot's holder: an entry would
+            // be a write at its start and another at its end, for every such fire.
+            if !new.exclusive {
+                self.txn.set(&self.keys.job_running(new.job, new.id), b"");
+            }
         }
         self.txn.set_owned(&self.keys.run(new.id), codec::encode(new));
     }
+}
+
+/// The ids of `job`'s running runs in `txn`: the running index's entries (14), which hold
+/// the runs that hold no slot, and the holder of the job's slot (4). Snapshot reads, or
+/// serializable ones (a run starting meanwhile conflicts) when `snapshot` is false.
+pub(crate) async fn running_of_job<T: KvTransaction>(
+    txn: &T,
+    keys: &Keyspace,
+    job: &str,
+    snapshot: bool,
+) -> Result<Vec<Uuid>, StoreError> {
+    let (begin, end) = keys.running_of_job(job);
+    let running = txn.get_range(&RangeRequest::new(begin, end), snapshot).await?;
+    let mut ids = running.pairs.iter().map(|(key, _)| keys.node_run_of(key)).collect::<Result<Vec<_>, _>>()?;
+    let slot = txn.get(&keys.slot(job), snapshot).await?;
+    if let Some(holder) = slot.map(|bytes| SlotRecord::decode(&bytes)).transpose()?.and_then(|slot| slot.holder) {
+        // A store written before also holds an index entry of the slot's holder.
+        if !ids.contains(&holder) {
+            ids.push(holder);
+        }
+    }
+    Ok(ids)
 }
 
 impl records::RunRecord {

@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 
 use super::jobs::{instant, Provenance};
 use super::keys::{KeyRange, Keyspace};
-use super::records::{JobRecord, RunRecord, RunSummary, TriggerKind, TriggerRecord};
+use super::records::{JobRecord, RunRecord, RunSummary, SlotRecord, TriggerKind, TriggerRecord};
 use super::{codec, decode_job, parse_data, KvJobStore, StoreError, Tx};
 
 use crate::error::SchedulingError;
@@ -180,8 +180,7 @@ impl<K: Kv> KvJobStore<K> {
         let Some(bytes) = tx.txn.get(&self.keys.job(name), true).await? else { return Ok(None) };
         let job: JobRecord = codec::decode(&bytes, "job record")?;
         let triggers = self.triggers_snapshot(tx, name).await?;
-        let (begin, end) = self.keys.running_of_job(name);
-        let running = tx.txn.get_range(&RangeRequest::new(begin, end), true).await?.pairs.len();
+        let running = tx.running_of_job(name, true).await?.len();
         let mut status = brief_status(&job, &triggers, running)?;
         status.last_finished = self.last_finished_in(tx, name).await?;
         Ok(Some(status))
@@ -282,6 +281,8 @@ impl<K: Kv> KvJobStore<K> {
             |of: fn(&Keyspace, &str) -> KeyRange| RangeRequest::new(of(&self.keys, &first).0, of(&self.keys, &last).1);
         let triggers = tx.txn.get_range(&span(Keyspace::triggers_of), true).await?;
         let running = tx.txn.get_range(&span(Keyspace::running_of_job), true).await?;
+        let (slots_begin, slots_end) = self.keys.slots_between(&first, &last);
+        let slots = tx.txn.get_range(&RangeRequest::new(slots_begin, slots_end), true).await?;
         let mut triggers = triggers
             .pairs
             .iter()
@@ -292,8 +293,16 @@ impl<K: Kv> KvJobStore<K> {
         let mut running = running
             .pairs
             .iter()
-            .map(|(key, _)| self.keys.running_job_of(key))
+            .map(|(key, _)| self.keys.job_running_of(key))
             .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .peekable();
+        // The slots' holders: the running runs of non-concurrent jobs (see `running_of_job`).
+        let mut holders = slots
+            .pairs
+            .iter()
+            .map(|(key, value)| Ok((self.keys.slot_job_of(key)?, SlotRecord::decode(value)?.holder)))
+            .collect::<Result<Vec<_>, StoreError>>()?
             .into_iter()
             .peekable();
         let mut statuses = Vec::with_capacity(page.pairs.len());
@@ -307,10 +316,19 @@ impl<K: Kv> KvJobStore<K> {
                     own_triggers.push(trigger);
                 }
             }
-            let mut own_running = 0;
-            while let Some(run_of) = running.next_if(|j| j.as_str() <= job.name.as_str()) {
-                own_running += usize::from(run_of == job.name);
+            let mut own_running = Vec::new();
+            while let Some((run_of, id)) = running.next_if(|(j, _)| j.as_str() <= job.name.as_str()) {
+                if run_of == job.name {
+                    own_running.push(id);
+                }
             }
+            while let Some((slot_of, holder)) = holders.next_if(|(j, _)| j.as_str() <= job.name.as_str()) {
+                // A store written before also holds an index entry of the slot's holder.
+                if let Some(holder) = holder.filter(|h| slot_of == job.name && !own_running.contains(h)) {
+                    own_running.push(holder);
+                }
+            }
+            let own_running = own_running.len();
             statuses.push(brief_status(&job, &own_triggers, own_running)?);
         }
         Ok((statuses, page.more))

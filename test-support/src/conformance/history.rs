@@ -2,6 +2,7 @@
 //! transactions, retention, job status.
 
 use super::*;
+use sundial::kv::RangeRequest;
 
 /// Checks: history queries filter page count and expire.
 pub async fn history_queries_filter_page_count_and_expire<K: Kv>(store: &KvJobStore<K>) {
@@ -212,6 +213,65 @@ pub async fn status_shows_triggers_running_and_last_result<K: Kv>(store: &KvJobS
     assert_eq!(status.definition.triggers[0].schedule.to_string(), "cron */5 * * * * *");
     assert!(store.status(&name("nope")).await.unwrap().is_none());
     assert_eq!(store.statuses().await.unwrap().len(), 1);
+}
+
+/// Checks: a non-concurrent job's running run is found as its slot's holder, with no entry
+/// in the running index per job (a concurrent job's runs have one); a store written before,
+/// which holds such entries, counts and lists each run once, and the run's end clears it.
+pub async fn runs_holding_their_slot_are_counted_once_with_or_without_an_index_entry<K: Kv>(store: &KvJobStore<K>) {
+    let mut shared = job("shared", &[("t", "cron */5 * * * * *")]);
+    shared.allow_concurrent = true;
+    store.schedule(&[job("alone", &[("t", "cron */5 * * * * *")]), shared], t0()).await;
+    let runs = acquire(store, "n1", secs(5), 16).await;
+    let run_of = |job: &str| runs.iter().find(|r| r.run.job.as_str() == job).unwrap().run.id;
+    let (alone, shared) = (run_of("alone"), run_of("shared"));
+    let kv = store.kv().clone();
+    let entries = |job: &'static str| {
+        let (kv, keys) = (kv.clone(), store.keys().clone());
+        async move {
+            let (begin, end) = keys.running_of_job(job);
+            let txn = kv.create_transaction().unwrap();
+            txn.get_range(&RangeRequest::new(begin, end), true).await.unwrap().pairs.len()
+        }
+    };
+    assert_eq!(entries("alone").await, 0, "a slot's holder has no entry");
+    assert_eq!(entries("shared").await, 1);
+    let running_of = |job: &str| sundial::job::JobRunQuery {
+        job: Some(name(job)),
+        states: [RunState::Running].into(),
+        ..Default::default()
+    };
+    for (job, id) in [("alone", alone), ("shared", shared)] {
+        assert_eq!(store.status(&name(job)).await.unwrap().unwrap().running, 1, "{job}");
+        let listed = store.runs(&running_of(job)).await.unwrap();
+        assert_eq!(listed.iter().map(|r| r.run.id).collect::<Vec<_>>(), [id], "{job}");
+    }
+
+    // As a store written before left it: the slot's holder has an entry too.
+    let entry = store.keys().job_running("alone", alone);
+    let entry = &entry;
+    sundial::kv::run(&kv, RetryOptions::default(), |txn, _| async move {
+        txn.set(entry, b"");
+        Ok::<_, StoreError>(())
+    })
+    .await
+    .unwrap();
+    assert_eq!(entries("alone").await, 1);
+    assert_eq!(store.status(&name("alone")).await.unwrap().unwrap().running, 1, "counted once");
+    let brief = store.statuses_brief().await.unwrap();
+    assert_eq!(brief.iter().map(|s| s.running).collect::<Vec<_>>(), [1, 1], "counted once in pages too");
+    let listed = store.runs(&running_of("alone")).await.unwrap();
+    assert_eq!(listed.iter().map(|r| r.run.id).collect::<Vec<_>>(), [alone], "listed once");
+    assert_eq!(store.count_runs(&running_of("alone")).await.unwrap(), 1);
+
+    complete(store, alone, "n1", RunOutcome::Succeeded, secs(6)).await;
+    complete(store, shared, "n1", RunOutcome::Succeeded, secs(6)).await;
+    assert_eq!(entries("alone").await, 0, "its end cleared the entry");
+    assert_eq!(entries("shared").await, 0);
+    for job in ["alone", "shared"] {
+        assert_eq!(store.status(&name(job)).await.unwrap().unwrap().running, 0, "{job}");
+        assert!(store.runs(&running_of(job)).await.unwrap().is_empty(), "{job}");
+    }
 }
 
 /// Checks: every job's status read in pages of jobs (a few range reads each) is what

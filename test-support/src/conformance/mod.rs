@@ -86,6 +86,7 @@ macro_rules! for_each_retry_safe_scenario {
             retention_deletes_by_end_time_past_runs_that_ended_later,
             the_audit_log_lists_newest_first_filters_pages_and_expires,
             status_shows_triggers_running_and_last_result,
+            runs_holding_their_slot_are_counted_once_with_or_without_an_index_entry,
             statuses_read_in_pages_agree_with_each_jobs_status,
             code_jobs_sync_with_the_fingerprint_rules_and_restore,
             code_jobs_sync_in_batches_each_job_with_its_own_outcome,
