@@ -517,13 +517,16 @@ pub(crate) async fn running_of_job<T: KvTransaction>(
     let running = txn.get_range(&RangeRequest::new(begin, end), snapshot).await?;
     let mut ids = running.pairs.iter().map(|(key, _)| keys.node_run_of(key)).collect::<Result<Vec<_>, _>>()?;
     let slot = txn.get(&keys.slot(job), snapshot).await?;
-    if let Some(holder) = slot.map(|bytes| SlotRecord::decode(&bytes)).transpose()?.and_then(|slot| slot.holder) {
-        // A store written before also holds an index entry of the slot's holder.
-        if !ids.contains(&holder) {
-            ids.push(holder);
-        }
-    }
+    add_slot_holder(&mut ids, slot.map(|bytes| SlotRecord::decode(&bytes)).transpose()?.and_then(|slot| slot.holder));
     Ok(ids)
+}
+
+/// Adds a job's slot `holder` to the running runs the per-job running index gave for it,
+/// unless it is there: a store written before also holds an index entry of the holder.
+pub(crate) fn add_slot_holder(running: &mut Vec<Uuid>, holder: Option<Uuid>) {
+    if let Some(holder) = holder.filter(|holder| !running.contains(holder)) {
+        running.push(holder);
+    }
 }
 
 impl records::RunRecord {

@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 use super::jobs::{instant, Provenance};
 use super::keys::{KeyRange, Keyspace};
 use super::records::{JobRecord, RunRecord, RunSummary, SlotRecord, TriggerKind, TriggerRecord};
-use super::{codec, decode_job, parse_data, KvJobStore, StoreError, Tx};
+use super::{add_slot_holder, codec, decode_job, parse_data, KvJobStore, StoreError, Tx};
 
 use crate::error::SchedulingError;
 use crate::job::{
@@ -323,9 +323,8 @@ impl<K: Kv> KvJobStore<K> {
                 }
             }
             while let Some((slot_of, holder)) = holders.next_if(|(j, _)| j.as_str() <= job.name.as_str()) {
-                // A store written before also holds an index entry of the slot's holder.
-                if let Some(holder) = holder.filter(|h| slot_of == job.name && !own_running.contains(h)) {
-                    own_running.push(holder);
+                if slot_of == job.name {
+                    add_slot_holder(&mut own_running, holder);
                 }
             }
             let own_running = own_running.len();
