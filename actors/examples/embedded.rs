@@ -16,7 +16,7 @@ use sundial::name::JobName;
 use sundial::options::SchedulerOptions;
 use sundial::store::{KvJobStore, RunOutcome, StoreOptions};
 use sundial::time::{Clock, SystemClock};
-use sundial_actors::clock::{PreciseSleeper, TokioSleeper};
+use sundial_actors::clock::TokioSleeper;
 use sundial_actors::job::{Job, JobResult, RunContext};
 use sundial_actors::node::{Node, NodeConfig};
 use sundial_actors::registry::JobRegistry;
@@ -73,9 +73,8 @@ async fn run_example() -> Result<RunOutcome, Box<dyn std::error::Error>> {
         StoreOptions { max_runs: Some(10_000), ..StoreOptions::default() },
     );
     let options = SchedulerOptions::default();
-    let mut config = NodeConfig::new(store, registry, options, "embedded-1", clock, Entropy::from_os());
-    // On real time, start runs on a sub-millisecond timer rather than tokio's 1 ms tick.
-    config.start_timer = Arc::new(PreciseSleeper::new());
+    // On `SystemClock`, runs start on a timer precise to microseconds (`start_timer`).
+    let config = NodeConfig::new(store, registry, options, "embedded-1", clock, Entropy::from_os());
     let scheduler = Node::start(config, Some(host.get_cell())).await?;
     scheduler.serve();
 

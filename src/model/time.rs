@@ -47,6 +47,12 @@ pub trait Clock: Send + Sync + fmt::Debug {
     fn now(&self) -> DateTime<Utc>;
     /// The current monotonic instant. Never goes backwards.
     fn monotonic(&self) -> MonotonicInstant;
+    /// Whether this clock is the system's real time, which no runtime pauses or drives
+    /// (`SystemClock`): a node on it times its runs' starts on a real-time timer. `false`
+    /// by default, for clocks a test or simulation moves.
+    fn is_real_time(&self) -> bool {
+        false
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for Arc<C> {
@@ -55,6 +61,9 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
     }
     fn monotonic(&self) -> MonotonicInstant {
         (**self).monotonic()
+    }
+    fn is_real_time(&self) -> bool {
+        (**self).is_real_time()
     }
 }
 
@@ -87,6 +96,10 @@ impl Clock for SystemClock {
     #[allow(clippy::disallowed_methods)] // The one production reader of the OS monotonic clock.
     fn monotonic(&self) -> MonotonicInstant {
         MonotonicInstant(std::time::Instant::now().duration_since(self.origin))
+    }
+
+    fn is_real_time(&self) -> bool {
+        true
     }
 }
 

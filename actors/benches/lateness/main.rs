@@ -65,7 +65,7 @@ use sundial::name::{JobName, TriggerName};
 use sundial::options::SchedulerOptions;
 use sundial::store::{KvJobStore, StoreOptions};
 use sundial::time::{Clock, SystemClock};
-use sundial_actors::clock::{PreciseSleeper, TokioSleeper};
+use sundial_actors::clock::TokioSleeper;
 use sundial_actors::job::{Job, JobResult, RunContext};
 use sundial_actors::node::{Node, NodeConfig};
 use sundial_actors::registry::JobRegistry;
@@ -440,8 +440,8 @@ async fn sundial_node(
     };
     let store =
         KvJobStore::new(kv.clone(), registry.calendars().clone(), Entropy::from_seed(1), StoreOptions::default());
+    // As a user's: on `SystemClock`, the default start timer is the precise one.
     let mut node_config = NodeConfig::new(store, registry, options, node, clock.clone(), Entropy::from_seed(2));
-    node_config.start_timer = Arc::new(PreciseSleeper::new());
     match config.events {
         Events::Off => {}
         Events::Counted => node_config.publisher = sink::counted(),

@@ -18,7 +18,7 @@ use sundial::time::{Clock, SystemClock};
 use sundial_actors::admin::metrics::{Metrics, MetricsPublisher, StoreProbe};
 use sundial_actors::admin::tls::{self, CurrentCertificate, TlsFiles, TlsListener};
 use sundial_actors::admin::{self, AdminState};
-use sundial_actors::clock::{PreciseSleeper, TokioSleeper};
+use sundial_actors::clock::TokioSleeper;
 use sundial_actors::config::{
     EventsConfig, LeaderConfig, LogFormat, NodeFileConfig, PostgresStore, StoreConfig, STORE_PASSWORD_ENV,
 };
@@ -354,9 +354,9 @@ async fn serve<K: Kv>(setup: Setup<K>) -> u8 {
     let kv = RetryCountingKv::new(kv);
     let metrics = Arc::new(Metrics::new(Some(kv.retry_counter())));
     let store = KvJobStore::new(kv.clone(), registry.calendars().clone(), entropy.fork(), store_options);
+    // On `SystemClock`, the config's start timer is the precise one.
     let mut node =
         NodeConfig::new(store, registry, config.options.clone(), node_id.clone(), clock.clone(), entropy.fork());
-    node.start_timer = Arc::new(PreciseSleeper::new());
     let sinks = match start_sinks(&config.events, &node_id).await {
         Ok(sinks) => sinks,
         Err(error) => {
