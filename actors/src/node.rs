@@ -83,8 +83,9 @@ pub struct NodeConfig<K: Kv> {
 }
 
 impl<K: Kv> NodeConfig<K> {
-    /// A config with no events, no middleware, an in-process leader election, prefix
-    /// `sundial`, and the start timer `clock` calls for (see [`NodeConfig::start_timer`]).
+    /// A config with no events, no middleware, a store of its own (not shared), an
+    /// in-process leader election, prefix `sundial`, and the start timer `clock` calls for
+    /// (see [`NodeConfig::start_timer`]).
     pub fn new(
         store: KvJobStore<K>,
         registry: JobRegistry,
