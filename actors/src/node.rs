@@ -6,11 +6,11 @@
 //! `Stopped`. The poller only acquires while `Serving`; `trigger` is refused outside it.
 //!
 //! Supervision (written down as the style guide asks): the supervisor owns the poller
-//! (which owns the run actors), the lease actor and the housekeeper. If the poller fails (a bug: store errors are handled inside
-//! the cycle) the supervisor restarts it at once with a fresh state; runs it had started
-//! keep going, their completions are still recorded by their own actors, and the new
-//! poller adopts nothing (it starts with no runs counted, so briefly more than
-//! `max_concurrent_runs` may run). The supervisor itself fails only if it cannot spawn a
+//! (which owns the run actors), the lease actor and the housekeeper. If the poller fails
+//! (a bug: store errors are handled inside the cycle) the supervisor restarts it at once
+//! with a fresh state; the run actors it had started die with it (ractor terminates a
+//! dead actor's children, which drops their jobs), and the new poller's first cycles mark
+//! their runs lost (`reclaim_previous_runs`), as after a crash. The supervisor itself fails only if it cannot spawn a
 //! poller, which its own supervisor (the host's, when embedded) then sees.
 
 use std::sync::Arc;
