@@ -10,8 +10,9 @@
 //! (a bug: store errors are handled inside the cycle) the supervisor restarts it at once
 //! with a fresh state; the run actors it had started die with it (ractor terminates a
 //! dead actor's children, which drops their jobs), and the new poller's first cycles mark
-//! their runs lost (`reclaim_previous_runs`), as after a crash. The supervisor itself fails only if it cannot spawn a
-//! poller, which its own supervisor (the host's, when embedded) then sees.
+//! their runs lost (`reclaim_previous_runs`), as after a crash. The supervisor itself
+//! fails only if it cannot spawn a poller, which its own supervisor (the host's, when
+//! embedded) then sees.
 
 use std::sync::Arc;
 
